@@ -1,0 +1,123 @@
+# tlmd build. Sources are discovered by folder, so a new module needs no edit here:
+#   compiler/*/*.c -> build/libtlm.a        (the compiler library, no servers)
+#   proto/*.c      -> build/libtlmproto.a   (JSON codecs between the wire and the compiler)
+#   tools/tlm/*.c  -> build/tlm             (offline toolkit)
+#   tests/**/test_*.c -> one Criterion binary each, built with ASan+UBSan under build/san/
+#   bench/*.c      -> build/bench/<name>
+
+CC       ?= cc
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+BUILD    := build
+SAN      := $(BUILD)/san
+CUDA_HOME ?= /usr/local/cuda
+
+PKGS     := jansson libcrypto openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+CFLAGS   ?= -O2 -g
+BASEFLAGS := -std=gnu11 -fopenmp -fPIC -I. $(WARN) $(PKG_CFLAGS) -D_GNU_SOURCE
+LDLIBS   := $(PKG_LIBS) -fopenmp -ldl -lm -lpthread
+SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+# CUDA: headers only at build time. Libraries (libcuda, libnvrtc, libcublas) are
+# dlopen'ed at run time so every binary starts on machines without a driver.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+  HAVE_CUDA := 1
+  BASEFLAGS += -DTLM_HAVE_CUDA_HEADERS=1 -DTLM_CUDA_HOME='"$(CUDA_HOME)"' -isystem $(CUDA_HOME)/include
+  NVCC     := $(CUDA_HOME)/bin/nvcc
+else
+  HAVE_CUDA := 0
+  $(info tlmd: CUDA toolkit not found under CUDA_HOME=$(CUDA_HOME); building CPU targets only)
+endif
+
+LIB_SRC   := $(sort $(wildcard compiler/*/*.c))
+PROTO_SRC := $(sort $(wildcard proto/*.c))
+TLM_SRC   := $(sort $(wildcard tools/tlm/*.c))
+TEST_SRC  := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+
+LIB_OBJ       := $(call obj,$(BUILD),$(LIB_SRC))
+PROTO_OBJ     := $(call obj,$(BUILD),$(PROTO_SRC))
+TLM_OBJ       := $(call obj,$(BUILD),$(TLM_SRC))
+SAN_LIB_OBJ   := $(call obj,$(SAN),$(LIB_SRC))
+SAN_PROTO_OBJ := $(call obj,$(SAN),$(PROTO_SRC))
+SAN_TLM_OBJ   := $(call obj,$(SAN),$(TLM_SRC))
+TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
+BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all deps test test-build run bench install clean format
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/tlm
+
+deps:
+	@./scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(SAN)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libtlm.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libtlmproto.a: $(PROTO_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(SAN)/libtlm.a: $(SAN_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SAN)/libtlmproto.a: $(SAN_PROTO_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a $(LDLIBS)
+
+# The sanitized tlm is what integration tests drive.
+$(SAN)/tlm: $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a $(LDLIBS)
+
+$(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlm.a \
+	    $(LDLIBS) $(shell pkg-config --libs criterion)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) -O3 -march=native -o $@ $< $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a \
+	    $(LDLIBS) -ldnnl
+
+test-build: deps all $(SAN)/tlm $(TEST_BIN)
+
+# Each test binary runs on its own; Criterion forks every test. TLM_BIN points the
+# integration tests at the sanitized tools.
+test: test-build
+	@TLM_BIN=$(abspath $(SAN)/tlm) ./scripts/run-tests.sh $(TEST_BIN)
+
+bench: deps all $(BENCH_BIN)
+	@./bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/tlm
+	install -m 0755 $(BUILD)/tlm $(DESTDIR)$(PREFIX)/bin/tlm
+	install -m 0644 $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(DESTDIR)$(PREFIX)/lib/
+	for h in compiler/*/*.h proto/*.h; do \
+	    install -D -m 0644 $$h $(DESTDIR)$(PREFIX)/include/tlm/$$h; done
+
+format:
+	clang-format -i $$(find compiler proto tools tests bench -name '*.[ch]' 2>/dev/null)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
