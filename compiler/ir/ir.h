@@ -49,7 +49,7 @@
 #define IR_MAX_EPILOGUE 8
 #define IR_MAX_DIMS 6      /* tensor rank */
 #define IR_MAX_AXES 8      /* spatial + reduction axes of one stage */
-#define IR_MAX_TENSORS 16
+#define IR_MAX_TENSORS 24 /* layer_norm + 8 tensor-reading epilogues needs 22 */
 #define IR_MAX_STAGES 12
 #define IR_MAX_EXPR 40     /* expression nodes per stage */
 #define IR_MAX_COND 4      /* bound checks in one select */

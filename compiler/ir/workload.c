@@ -276,7 +276,10 @@ int ir_workload_check(const ir_workload *win, tlm_error *err)
         memcpy(tens[nt], x, sizeof x), nd[nt++] = 4;
         memcpy(tens[nt], k, sizeof k), nd[nt++] = 4;
         memcpy(tens[nt], o, sizeof o), nd[nt++] = 4;
-        red = (s[IR_CONV_C] / g) * s[IR_CONV_KH] * s[IR_CONV_KW]; /* bounded by the weights */
+        int64_t rk[3] = {s[IR_CONV_C] / g, s[IR_CONV_KH], s[IR_CONV_KW]};
+        if (!prod_ok(rk, 3, IR_MAX_ELEMS, &red))
+            return tlm_err_set(err, TLM_EINVAL, "shape",
+                               "the weight tensor would exceed 2^34 elements");
         break;
     }
     case IR_OP_DEPTHWISE_CONV2D:

@@ -1,0 +1,100 @@
+/* codegen.h — subgraph + schedule → readable C (OpenMP, vectors) or CUDA C source.
+ *
+ * Contract:
+ *  - cg_generate lowers (space, schedule) to source text. The schedule must have passed
+ *    space_check; codegen trusts the space for legality and never guesses.
+ *  - Kernel ABI (CPU): the .so exports
+ *        void <entry>(const float *restrict in0, ..., float *restrict out);
+ *        void <entry>_packed(void *const *args);   args = inputs..., output
+ *    with the INPUT tensors in argument order (ir_subgraph_inputs) and the OUTPUT last, each
+ *    row-major float32. No global state; callable from any thread.
+ *  - Kernel ABI (CUDA): extern "C" __global__ void <entry>(const float *in0, ..., float *out)
+ *    launched with out->grid, out->block and out->smem_bytes of dynamic shared memory.
+ *  - Every generator is checked against the reference interpreter (tests/compiler/codegen).
+ *  - Shared printing helpers (cg_buf, cg_emit_*) are for the generators in this folder.
+ */
+#ifndef TLM_CODEGEN_H
+#define TLM_CODEGEN_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler/ir/ir.h"
+#include "compiler/space/space.h"
+#include "compiler/util/err.h"
+
+#define CG_ENTRY_MAX 64
+
+typedef struct cg_kernel {
+    char *source;             /* malloc'ed, NUL-terminated */
+    char entry[CG_ENTRY_MAX]; /* "tlm_kernel" by default */
+    bool cuda;
+    /* CUDA launch configuration */
+    int grid[3], block[3];
+    int smem_bytes; /* dynamic shared memory per block */
+} cg_kernel;
+
+/* Scheduled code for the space's target kind. entry may be NULL ("tlm_kernel"). */
+int cg_generate(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                tlm_error *err);
+/* The naive baseline: every stage as plain nested loops, temporaries materialised; no
+ * tiling, no parallelism. For benchmarks and as an independent second generator. */
+int cg_generate_naive_c(const ir_subgraph *g, const char *entry, cg_kernel *out, tlm_error *err);
+void cg_kernel_free(cg_kernel *k);
+/* Launch description as JSON text: {"grid":[..],"block":[..],"smem":n} or {} for CPU. */
+int cg_launch_json(const cg_kernel *k, char *buf, size_t cap);
+
+/* The per-target generators behind cg_generate (cpu.c, cuda.c). */
+int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                    tlm_error *err);
+int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                     tlm_error *err);
+
+/* ---- shared printing helpers ---- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} cg_buf;
+
+void cg_printf(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends `indent` levels of 4 spaces, then the formatted text. */
+void cg_line(cg_buf *b, int indent, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char *cg_buf_take(cg_buf *b); /* returns the text (caller frees) and resets b */
+
+/* How an expression printer names things.
+ *   axis[a]      C expression of the full index of stage axis a ("i", "(i_b + 3)", ...)
+ *   tensor[t]    C name of tensor t's pointer (NULL: the tensor is a per-row scalar or the
+ *                substituted value, see below)
+ *   subst_tensor a tensor whose loads are replaced by subst_var (the value flowing through an
+ *                inlined epilogue), -1 for none
+ *   scalar_tensor[t] non-NULL: loads of t are this scalar variable (per-row statistics) */
+typedef struct {
+    const char *axis[IR_MAX_AXES];
+    const char *tensor[IR_MAX_TENSORS];
+    const char *scalar_tensor[IR_MAX_TENSORS];
+    int subst_tensor;
+    const char *subst_var;
+    bool cuda; /* float literals and math function spelling */
+} cg_names;
+
+/* Row-major strides of tensor t. */
+void cg_strides(const ir_tensor *t, int64_t *strides);
+/* Flat element offset of a load as a C expression into b. */
+void cg_emit_offset(cg_buf *b, const ir_subgraph *g, const ir_stage *s, const ir_expr *load,
+                    const cg_names *nm);
+/* Scalar float expression of s->expr[id]. */
+void cg_emit_scalar(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
+                    const cg_names *nm);
+/* An affine index (a select condition) as a C expression. */
+void cg_emit_affine(cg_buf *b, const ir_stage *s, const ir_affine *a, const cg_names *nm);
+/* Scalar helper functions (gelu, silu, ...) every kernel source starts with. */
+void cg_emit_prelude_scalar(cg_buf *b, bool cuda);
+/* Kernel parameter list "const float *restrict A, ..., float *restrict out" into b, and fills
+ * nm->tensor with the parameter names. */
+void cg_emit_params(cg_buf *b, const ir_subgraph *g, cg_names *nm, bool cuda);
+
+#endif

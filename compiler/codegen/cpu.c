@@ -1,0 +1,675 @@
+/* cpu.c — C code generation for CPU targets (CPU_TILE and CPU_ROWS sketches) and the naive
+ * baseline; cg_generate dispatches here or to cuda.c.
+ *
+ * CPU_TILE emits, per outer task (fused s0 [and s1] tiles, OpenMP parallel):
+ *     acc[s2*s3 block] = init
+ *     for r0: for s2: { load register tile from acc; for r1: tile += body; store back }
+ *     for s2, s3: out = epilogue(acc * post_scale)
+ * The register tile (s3 of every spatial axis) is spelled out statement by statement in GCC
+ * vector-extension types along the last spatial axis, so the accumulators live in registers
+ * and every load is classified once at generation time as broadcast, contiguous vector, or
+ * strided gather. Selects whose condition moves with the vector lanes (padding on the
+ * innermost axis) get a run-time "all lanes inside" test with a lane-wise fallback.
+ */
+#include "compiler/codegen/codegen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Vectorisable exp and erf (branch-free, bit tricks through unions) so that GCC's
+ * vectoriser handles softmax, norms and gelu/silu epilogues without -ffast-math, which we
+ * refuse because it changes NaN and infinity semantics. Max relative error ~2e-7 (exp) and
+ * ~1.5e-7 absolute (erf, Abramowitz & Stegun 7.1.26 refined with a second Newton-free
+ * polynomial), far inside the 1e-4 check. */
+static const char *c_prelude =
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "#include <string.h>\n"
+    "\n"
+    "static inline float tlm_expf(float x)\n"
+    "{\n"
+    "    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);\n"
+    "    float n = __builtin_roundf(x * 1.44269504088896341f);\n"
+    "    float r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;\n"
+    "    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666716f\n"
+    "              + r * (0.00833333377f + r * 0.00138888892f)))));\n"
+    "    union { float f; int32_t i; } u = { p };\n"
+    "    u.i += (int32_t)n << 23;\n"
+    "    return u.f;\n"
+    "}\n"
+    "static inline float tlm_erff(float x)\n"
+    "{\n"
+    "    float a = x < 0.0f ? -x : x;\n"
+    "    float t = 1.0f / (1.0f + 0.3275911f * a);\n"
+    "    float y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f\n"
+    "              + t * (-1.453152027f + t * 1.061405429f)))) * tlm_expf(-a * a);\n"
+    "    return x < 0.0f ? -y : y;\n"
+    "}\n"
+    "static inline float tlm_relu(float x) { return x > 0.0f ? x : 0.0f; }\n"
+    "static inline float tlm_relu6(float x) { return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x); }\n"
+    "static inline float tlm_gelu(float x) { return 0.5f * x * (1.0f + tlm_erff(x * 0.70710678118654752f)); }\n"
+    "static inline float tlm_sigmoid(float x) { return 1.0f / (1.0f + tlm_expf(-x)); }\n"
+    "static inline float tlm_silu(float x) { return x / (1.0f + tlm_expf(-x)); }\n"
+    "static inline float tlm_tanh(float x) { float e = tlm_expf(-2.0f * (x < 0.0f ? -x : x)); float t = (1.0f - e) / (1.0f + e); return x < 0.0f ? -t : t; }\n"
+    "static inline float tlm_rsqrt(float x) { return 1.0f / sqrtf(x); }\n"
+    "static inline float tlm_recip(float x) { return 1.0f / x; }\n"
+    "#define expf tlm_expf\n"
+    "#define tanhf tlm_tanh\n"
+    "\n";
+
+typedef struct {
+    const space *sp;
+    const space_sched *s;
+    const ir_subgraph *g;
+    const ir_stage *a;
+    int ns, nr, x;             /* spatial count, reduction count, vectorised axis */
+    int64_t T[IR_MAX_AXES][5]; /* tile factors per axis and level */
+    int W;                     /* vector lanes of the register tile (1 = scalar) */
+    cg_buf b;
+    cg_names nm;
+    char axbuf[IR_MAX_AXES][48];
+} cgc;
+
+static void params_and_packed(cgc *c, const char *entry, int body_indent)
+{
+    (void)body_indent;
+    cg_printf(&c->b, "void %s(", entry);
+    cg_emit_params(&c->b, c->g, &c->nm, false);
+    cg_printf(&c->b, ")\n");
+}
+
+static void emit_packed(cg_buf *b, const ir_subgraph *g, const char *entry)
+{
+    int in[IR_MAX_TENSORS];
+    int n = ir_subgraph_inputs(g, in);
+    cg_printf(b, "\n");
+    cg_line(b, 0, "void %s_packed(void *const *args)", entry);
+    cg_line(b, 0, "{");
+    cg_printf(b, "    %s(", entry);
+    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
+    cg_printf(b, "(float *)args[%d]);\n", n);
+    cg_line(b, 0, "}");
+}
+
+/* Applies the epilogue stages to variable `v` (declared by the caller) and stores it. The
+ * anchor's axis expressions are in c->nm.axis. */
+static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm)
+{
+    const ir_stage *anc = &g->stage[g->anchor];
+    int prev = anc->out;
+    for (int i = g->anchor + 1; i < g->n_stage; i++) {
+        const ir_stage *st = &g->stage[i];
+        cg_names en = *nm;
+        en.subst_tensor = prev;
+        en.subst_var = "v";
+        cg_printf(b, "%*sv = ", ind * 4, "");
+        cg_emit_scalar(b, g, st, st->body, &en);
+        cg_printf(b, ";\n");
+        prev = st->out;
+    }
+    /* store at the identity index of the output (the anchor's spatial axes) */
+    ir_expr st;
+    memset(&st, 0, sizeof st);
+    st.kind = IR_E_LOAD;
+    st.tensor = g->output;
+    for (int d = 0; d < g->tensor[g->output].ndim; d++) st.idx[d].coef[d] = 1;
+    cg_printf(b, "%*s%s[", ind * 4, "", g->tensor[g->output].name);
+    cg_emit_offset(b, g, anc, &st, nm);
+    cg_printf(b, "] = v;\n");
+}
+
+/* ---- CPU_TILE ---- */
+
+static const char *full_index(cgc *c, int a, char *buf, size_t cap)
+{
+    const char *n = c->a->axis[a];
+    bool sp = a < c->ns;
+    int L = sp ? 4 : 2;
+    /* ((a0 * T1 + a1) * T2 + a2) * T3 + a3 */
+    size_t len = 0;
+    for (int l = 1; l < L; l++) len += (size_t)snprintf(buf + len, cap - len, "(");
+    len += (size_t)snprintf(buf + len, cap - len, "%s0", n);
+    for (int l = 1; l < L; l++)
+        len += (size_t)snprintf(buf + len, cap - len, " * %lld + %s%d)", (long long)c->T[a][l], n, l);
+    return buf;
+}
+
+/* Flat coefficient of axis x in the offset of a load. */
+static int64_t flat_coef(const ir_subgraph *g, const ir_expr *e, int x)
+{
+    int64_t st[IR_MAX_DIMS];
+    cg_strides(&g->tensor[e->tensor], st);
+    int64_t r = 0;
+    for (int d = 0; d < g->tensor[e->tensor].ndim; d++) r += e->idx[d].coef[x] * st[d];
+    return r;
+}
+
+/* Axis names for the register tile point (o[a] = offset inside s3; lane added for x). */
+static void point_names(cgc *c, const int64_t *o, int lane, cg_names *nm)
+{
+    *nm = c->nm;
+    for (int a = 0; a < c->ns; a++) {
+        int64_t off = o[a] + (a == c->x ? lane : 0);
+        snprintf(c->axbuf[a], sizeof c->axbuf[a], "(%s_b + %lld)", c->a->axis[a], (long long)off);
+        nm->axis[a] = c->axbuf[a];
+    }
+    for (int a = c->ns; a < c->ns + c->nr; a++) nm->axis[a] = c->a->axis[a];
+}
+
+static void emit_vec(cgc *c, int id, const int64_t *o)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *s = c->a;
+    const ir_expr *e = &s->expr[id];
+    cg_names nm;
+    point_names(c, o, 0, &nm);
+    switch (e->kind) {
+    case IR_E_CONST:
+        cg_printf(b, "((tlm_vf){} + (");
+        cg_emit_scalar(b, c->g, s, id, &nm);
+        cg_printf(b, "))");
+        return;
+    case IR_E_LOAD: {
+        int64_t d = flat_coef(c->g, e, c->x);
+        const char *t = c->nm.tensor[e->tensor];
+        if (d == 0) {
+            cg_printf(b, "((tlm_vf){} + %s[", t);
+            cg_emit_offset(b, c->g, s, e, &nm);
+            cg_printf(b, "])");
+        } else if (d == 1) {
+            cg_printf(b, "(*(const tlm_vfu *)&%s[", t);
+            cg_emit_offset(b, c->g, s, e, &nm);
+            cg_printf(b, "])");
+        } else {
+            cg_printf(b, "((tlm_vf){");
+            for (int l = 0; l < c->W; l++) {
+                cg_printf(b, "%s%s[", l ? ", " : "", t);
+                cg_emit_offset(b, c->g, s, e, &nm);
+                cg_printf(b, " + %lld]", (long long)(d * l));
+            }
+            cg_printf(b, "})");
+        }
+        return;
+    }
+    case IR_E_UNARY:
+        cg_printf(b, "tlm_v_%s(", ir_unop_name((ir_unop)e->op));
+        emit_vec(c, e->a, o);
+        cg_printf(b, ")");
+        return;
+    case IR_E_BINARY:
+        if (e->op <= IR_B_DIV) {
+            static const char *sym[] = {"+", "-", "*", "/"};
+            cg_printf(b, "(");
+            emit_vec(c, e->a, o);
+            cg_printf(b, " %s ", sym[e->op]);
+            emit_vec(c, e->b, o);
+            cg_printf(b, ")");
+        } else {
+            cg_printf(b, "tlm_v_%s(", ir_binop_name((ir_binop)e->op));
+            emit_vec(c, e->a, o);
+            cg_printf(b, ", ");
+            emit_vec(c, e->b, o);
+            cg_printf(b, ")");
+        }
+        return;
+    case IR_E_SELECT: {
+        bool lanes_move = false;
+        for (int i = 0; i < e->ncond; i++) lanes_move |= e->cond[i].coef[c->x] != 0;
+        /* all lanes inside: check the first and the last lane (conditions are affine) */
+        cg_printf(b, "((");
+        for (int lane = 0; lane < (lanes_move ? 2 : 1); lane++) {
+            cg_names ln;
+            point_names(c, o, lane ? c->W - 1 : 0, &ln);
+            for (int i = 0; i < e->ncond; i++) {
+                if (lane && e->cond[i].coef[c->x] == 0) continue;
+                if (lane || i) cg_printf(b, " && ");
+                cg_printf(b, "(uint64_t)");
+                cg_emit_affine(b, s, &e->cond[i], &ln);
+                cg_printf(b, " < %lluu", (unsigned long long)e->cond_hi[i]);
+            }
+        }
+        cg_printf(b, ") ? ");
+        emit_vec(c, e->a, o);
+        cg_printf(b, " : ");
+        if (!lanes_move) {
+            emit_vec(c, e->b, o);
+        } else {
+            cg_printf(b, "((tlm_vf){");
+            for (int l = 0; l < c->W; l++) {
+                cg_names ln;
+                point_names(c, o, l, &ln);
+                if (l) cg_printf(b, ", ");
+                cg_emit_scalar(b, c->g, s, id, &ln);
+            }
+            cg_printf(b, "})");
+        }
+        cg_printf(b, ")");
+        return;
+    }
+    }
+}
+
+static void emit_vec_helpers(cgc *c)
+{
+    cg_buf *b = &c->b;
+    cg_line(b, 0, "typedef float tlm_vf __attribute__((vector_size(%d)));", 4 * c->W);
+    cg_line(b, 0, "typedef float tlm_vfu __attribute__((vector_size(%d), aligned(4)));", 4 * c->W);
+    for (int u = 0; u < IR_U_COUNT; u++) {
+        const char *nm = ir_unop_name((ir_unop)u);
+        cg_line(b, 0, "static inline tlm_vf tlm_v_%s(tlm_vf x) { tlm_vf r; for (int l = 0; l < %d; l++) r[l] = %s; return r; }",
+                nm, c->W,
+                u == IR_U_NEG      ? "-x[l]"
+                : u == IR_U_EXP    ? "tlm_expf(x[l])"
+                : u == IR_U_SQRT   ? "sqrtf(x[l])"
+                : u == IR_U_RSQRT  ? "tlm_rsqrt(x[l])"
+                : u == IR_U_RECIP  ? "tlm_recip(x[l])"
+                : u == IR_U_RELU   ? "tlm_relu(x[l])"
+                : u == IR_U_RELU6  ? "tlm_relu6(x[l])"
+                : u == IR_U_GELU   ? "tlm_gelu(x[l])"
+                : u == IR_U_SILU   ? "tlm_silu(x[l])"
+                : u == IR_U_SIGMOID ? "tlm_sigmoid(x[l])"
+                                   : "tlm_tanh(x[l])");
+    }
+    cg_line(b, 0, "static inline tlm_vf tlm_v_max(tlm_vf a, tlm_vf b) { tlm_vf r; for (int l = 0; l < %d; l++) r[l] = a[l] > b[l] ? a[l] : b[l]; return r; }", c->W);
+    cg_line(b, 0, "static inline tlm_vf tlm_v_min(tlm_vf a, tlm_vf b) { tlm_vf r; for (int l = 0; l < %d; l++) r[l] = a[l] < b[l] ? a[l] : b[l]; return r; }", c->W);
+    cg_printf(b, "\n");
+}
+
+static void loop(cg_buf *b, int ind, const char *var, int64_t n)
+{
+    cg_line(b, ind, "for (int64_t %s = 0; %s < %lld; %s++) {", var, var, (long long)n, var);
+}
+
+static int gen_tile(cgc *c, const char *entry)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    int ns = c->ns, nr = c->nr, x = c->x;
+    int par = (int)space_get(c->sp, c->s, SLOT_PARALLEL, 0);
+    int unroll = (int)space_get(c->sp, c->s, SLOT_UNROLL, 0);
+    bool vec = space_get(c->sp, c->s, SLOT_VECTORIZE, 0) != 0;
+    int lanes = c->sp->tgt.cpu.vector_lanes > 0 ? c->sp->tgt.cpu.vector_lanes : 8;
+    c->W = 1;
+    if (vec && nr > 0)
+        while (c->W * 2 <= lanes && c->T[x][3] % (c->W * 2) == 0) c->W *= 2;
+    if (c->W < 4) c->W = 1;
+    if (c->W > 1) emit_vec_helpers(c);
+
+    /* register tile size */
+    int64_t nv = 1;
+    for (int i = 0; i < ns; i++) nv *= i == x ? c->T[i][3] / c->W : c->T[i][3];
+
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    int ind = 1;
+    /* fused parallel task loop over s0 (and s1) */
+    int fused_levels = par == 2 ? 2 : 1;
+    int64_t ntask = 1;
+    for (int l = 0; l < fused_levels; l++)
+        for (int i = 0; i < ns; i++) ntask *= c->T[i][l];
+    if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+    loop(b, ind, "task", ntask);
+    ind++;
+    cg_line(b, ind, "int64_t rem = task;");
+    for (int l = fused_levels - 1; l >= 0; l--)
+        for (int i = ns - 1; i >= 0; i--) {
+            cg_line(b, ind, "const int64_t %s%d = rem %% %lld;", a->axis[i], l, (long long)c->T[i][l]);
+            cg_line(b, ind, "rem /= %lld;", (long long)c->T[i][l]);
+        }
+    cg_line(b, ind, "(void)rem;");
+    if (fused_levels == 1) {
+        for (int i = 0; i < ns; i++) {
+            char v[16];
+            snprintf(v, sizeof v, "%s1", a->axis[i]);
+            loop(b, ind++, v, c->T[i][1]);
+        }
+    }
+    char fb[IR_MAX_AXES][96];
+    for (int i = 0; i < ns + nr; i++) full_index(c, i, fb[i], sizeof fb[i]);
+
+    if (nr == 0) {
+        /* no reduction: compute each output point directly */
+        for (int i = 0; i < ns; i++) {
+            char v[16];
+            for (int l = 2; l <= 3; l++) {
+                snprintf(v, sizeof v, "%s%d", a->axis[i], l);
+                if (vec && i == ns - 1 && l == 3) cg_line(b, ind, "#pragma omp simd");
+                loop(b, ind++, v, c->T[i][l]);
+            }
+        }
+        cg_names nm = c->nm;
+        for (int i = 0; i < ns; i++) {
+            cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
+            nm.axis[i] = a->axis[i];
+        }
+        cg_printf(b, "%*sfloat v = ", ind * 4, "");
+        cg_emit_scalar(b, c->g, a, a->body, &nm);
+        cg_printf(b, ";\n");
+        emit_epilogue_store(b, c->g, ind, &nm);
+    } else {
+        int64_t accn = 1, accst[IR_MAX_AXES];
+        for (int i = ns - 1; i >= 0; i--) {
+            accst[i] = accn;
+            accn *= c->T[i][2] * c->T[i][3];
+        }
+        const char *init = a->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f";
+        cg_line(b, ind, "float acc[%lld] __attribute__((aligned(64)));", (long long)accn);
+        cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
+        for (int i = ns; i < ns + nr; i++) {
+            char v[16];
+            snprintf(v, sizeof v, "%s0", a->axis[i]);
+            loop(b, ind++, v, c->T[i][0]);
+        }
+        for (int i = 0; i < ns; i++) {
+            char v[16];
+            snprintf(v, sizeof v, "%s2", a->axis[i]);
+            loop(b, ind++, v, c->T[i][2]);
+        }
+        for (int i = 0; i < ns; i++)
+            cg_line(b, ind, "const int64_t %s_b = ((%s0 * %lld + %s1) * %lld + %s2) * %lld;",
+                    a->axis[i], a->axis[i], (long long)c->T[i][1], a->axis[i],
+                    (long long)c->T[i][2], a->axis[i], (long long)c->T[i][3]);
+        /* accumulator base offset of this s2 block */
+        cg_printf(b, "%*sfloat *const blk = acc", ind * 4, "");
+        for (int i = 0; i < ns; i++)
+            cg_printf(b, " + %s2 * %lld", a->axis[i], (long long)(c->T[i][3] * accst[i]));
+        cg_printf(b, ";\n");
+        /* enumerate register-tile points: o[] over s3 (x in steps of W) */
+        int64_t o[IR_MAX_AXES];
+        const char *ty = c->W > 1 ? "tlm_vf" : "float";
+        for (int64_t q = 0; q < nv; q++) {
+            int64_t r = q, off = 0;
+            for (int i = ns - 1; i >= 0; i--) {
+                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+                o[i] = (r % n) * (i == x ? c->W : 1);
+                r /= n;
+                off += o[i] * accst[i];
+            }
+            if (c->W > 1)
+                cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
+            else
+                cg_line(b, ind, "%s r%lld = blk[%lld];", ty, (long long)q, (long long)off);
+        }
+        int rind = ind;
+        for (int i = ns; i < ns + nr; i++) {
+            char v[16];
+            snprintf(v, sizeof v, "%s1", a->axis[i]);
+            if (i == ns + nr - 1 && unroll > 0) {
+                int64_t u = unroll / (nv > 0 ? nv : 1);
+                if (u < 1) u = 1;
+                if (u > c->T[i][1]) u = c->T[i][1];
+                cg_line(b, ind, "#pragma GCC unroll %lld", (long long)u);
+            }
+            loop(b, ind++, v, c->T[i][1]);
+        }
+        for (int i = ns; i < ns + nr; i++)
+            cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
+                    (long long)c->T[i][1], a->axis[i]);
+        for (int64_t q = 0; q < nv; q++) {
+            int64_t r = q;
+            for (int i = ns - 1; i >= 0; i--) {
+                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+                o[i] = (r % n) * (i == x ? c->W : 1);
+                r /= n;
+            }
+            if (c->W > 1) {
+                if (a->reduce == IR_RED_MAX) {
+                    cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                    emit_vec(c, a->body, o);
+                    cg_printf(b, ");\n");
+                } else {
+                    cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                    emit_vec(c, a->body, o);
+                    cg_printf(b, ";\n");
+                }
+            } else {
+                cg_names nm;
+                point_names(c, o, 0, &nm);
+                if (a->reduce == IR_RED_MAX) {
+                    cg_printf(b, "%*sr%lld = fmaxf(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                    cg_emit_scalar(b, c->g, a, a->body, &nm);
+                    cg_printf(b, ");\n");
+                } else {
+                    cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                    cg_emit_scalar(b, c->g, a, a->body, &nm);
+                    cg_printf(b, ";\n");
+                }
+            }
+        }
+        while (ind > rind) cg_line(b, --ind, "}");
+        for (int64_t q = 0; q < nv; q++) {
+            int64_t r = q, off = 0;
+            for (int i = ns - 1; i >= 0; i--) {
+                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+                o[i] = (r % n) * (i == x ? c->W : 1);
+                r /= n;
+                off += o[i] * accst[i];
+            }
+            if (c->W > 1) cg_line(b, ind, "*(tlm_vfu *)&blk[%lld] = r%lld;", (long long)off, (long long)q);
+            else cg_line(b, ind, "blk[%lld] = r%lld;", (long long)off, (long long)q);
+        }
+        /* close s2 and r0 loops */
+        for (int i = 0; i < ns + nr; i++) cg_line(b, --ind, "}");
+        /* write-back with the fused epilogue */
+        for (int i = 0; i < ns; i++) {
+            char v[16];
+            for (int l = 2; l <= 3; l++) {
+                snprintf(v, sizeof v, "%s%d", a->axis[i], l);
+                if (vec && i == ns - 1 && l == 3) cg_line(b, ind, "#pragma omp simd");
+                loop(b, ind++, v, c->T[i][l]);
+            }
+        }
+        cg_names nm = c->nm;
+        for (int i = 0; i < ns; i++) {
+            cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
+            nm.axis[i] = a->axis[i];
+        }
+        cg_printf(b, "%*sfloat v = acc[", ind * 4, "");
+        for (int i = 0; i < ns; i++)
+            cg_printf(b, "%s(%s2 * %lld + %s3) * %lld", i ? " + " : "", a->axis[i],
+                      (long long)c->T[i][3], a->axis[i], (long long)accst[i]);
+        cg_printf(b, "]");
+        if (a->post_scale != 1.0) cg_printf(b, " * %.9gf", a->post_scale);
+        cg_printf(b, ";\n");
+        emit_epilogue_store(b, c->g, ind, &nm);
+    }
+    while (ind > 1) cg_line(b, --ind, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
+/* ---- CPU_ROWS ---- */
+
+static int gen_rows(cgc *c, const char *entry)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const space *sp = c->sp;
+    int64_t rb = space_get(sp, c->s, SLOT_ROWS, 1);
+    bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
+    bool vec = space_get(sp, c->s, SLOT_VECTORIZE, 0) != 0;
+    int unroll = (int)space_get(sp, c->s, SLOT_UNROLL, 0);
+    int nra = sp->n_rows_axes;
+    const ir_stage *first = &g->stage[0];
+
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    int ind = 1;
+    if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+    loop(b, ind++, "rb", sp->rows / rb);
+    loop(b, ind++, "rr", rb);
+    cg_line(b, ind, "int64_t rem = rb * %lld + rr;", (long long)rb);
+    for (int i = nra - 1; i >= 0; i--) {
+        cg_line(b, ind, "const int64_t %s = rem %% %lld;", first->axis[i], (long long)first->extent[i]);
+        cg_line(b, ind, "rem /= %lld;", (long long)first->extent[i]);
+    }
+    cg_line(b, ind, "(void)rem;");
+    cg_names base = c->nm;
+    static char svar[IR_MAX_STAGES][24];
+    for (int si = 0; si <= g->anchor; si++) {
+        const ir_stage *st = &g->stage[si];
+        cg_names nm = base;
+        for (int i = 0; i < st->n_spatial + st->n_reduce; i++) nm.axis[i] = st->axis[i];
+        int sind = ind;
+        const char *pragma_simd = NULL;
+        char red[48];
+        if (st->reduce != IR_RED_NONE && st->n_spatial == nra) {
+            snprintf(svar[si], sizeof svar[si], "s_%s", st->name);
+            cg_line(b, ind, "float %s = %s;", svar[si], st->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f");
+            snprintf(red, sizeof red, "#pragma omp simd reduction(%s:%s)",
+                     st->reduce == IR_RED_MAX ? "max" : "+", svar[si]);
+            pragma_simd = red;
+            for (int i = st->n_spatial; i < st->n_spatial + st->n_reduce; i++) {
+                bool inner = i == st->n_spatial + st->n_reduce - 1;
+                /* omp simd and GCC unroll cannot share a loop: vectorising wins */
+                if (inner && vec) cg_line(b, ind, "%s", pragma_simd);
+                else if (inner && unroll) cg_line(b, ind, "#pragma GCC unroll %d", unroll);
+                loop(b, ind++, st->axis[i], st->extent[i]);
+            }
+            if (st->reduce == IR_RED_MAX) {
+                cg_printf(b, "%*s%s = fmaxf(%s, ", ind * 4, "", svar[si], svar[si]);
+                cg_emit_scalar(b, g, st, st->body, &nm);
+                cg_printf(b, ");\n");
+            } else {
+                cg_printf(b, "%*s%s += ", ind * 4, "", svar[si]);
+                cg_emit_scalar(b, g, st, st->body, &nm);
+                cg_printf(b, ";\n");
+            }
+            while (ind > sind) cg_line(b, --ind, "}");
+            if (st->post_scale != 1.0) cg_line(b, ind, "%s *= %.9gf;", svar[si], st->post_scale);
+            base.scalar_tensor[st->out] = svar[si];
+            if (si == g->anchor) {
+                cg_line(b, ind, "{");
+                cg_line(b, ind + 1, "float v = %s;", svar[si]);
+                emit_epilogue_store(b, g, ind + 1, &nm);
+                cg_line(b, ind, "}");
+            }
+        } else {
+            /* a stage over the row axes plus inner spatial axes: the anchor */
+            for (int i = nra; i < st->n_spatial; i++) {
+                bool inner = i == st->n_spatial - 1;
+                if (inner && vec) cg_line(b, ind, "#pragma omp simd");
+                else if (inner && unroll) cg_line(b, ind, "#pragma GCC unroll %d", unroll);
+                loop(b, ind++, st->axis[i], st->extent[i]);
+            }
+            cg_printf(b, "%*sfloat v = ", ind * 4, "");
+            cg_emit_scalar(b, g, st, st->body, &nm);
+            cg_printf(b, ";\n");
+            if (si == g->anchor) emit_epilogue_store(b, g, ind, &nm);
+            while (ind > sind) cg_line(b, --ind, "}");
+        }
+    }
+    while (ind > 1) cg_line(b, --ind, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
+int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                    tlm_error *err)
+{
+    cgc *c = calloc(1, sizeof *c);
+    if (!c) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    c->sp = sp;
+    c->s = s;
+    c->g = sp->g;
+    c->a = &sp->g->stage[sp->g->anchor];
+    c->ns = c->a->n_spatial;
+    c->nr = c->a->n_reduce;
+    c->x = c->ns - 1;
+    c->nm.subst_tensor = -1;
+    if (sp->sketch == SKETCH_CPU_TILE)
+        for (int i = 0; i < c->ns + c->nr; i++) {
+            int L = i < c->ns ? sp->s_levels : sp->r_levels;
+            for (int l = 0; l < L; l++) c->T[i][l] = space_tile(sp, s, i, l);
+        }
+    cg_printf(&c->b, "/* generated by tlm: %s, sketch %s */\n", ir_op_get(sp->g->wl.op)->name,
+              space_sketch_name(sp->sketch));
+    cg_printf(&c->b, "/* schedule: ");
+    char sched[1024];
+    space_print(sp, s, sched, sizeof sched);
+    cg_printf(&c->b, "%s */\n", sched);
+    cg_printf(&c->b, "%s", c_prelude);
+    int rc = sp->sketch == SKETCH_CPU_TILE ? gen_tile(c, entry) : gen_rows(c, entry);
+    if (rc == 0) emit_packed(&c->b, sp->g, entry);
+    char *src = cg_buf_take(&c->b);
+    free(c);
+    if (rc) {
+        free(src);
+        return rc;
+    }
+    if (!src) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    out->source = src;
+    return 0;
+}
+
+int cg_generate(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                tlm_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!entry) entry = "tlm_kernel";
+    snprintf(out->entry, sizeof out->entry, "%s", entry);
+    int rc = space_check(sp, s, err);
+    if (rc) return rc;
+    if (sp->tgt.kind == TARGET_CUDA) return cg_generate_cuda(sp, s, entry, out, err);
+    return cg_generate_cpu(sp, s, entry, out, err);
+}
+
+/* ---- naive baseline ---- */
+
+int cg_generate_naive_c(const ir_subgraph *g, const char *entry, cg_kernel *out, tlm_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!entry) entry = "tlm_kernel";
+    snprintf(out->entry, sizeof out->entry, "%s", entry);
+    cg_buf bb = {0}, *b = &bb;
+    cg_names nm;
+    memset(&nm, 0, sizeof nm);
+    nm.subst_tensor = -1;
+    cg_printf(b, "/* generated by tlm: naive loops for %s */\n", ir_op_get(g->wl.op)->name);
+    cg_printf(b, "%s", c_prelude);
+    cg_printf(b, "#include <stdlib.h>\n\nvoid %s(", entry);
+    cg_emit_params(b, g, &nm, false);
+    cg_printf(b, ")\n{\n");
+    for (int t = 0; t < g->n_tensor; t++)
+        if (g->tensor[t].kind == IR_T_TEMP) {
+            cg_line(b, 1, "float *%s = malloc(sizeof(float) * %lld);", g->tensor[t].name,
+                    (long long)ir_tensor_numel(&g->tensor[t]));
+            nm.tensor[t] = g->tensor[t].name;
+        }
+    for (int si = 0; si < g->n_stage; si++) {
+        const ir_stage *st = &g->stage[si];
+        int ind = 1;
+        cg_names sn = nm;
+        for (int i = 0; i < st->n_spatial + st->n_reduce; i++) sn.axis[i] = st->axis[i];
+        for (int i = 0; i < st->n_spatial; i++) loop(b, ind++, st->axis[i], st->extent[i]);
+        int sind = ind;
+        cg_line(b, ind, "float acc = %s;", st->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f");
+        for (int i = st->n_spatial; i < st->n_spatial + st->n_reduce; i++)
+            loop(b, ind++, st->axis[i], st->extent[i]);
+        cg_printf(b, "%*s", ind * 4, "");
+        if (st->reduce == IR_RED_MAX) cg_printf(b, "acc = fmaxf(acc, ");
+        else if (st->reduce == IR_RED_SUM) cg_printf(b, "acc += (");
+        else cg_printf(b, "acc = (");
+        cg_emit_scalar(b, g, st, st->body, &sn);
+        cg_printf(b, ");\n");
+        while (ind > sind) cg_line(b, --ind, "}");
+        ir_expr e;
+        memset(&e, 0, sizeof e);
+        e.tensor = st->out;
+        for (int d = 0; d < st->n_spatial; d++) e.idx[d].coef[d] = 1;
+        cg_printf(b, "%*s%s[", ind * 4, "", g->tensor[st->out].name);
+        cg_emit_offset(b, g, st, &e, &sn);
+        cg_printf(b, "] = acc");
+        if (st->post_scale != 1.0) cg_printf(b, " * %.9gf", st->post_scale);
+        cg_printf(b, ";\n");
+        while (ind > 1) cg_line(b, --ind, "}");
+    }
+    for (int t = 0; t < g->n_tensor; t++)
+        if (g->tensor[t].kind == IR_T_TEMP) cg_line(b, 1, "free(%s);", g->tensor[t].name);
+    cg_printf(b, "}\n");
+    emit_packed(b, g, entry);
+    out->source = cg_buf_take(b);
+    if (!out->source) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    return 0;
+}

@@ -1,0 +1,567 @@
+/* space.c — sketches, decision slots, legal domains, sampling, counting, printing. */
+#include "compiler/space/space.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_ACC_BUF_MAX 16384 /* floats in the s2 x s3 accumulator block: 64 KiB, fits L2 */
+#define CPU_INNER_MAX 64      /* innermost tile cap per axis */
+#define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
+#define ROWS_MAX 256
+
+static const int64_t unroll_cpu[] = {0, 16, 64, 512};
+static const int64_t unroll_gpu[] = {0, 16, 64, 512, 1024};
+static const int64_t unroll_rows[] = {0, 16, 64};
+
+const char *space_sketch_name(space_sketch s)
+{
+    switch (s) {
+    case SKETCH_CPU_TILE: return "cpu_tile";
+    case SKETCH_CPU_ROWS: return "cpu_rows";
+    case SKETCH_GPU_TILE: return "gpu_tile";
+    case SKETCH_GPU_ROWS: return "gpu_rows";
+    }
+    return "?";
+}
+
+static const ir_stage *anchor(const space *sp)
+{
+    return &sp->g->stage[sp->g->anchor];
+}
+
+static bool rows_family(const ir_workload *w)
+{
+    switch (w->op) {
+    case IR_OP_SOFTMAX:
+    case IR_OP_LAYER_NORM:
+    case IR_OP_RMS_NORM:
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MEAN:
+    case IR_OP_REDUCE_MAX: return true;
+    case IR_OP_GLOBAL_AVG_POOL2D: return w->layout == IR_NCHW;
+    default: return false;
+    }
+}
+
+static void add_slot(space *sp, space_slot_kind k, int axis, int level, const char *name)
+{
+    space_slot *s = &sp->slot[sp->n_slot++];
+    s->kind = k;
+    s->axis = axis;
+    s->level = level;
+    snprintf(s->name, sizeof s->name, "%s", name);
+}
+
+static void add_tile(space *sp, int axis, int level)
+{
+    char nm[24];
+    snprintf(nm, sizeof nm, "tile.%s.%d", anchor(sp)->axis[axis], level);
+    add_slot(sp, SLOT_TILE, axis, level, nm);
+}
+
+int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->g = g;
+    sp->tgt = *t;
+    const ir_stage *a = &g->stage[g->anchor];
+    sp->n_spatial = a->n_spatial;
+    sp->n_reduce = a->n_reduce;
+    bool gpu = t->kind == TARGET_CUDA;
+    if (g->wl.dtype != IR_FLOAT32)
+        return tlm_err_set(err, TLM_EUNSUPPORTED, "dtype",
+                           "%s code generation is not implemented yet; only float32",
+                           ir_dtype_name(g->wl.dtype));
+    if (rows_family(&g->wl)) {
+        sp->sketch = gpu ? SKETCH_GPU_ROWS : SKETCH_CPU_ROWS;
+        /* Rows = the spatial axes of the first stage (the prologue's, or a reducing anchor's). */
+        const ir_stage *first = &g->stage[0];
+        sp->n_rows_axes = first->n_spatial;
+        sp->rows = 1;
+        for (int i = 0; i < first->n_spatial; i++) sp->rows *= first->extent[i];
+        add_slot(sp, SLOT_ROWS, -1, 0, "rows");
+        if (gpu) {
+            add_slot(sp, SLOT_THREADS, -1, 0, "threads");
+        } else {
+            add_slot(sp, SLOT_PARALLEL, -1, 0, "parallel");
+            add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
+        }
+        add_slot(sp, SLOT_UNROLL, -1, 0, "unroll");
+        return 0;
+    }
+    sp->sketch = gpu ? SKETCH_GPU_TILE : SKETCH_CPU_TILE;
+    sp->s_levels = gpu ? 5 : 4;
+    sp->r_levels = gpu ? 3 : 2;
+    int ns = a->n_spatial, nr = a->n_reduce;
+    if ((ns * (sp->s_levels - 1) + nr * (sp->r_levels - 1) + 4) > SPACE_MAX_SLOTS)
+        return tlm_err_set(err, TLM_ELIMIT, "", "too many axes for the schedule space");
+    /* Innermost levels first: the tight resource limits (registers, threads) bind there,
+     * and deciding them first keeps every later choice monotone. */
+    for (int lv = sp->s_levels - 1; lv >= 1; lv--)
+        for (int x = 0; x < ns; x++) add_tile(sp, x, lv);
+    for (int lv = sp->r_levels - 1; lv >= 1; lv--)
+        for (int x = 0; x < nr; x++) add_tile(sp, ns + x, lv);
+    if (gpu) {
+        add_slot(sp, SLOT_STAGE, -1, 0, "stage");
+        add_slot(sp, SLOT_VEC_LOAD, -1, 0, "vec_load");
+        add_slot(sp, SLOT_UNROLL, -1, 0, "unroll");
+    } else {
+        add_slot(sp, SLOT_PARALLEL, -1, 0, "parallel");
+        add_slot(sp, SLOT_UNROLL, -1, 0, "unroll");
+        add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
+    }
+    return 0;
+}
+
+/* ---- helpers over partial schedules (slots >= upto count as unset) ---- */
+
+static int64_t tile_partial(const space *sp, const space_sched *s, int upto, int axis, int level)
+{
+    for (int i = 0; i < upto && i < sp->n_slot; i++)
+        if (sp->slot[i].kind == SLOT_TILE && sp->slot[i].axis == axis &&
+            sp->slot[i].level == level)
+            return s->v[i];
+    return 1;
+}
+
+int64_t space_tile(const space *sp, const space_sched *s, int axis, int level)
+{
+    const ir_stage *a = anchor(sp);
+    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
+    if (level > 0) return tile_partial(sp, s, sp->n_slot, axis, level);
+    int64_t p = 1;
+    for (int l = 1; l < levels; l++) p *= tile_partial(sp, s, sp->n_slot, axis, l);
+    return a->extent[axis] / p;
+}
+
+int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def)
+{
+    for (int i = 0; i < sp->n_slot && i < s->n; i++)
+        if (sp->slot[i].kind == kind) return s->v[i];
+    return def;
+}
+
+static int vec_lanes(const space *sp)
+{
+    int l = sp->tgt.cpu.vector_lanes;
+    return l > 0 ? l : 8;
+}
+
+/* Vector accumulators of the register tile given inner tiles (CPU). */
+static int64_t cpu_regs(const space *sp, const space_sched *s, int upto, int axis, int64_t val)
+{
+    int ns = sp->n_spatial;
+    int64_t r = 1;
+    for (int x = 0; x < ns; x++) {
+        int64_t t = x == axis ? val : tile_partial(sp, s, upto, x, 3);
+        if (x == ns - 1) t = (t + vec_lanes(sp) - 1) / vec_lanes(sp);
+        r *= t;
+    }
+    return r;
+}
+
+static int64_t cpu_accbuf(const space *sp, const space_sched *s, int upto, int axis, int64_t val)
+{
+    int64_t r = 1;
+    for (int x = 0; x < sp->n_spatial; x++) {
+        int64_t t2 = x == axis ? val : tile_partial(sp, s, upto, x, 2);
+        r *= t2 * tile_partial(sp, s, upto, x, 3);
+    }
+    return r;
+}
+
+/* Per-thread accumulators (levels 1, 3, 4) and threads (level 2) of a GPU tile. */
+static int64_t gpu_prod(const space *sp, const space_sched *s, int upto, int axis, int level,
+                        int64_t val, bool threads)
+{
+    int64_t r = 1;
+    for (int x = 0; x < sp->n_spatial; x++)
+        for (int l = 1; l < sp->s_levels; l++) {
+            if ((l == 2) != threads) continue;
+            r *= (x == axis && l == level) ? val : tile_partial(sp, s, upto, x, l);
+        }
+    return r;
+}
+
+static int64_t rem_extent(const space *sp, const space_sched *s, int upto, int axis, int level)
+{
+    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
+    int64_t e = anchor(sp)->extent[axis];
+    for (int l = levels - 1; l > level; l--) e /= tile_partial(sp, s, upto, axis, l);
+    return e;
+}
+
+int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s);
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Divisors of n that are <= cap, ascending (at most SPACE_MAX_VALUES). */
+static int divisors(int64_t n, int64_t cap, int64_t *out)
+{
+    int k = 0;
+    for (int64_t d = 1; d * d <= n && k < SPACE_MAX_VALUES - 1; d++) {
+        if (n % d) continue;
+        if (d <= cap) out[k++] = d;
+        if (n / d != d && n / d <= cap) out[k++] = n / d;
+    }
+    qsort(out, (size_t)k, sizeof *out, cmp_i64);
+    return k;
+}
+
+int space_legal_values(const space *sp, int slot, const space_sched *partial, int64_t *vals)
+{
+    if (slot < 0 || slot >= sp->n_slot) return TLM_EINVAL;
+    const space_slot *sl = &sp->slot[slot];
+    int n = 0;
+    const int64_t *lst = NULL;
+    int nl = 0;
+    switch (sl->kind) {
+    case SLOT_TILE: {
+        int64_t rem = rem_extent(sp, partial, slot, sl->axis, sl->level);
+        int64_t cap = rem;
+        bool cpu = sp->sketch == SKETCH_CPU_TILE;
+        bool spatial = sl->axis < sp->n_spatial;
+        if (cpu && spatial && sl->level == 3) cap = cap < CPU_INNER_MAX ? cap : CPU_INNER_MAX;
+        int64_t cand[SPACE_MAX_VALUES];
+        int nc = divisors(rem, cap, cand);
+        for (int i = 0; i < nc; i++) {
+            int64_t v = cand[i];
+            bool ok = true;
+            if (cpu && spatial && sl->level == 3) {
+                int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
+                ok = cpu_regs(sp, partial, slot, sl->axis, v) <= budget;
+            } else if (cpu && spatial && sl->level == 2) {
+                ok = cpu_accbuf(sp, partial, slot, sl->axis, v) <= CPU_ACC_BUF_MAX;
+            } else if (!cpu && spatial && sl->level == 2) {
+                ok = gpu_prod(sp, partial, slot, sl->axis, 2, v, true) <=
+                     sp->tgt.gpu.max_threads_per_block;
+            } else if (!cpu && spatial) {
+                ok = gpu_prod(sp, partial, slot, sl->axis, sl->level, v, false) <= GPU_ACC_MAX;
+            }
+            if (ok) vals[n++] = v;
+        }
+        return n;
+    }
+    case SLOT_PARALLEL:
+        if (sp->sketch == SKETCH_CPU_ROWS) {
+            vals[0] = 0, vals[1] = 1;
+            return 2;
+        }
+        vals[0] = 0, vals[1] = 1, vals[2] = 2;
+        return 3;
+    case SLOT_VECTORIZE:
+    case SLOT_STAGE:
+        if (sl->kind == SLOT_STAGE) {
+            vals[n++] = 0;
+            space_sched tmp = *partial;
+            tmp.v[slot] = 1;
+            tmp.n = slot + 1;
+            if (space_gpu_smem_bytes(sp, &tmp) <= sp->tgt.gpu.smem_per_block) vals[n++] = 1;
+            return n;
+        }
+        vals[0] = 0, vals[1] = 1;
+        return 2;
+    case SLOT_VEC_LOAD:
+        vals[n++] = 1;
+        if (space_get(sp, partial, SLOT_STAGE, 0)) vals[n++] = 2, vals[n++] = 4;
+        return n;
+    case SLOT_UNROLL:
+        if (sp->sketch == SKETCH_CPU_TILE) lst = unroll_cpu, nl = 4;
+        else if (sp->sketch == SKETCH_GPU_TILE) lst = unroll_gpu, nl = 5;
+        else lst = unroll_rows, nl = 3;
+        memcpy(vals, lst, sizeof(int64_t) * (size_t)nl);
+        return nl;
+    case SLOT_ROWS:
+        return divisors(sp->rows, ROWS_MAX, vals);
+    case SLOT_THREADS:
+        for (int64_t t = 32; t <= sp->tgt.gpu.max_threads_per_block; t *= 2) vals[n++] = t;
+        return n;
+    default: return TLM_EINVAL;
+    }
+}
+
+int space_check(const space *sp, const space_sched *s, tlm_error *err)
+{
+    if (s->n != sp->n_slot)
+        return tlm_err_set(err, TLM_EINVAL, "schedule",
+                           "expected %d decisions for sketch %s, got %d", sp->n_slot,
+                           space_sketch_name(sp->sketch), s->n);
+    int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
+    if (!vals) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    int rc = 0;
+    for (int i = 0; i < sp->n_slot && rc == 0; i++) {
+        int n = space_legal_values(sp, i, s, vals);
+        bool ok = false;
+        for (int k = 0; k < n && !ok; k++) ok = vals[k] == s->v[i];
+        if (!ok) {
+            char allowed[256] = "";
+            size_t len = 0;
+            for (int k = 0; k < n && len < sizeof allowed - 24; k++)
+                len += (size_t)snprintf(allowed + len, sizeof allowed - len, "%s%lld",
+                                        k ? "," : "", (long long)vals[k]);
+            if (n > 0 && len >= sizeof allowed - 24) snprintf(allowed + len, 8, ",...");
+            rc = tlm_err_set(err, TLM_EINVAL, sp->slot[i].name,
+                             "value %lld is not legal here; allowed: {%s}",
+                             (long long)s->v[i], allowed);
+        }
+    }
+    free(vals);
+    return rc;
+}
+
+static uint64_t rng_next(uint64_t *x)
+{
+    uint64_t v = *x ? *x : 0x9E3779B97F4A7C15ull;
+    v ^= v >> 12;
+    v ^= v << 25;
+    v ^= v >> 27;
+    *x = v;
+    return v * 0x2545F4914F6CDD1Dull;
+}
+
+void space_sample(const space *sp, uint64_t *rng, space_sched *out)
+{
+    int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
+    memset(out, 0, sizeof *out);
+    out->n = sp->n_slot;
+    for (int i = 0; i < sp->n_slot; i++) {
+        int n = vals ? space_legal_values(sp, i, out, vals) : 0;
+        out->v[i] = n > 0 ? vals[rng_next(rng) % (uint64_t)n] : 1;
+    }
+    free(vals);
+}
+
+/* Largest legal value <= want (legal values ascend; the first is always minimal). */
+static int64_t pick_le(const int64_t *vals, int n, int64_t want)
+{
+    int64_t best = vals[0];
+    for (int k = 0; k < n; k++)
+        if (vals[k] <= want) best = vals[k];
+    return best;
+}
+
+void space_default(const space *sp, space_sched *out)
+{
+    int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
+    memset(out, 0, sizeof *out);
+    out->n = sp->n_slot;
+    const ir_stage *a = anchor(sp);
+    int ns = sp->n_spatial;
+    int cores = sp->tgt.kind == TARGET_CPU && sp->tgt.cpu.cores > 0 ? sp->tgt.cpu.cores : 1;
+    int lanes = vec_lanes(sp);
+    for (int i = 0; i < sp->n_slot; i++) {
+        const space_slot *sl = &sp->slot[i];
+        int n = vals ? space_legal_values(sp, i, out, vals) : 0;
+        if (n <= 0) {
+            out->v[i] = 1;
+            continue;
+        }
+        int64_t v = vals[0];
+        switch (sl->kind) {
+        case SLOT_TILE:
+            if (sp->sketch == SKETCH_CPU_TILE) {
+                bool last = sl->axis == ns - 1;
+                if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
+                else if (sl->level == 3) v = pick_le(vals, n, last ? 2 * lanes : 4);
+                else if (sl->level == 2) v = pick_le(vals, n, last ? 4 : 8);
+                else v = 1;
+            } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
+                bool last = sl->axis == ns - 1, prev = sl->axis == ns - 2;
+                if (sl->axis >= ns) v = pick_le(vals, n, sl->level == 2 ? 4 : 2);
+                else if (sl->level == 2) v = pick_le(vals, n, last ? 16 : prev ? 8 : 1);
+                else if (sl->level == 4) v = pick_le(vals, n, last ? 4 : prev ? 2 : 1);
+                else if (sl->level == 3) v = pick_le(vals, n, prev ? 2 : 1);
+                else v = 1;
+            }
+            break;
+        case SLOT_PARALLEL: {
+            /* parallelise the outer tiles; add s1 when s0 alone gives too few tasks */
+            int64_t tasks = 1;
+            for (int x = 0; x < ns && sp->sketch == SKETCH_CPU_TILE; x++)
+                tasks *= space_tile(sp, out, x, 0);
+            v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
+            if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
+            break;
+        }
+        case SLOT_VECTORIZE: v = 1; break;
+        case SLOT_UNROLL: v = pick_le(vals, n, 64); break;
+        case SLOT_ROWS: v = pick_le(vals, n, sp->sketch == SKETCH_GPU_ROWS ? 1 : 4); break;
+        case SLOT_THREADS: v = pick_le(vals, n, 256); break;
+        case SLOT_STAGE: v = vals[n - 1]; break;
+        case SLOT_VEC_LOAD: v = 1; break;
+        default: break;
+        }
+        out->v[i] = v;
+    }
+    free(vals);
+}
+
+/* ---- counting ---- */
+
+typedef struct {
+    const space *sp;
+    int64_t *vals[SPACE_MAX_SLOTS];
+    double count;
+    int64_t budget;
+} counter;
+
+static void count_dfs(counter *c, space_sched *s, int slot)
+{
+    if (c->budget-- <= 0) return;
+    if (slot == c->sp->n_slot) {
+        c->count += 1;
+        return;
+    }
+    int n = space_legal_values(c->sp, slot, s, c->vals[slot]);
+    for (int k = 0; k < n && c->budget > 0; k++) {
+        s->v[slot] = c->vals[slot][k];
+        count_dfs(c, s, slot + 1);
+    }
+}
+
+double space_log10_size(const space *sp, int *exact)
+{
+    counter c;
+    memset(&c, 0, sizeof c);
+    c.sp = sp;
+    int64_t *pool = malloc(sizeof(int64_t) * SPACE_MAX_VALUES * (size_t)(sp->n_slot + 1));
+    if (!pool) return 0;
+    for (int i = 0; i < sp->n_slot; i++) c.vals[i] = pool + (size_t)i * SPACE_MAX_VALUES;
+    c.budget = 2000000;
+    space_sched s;
+    memset(&s, 0, sizeof s);
+    s.n = sp->n_slot;
+    count_dfs(&c, &s, 0);
+    double result;
+    if (c.budget > 0) {
+        if (exact) *exact = 1;
+        result = log10(c.count);
+    } else {
+        /* Knuth's estimator: the mean over random root-to-leaf paths of the product of
+         * branching factors is an unbiased estimate of the number of leaves. */
+        if (exact) *exact = 0;
+        uint64_t rng = 0x1234567;
+        double sum = 0;
+        int paths = 400;
+        for (int p = 0; p < paths; p++) {
+            double prod = 1;
+            memset(&s, 0, sizeof s);
+            s.n = sp->n_slot;
+            for (int i = 0; i < sp->n_slot; i++) {
+                int n = space_legal_values(sp, i, &s, pool);
+                prod *= n;
+                s.v[i] = pool[rng_next(&rng) % (uint64_t)n];
+            }
+            sum += prod;
+        }
+        result = log10(sum / paths);
+    }
+    free(pool);
+    return result;
+}
+
+/* ---- GPU shared-memory footprint ---- */
+
+int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s)
+{
+    if (sp->sketch != SKETCH_GPU_TILE) return 0;
+    const ir_stage *a = anchor(sp);
+    int ns = sp->n_spatial, nr = sp->n_reduce;
+    int64_t box[IR_MAX_AXES];
+    for (int x = 0; x < ns; x++) {
+        box[x] = 1;
+        for (int l = 1; l < sp->s_levels; l++) box[x] *= tile_partial(sp, s, s->n, x, l);
+    }
+    for (int x = ns; x < ns + nr; x++) {
+        box[x] = 1;
+        for (int l = 1; l < sp->r_levels; l++) box[x] *= tile_partial(sp, s, s->n, x, l);
+    }
+    int64_t total = 0;
+    for (int e = 0; e < a->n_expr; e++) {
+        const ir_expr *x = &a->expr[e];
+        if (x->kind != IR_E_LOAD) continue;
+        const ir_tensor *t = &sp->g->tensor[x->tensor];
+        int64_t fp = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t span = 1;
+            for (int ax = 0; ax < ns + nr; ax++)
+                span += (int64_t)abs(x->idx[d].coef[ax]) * (box[ax] - 1);
+            if (span > t->shape[d]) span = t->shape[d] + 0;
+            fp *= span;
+        }
+        total += fp * 4;
+    }
+    return total;
+}
+
+/* ---- printing and parsing ---- */
+
+int space_print(const space *sp, const space_sched *s, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (cap) buf[0] = 0;
+    for (int i = 0; i < sp->n_slot && i < s->n; i++) {
+        int k = snprintf(buf + (len < cap ? len : cap), len < cap ? cap - len : 0, "%s%s=%lld",
+                         i ? " " : "", sp->slot[i].name, (long long)s->v[i]);
+        if (k > 0) len += (size_t)k;
+    }
+    return (int)len;
+}
+
+int space_parse(const space *sp, const char *text, space_sched *out, tlm_error *err)
+{
+    memset(out, 0, sizeof *out);
+    bool seen[SPACE_MAX_SLOTS] = {false};
+    int positional = 0;
+    const char *p = text ? text : "";
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == ',' || *p == ';') p++;
+        if (!*p) break;
+        const char *tok = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n' && *p != ',' && *p != ';') p++;
+        char word[64];
+        size_t wl = (size_t)(p - tok);
+        if (wl >= sizeof word)
+            return tlm_err_set(err, TLM_EINVAL, "schedule", "token too long: %.20s...", tok);
+        memcpy(word, tok, wl);
+        word[wl] = 0;
+        char *eq = strchr(word, '=');
+        int slot;
+        const char *num;
+        if (eq) {
+            *eq = 0;
+            slot = -1;
+            for (int i = 0; i < sp->n_slot; i++)
+                if (strcmp(sp->slot[i].name, word) == 0) slot = i;
+            if (slot < 0)
+                return tlm_err_set(err, TLM_EINVAL, word, "unknown decision for sketch %s",
+                                   space_sketch_name(sp->sketch));
+            num = eq + 1;
+        } else {
+            slot = positional++;
+            if (slot >= sp->n_slot)
+                return tlm_err_set(err, TLM_EINVAL, "schedule", "more than %d decisions",
+                                   sp->n_slot);
+            num = word;
+        }
+        char *end;
+        long long v = strtoll(num, &end, 10);
+        if (end == num || *end)
+            return tlm_err_set(err, TLM_EINVAL, sp->slot[slot].name, "not an integer: '%s'", num);
+        if (seen[slot])
+            return tlm_err_set(err, TLM_EINVAL, sp->slot[slot].name, "given twice");
+        seen[slot] = true;
+        out->v[slot] = v;
+    }
+    for (int i = 0; i < sp->n_slot; i++)
+        if (!seen[i])
+            return tlm_err_set(err, TLM_EINVAL, sp->slot[i].name, "missing decision");
+    out->n = sp->n_slot;
+    return space_check(sp, out, err);
+}

@@ -1,0 +1,122 @@
+/* space.h — the schedule space: a sketch per (subgraph, target) and its decision slots.
+ *
+ * Contract:
+ *  - space_build picks the sketch for the subgraph's op family and target kind and lists the
+ *    decision slots in the order they are decided (and spoken by the tensor language).
+ *  - space_legal_values(sp, slot, partial) is the ONLY place that decides validity. Given the
+ *    values of slots [0, slot) it returns the values of `slot` that keep the schedule valid
+ *    AND completable: for every value offered some completion exists. Completability holds by
+ *    construction: every constraint is monotone in each factor and the value 1 (or the first
+ *    value of a flag slot) never uses more of any resource, so offering only values that fit
+ *    given the current partial product leaves a legal completion (all later slots at their
+ *    minimal value).
+ *  - Tile factors are exact divisors of what is left of the axis: codegen emits no guards on
+ *    tiled loops (the outermost level is the quotient). Padding is handled by select().
+ *  - Sampling is uniform per slot over legal values (not uniform over complete schedules).
+ *  - The default schedule is a deterministic rule of thumb; it is always legal.
+ *
+ * Sketches and slots (level 0 is the outermost and is never a slot: it is the quotient):
+ *   CPU_TILE  (anchor of matmul/conv/depthwise/pool/transpose/elementwise families)
+ *             spatial axes split 4 ways (levels 0..3), reduction axes 2 ways (0..1):
+ *             loop order  s0 (fused, parallel) | s1 | r0 | s2 | r1 | s3
+ *             where s2 x s3 is the accumulator block kept in a local buffer and s3 the
+ *             register tile (fully unrolled; its last axis is vectorised).
+ *             slots: for each spatial axis TILE levels 3,2,1; for each reduction axis TILE
+ *             level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
+ *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop); VECTORIZE {0,1}.
+ *   CPU_ROWS  (softmax, layer_norm, rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes
+ *             (spatial axes shared by every stage) are fused and parallelised; each stage runs
+ *             per row with vectorised inner loops.
+ *             slots: ROWS (rows per task, a divisor of the row count), PARALLEL {0,1},
+ *             VECTORIZE {0,1}, UNROLL {0,16,64}.
+ *   GPU_TILE  spatial axes split 5 ways (block | vthread | thread | inner1 | inner2, levels
+ *             0..4), reductions 3 ways (levels 0..2): SSSRRSRS:
+ *             grid(s0) | vthread s1 | thread s2 | r0 | [stage inputs] | r1 | s3 | r2 | s4
+ *             slots: spatial TILE levels 4,3,2,1 per axis; reduction TILE levels 2,1 per
+ *             axis; STAGE {0,1} (shared-memory staging of every input read by the anchor);
+ *             VEC_LOAD {1,2,4} (vector width of the cooperative loads, used when staging);
+ *             UNROLL {0,16,64,512,1024}.
+ *             Limits: threads = prod(level 2) in [1, max_threads_per_block], registers estimate
+ *             prod(levels 1,3,4) <= 128 accumulators, staged footprint <= smem_per_block.
+ *   GPU_ROWS  one block per ROWS rows; THREADS per block {32,64,...,1024}; cross-thread
+ *             reduction by warp shuffles then shared memory; UNROLL {0,16,64}.
+ */
+#ifndef TLM_SPACE_H
+#define TLM_SPACE_H
+
+#include <stdint.h>
+
+#include "compiler/ir/ir.h"
+#include "compiler/target/target.h"
+#include "compiler/util/err.h"
+
+#define SPACE_MAX_SLOTS 64
+#define SPACE_MAX_VALUES 4096 /* legal values of one slot never exceed this */
+
+typedef enum { SKETCH_CPU_TILE, SKETCH_CPU_ROWS, SKETCH_GPU_TILE, SKETCH_GPU_ROWS } space_sketch;
+
+typedef enum {
+    SLOT_TILE,
+    SLOT_PARALLEL,
+    SLOT_VECTORIZE,
+    SLOT_UNROLL,
+    SLOT_ROWS,
+    SLOT_THREADS,
+    SLOT_STAGE,
+    SLOT_VEC_LOAD,
+    SLOT_KIND_COUNT
+} space_slot_kind;
+
+typedef struct {
+    space_slot_kind kind;
+    int axis;       /* SLOT_TILE: anchor axis index (spatial first, then reduction) */
+    int level;      /* SLOT_TILE: split level */
+    char name[24];  /* "tile.i.3", "parallel", ... (printing and parsing) */
+} space_slot;
+
+typedef struct space {
+    const ir_subgraph *g;
+    target tgt;
+    space_sketch sketch;
+    int n_slot;
+    space_slot slot[SPACE_MAX_SLOTS];
+    int n_spatial, n_reduce; /* of the anchor stage */
+    int s_levels, r_levels;  /* tile levels per spatial / reduction axis (TILE sketches) */
+    int n_rows_axes;         /* ROWS sketches: leading spatial axes that form the rows */
+    int64_t rows;            /* ROWS sketches: the number of rows */
+} space;
+
+typedef struct space_sched {
+    int n;
+    int64_t v[SPACE_MAX_SLOTS];
+} space_sched;
+
+const char *space_sketch_name(space_sketch s);
+/* Builds the space of g for target t; g must outlive sp. */
+int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err);
+/* Writes the legal values of `slot` given partial->v[0..slot) into vals (ascending, at most
+ * SPACE_MAX_VALUES); returns their count (>= 1) or a negative code. */
+int space_legal_values(const space *sp, int slot, const space_sched *partial, int64_t *vals);
+/* Checks a complete schedule value by value; the error names the first illegal slot. */
+int space_check(const space *sp, const space_sched *s, tlm_error *err);
+/* Uniform choice among legal values at each slot; rng is a xorshift64* state (non-zero). */
+void space_sample(const space *sp, uint64_t *rng, space_sched *out);
+void space_default(const space *sp, space_sched *out);
+/* log10 of the number of complete legal schedules (exact count by dynamic programming over
+ * the slot tree when small, else an estimate by sampling; *exact says which). */
+double space_log10_size(const space *sp, int *exact);
+
+/* Tile factor of (axis, level), with level 0 derived as the quotient. */
+int64_t space_tile(const space *sp, const space_sched *s, int axis, int level);
+/* The value of the first slot of a kind (non-TILE kinds are unique); def if absent. */
+int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def);
+
+/* Shared-memory bytes the staged inputs of a GPU_TILE schedule need per block. */
+int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s);
+
+/* "tile.i.3=16 tile.i.2=2 ... parallel=1 unroll=64 vectorize=1" */
+int space_print(const space *sp, const space_sched *s, char *buf, size_t cap);
+/* Parses the printed form (or the bare values in slot order, blank separated) and checks it. */
+int space_parse(const space *sp, const char *text, space_sched *out, tlm_error *err);
+
+#endif

@@ -1,0 +1,116 @@
+#include "tools/tlm/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/error.h"
+#include "proto/workload.h"
+
+/* Messages quote user input; a stray newline must not break the one-line promise. */
+static void put_line_part(const char *s)
+{
+    for (; *s; s++)
+        fputc(*s == '\n' || *s == '\r' ? ' ' : *s, stderr);
+}
+
+int cli_report(const tlm_error *err)
+{
+    fputs("tlm: ", stderr);
+    if (err->field[0]) {
+        put_line_part(err->field);
+        fputs(": ", stderr);
+    }
+    put_line_part(err->msg[0] ? err->msg : tlm_err_code_name(err->code));
+    fputc('\n', stderr);
+    switch (err->code) {
+    case TLM_EINVAL:
+    case TLM_EUNSUPPORTED:
+    case TLM_ELIMIT:
+    case PROTO_EJSON:
+        return CLI_USAGE;
+    }
+    return CLI_FAIL;
+}
+
+int cli_usage_error(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fputs("tlm: ", stderr);
+    put_line_part(msg);
+    fputc('\n', stderr);
+    return CLI_USAGE;
+}
+
+char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *err)
+{
+    bool is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        tlm_err_set(err, TLM_EINVAL, flag, "cannot open \"%s\": %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            if (cap > CLI_MAX_INPUT) {
+                tlm_err_set(err, TLM_EINVAL, flag, "\"%s\" is larger than %u bytes", path,
+                            CLI_MAX_INPUT);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                tlm_err_set(err, TLM_EINVAL, flag, "cannot read \"%s\": %s", path, strerror(errno));
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (!buf && err && !err->code) tlm_err_set(err, TLM_ENOMEM, flag, "out of memory");
+    if (!is_stdin) fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        *len = n;
+    }
+    return buf;
+}
+
+int cli_load_workload(const char *flag, const char *arg, ir_workload *w, tlm_error *err)
+{
+    if (arg[0] != '@') return proto_workload_from_string(arg, strlen(arg), w, err);
+    size_t len = 0;
+    tlm_err_clear(err);
+    char *text = cli_read_file(flag, arg + 1, &len, err);
+    if (!text) return err->code ? err->code : TLM_EIO;
+    int rc = proto_workload_from_string(text, len, w, err);
+    free(text);
+    return rc;
+}
+
+int cli_print_json(const json_t *j)
+{
+    if (json_dumpf(j, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF || fflush(stdout))
+        return CLI_FAIL;
+    return CLI_OK;
+}
