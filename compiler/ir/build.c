@@ -524,7 +524,7 @@ static void lower_epilogue(bld *b, const anchor_info *ai)
             (*cnt)++;
             extra = t_add(b, nmbuf, ai->ndim, ai->shape, IR_T_INPUT);
         }
-        char tname[16];
+        char tname[24];
         snprintf(tname, sizeof tname, "t_epi%d", e);
         int out = last ? t_add(b, "out", ai->ndim, ai->shape, IR_T_OUTPUT)
                        : t_add(b, tname, ai->ndim, ai->shape, IR_T_TEMP);

@@ -231,6 +231,13 @@ int ir_workload_check(const ir_workload *win, tlm_error *err)
                     return tlm_err_set(err, TLM_EINVAL, f, "must be an integer in [%lld, 65536]"
                                        " (got %lld)", (long long)lo, (long long)v[j]);
             }
+            /* Pools take no dilation: it is not in their canonical form, so any other value
+             * would compute something the workload hash does not name. */
+            if (!(in->fields & IR_F_DILATION) && w->dilation[d] != 1) {
+                snprintf(f, sizeof f, "dilation[%d]", d);
+                return tlm_err_set(err, TLM_EINVAL, f, "%s takes no dilation (must be 1, got %lld)",
+                                   in->name, (long long)w->dilation[d]);
+            }
             if (is_pool(w->op) && 2 * w->pad[d] > s[kh + d]) {
                 snprintf(f, sizeof f, "pad[%d]", d);
                 return tlm_err_set(err, TLM_EINVAL, f,
@@ -270,6 +277,11 @@ int ir_workload_check(const ir_workload *win, tlm_error *err)
         if (s[IR_CONV_F] % g)
             return tlm_err_set(err, TLM_EINVAL, "groups", "must divide F=%lld (got %lld)",
                                (long long)s[IR_CONV_F], (long long)g);
+        /* A grouped conv indexes channels as g*(C/G) + c and g*(F/G) + f: the per-group
+         * counts become int32 affine coefficients. */
+        if (g > 1 && (s[IR_CONV_C] / g > INT32_MAX || s[IR_CONV_F] / g > INT32_MAX))
+            return tlm_err_set(err, TLM_EINVAL, "groups",
+                               "channels per group (C/groups, F/groups) must stay below 2^31");
         int64_t x[4] = {s[IR_CONV_N], s[IR_CONV_C], s[IR_CONV_H], s[IR_CONV_W]};
         int64_t k[4] = {s[IR_CONV_F], s[IR_CONV_C] / g, s[IR_CONV_KH], s[IR_CONV_KW]};
         int64_t o[4] = {s[IR_CONV_N], s[IR_CONV_F], oh, ow};
@@ -305,9 +317,9 @@ int ir_workload_check(const ir_workload *win, tlm_error *err)
     case IR_OP_ELEMENTWISE:
         tens[nt][0] = s[IR_EW_N], nd[nt++] = 1;
         break;
-    default: /* row ops */
+    default: /* row ops: outn below is the input's R*C, which already is the work */
         tens[nt][0] = s[IR_ROW_R], tens[nt][1] = s[IR_ROW_C], nd[nt++] = 2;
-        red = s[IR_ROW_C];
+        red = 1;
         break;
     }
     static const char *tn[4] = {"input", "weight", "output", "tensor"};
