@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Vectorisable exp and erf (branch-free, bit tricks through unions) so that GCC's
+/* Vectorisable exp and erf (branch-free, exponent bits through memcpy) so that GCC's
  * vectoriser handles softmax, norms and gelu/silu epilogues without -ffast-math, which we
  * refuse because it changes NaN and infinity semantics. Max relative error ~2e-7 (exp) and
  * ~1.5e-7 absolute (erf, Abramowitz & Stegun 7.1.26 refined with a second Newton-free
@@ -29,14 +29,16 @@ static const char *c_prelude =
     "\n"
     "static inline float tlm_expf(float x)\n"
     "{\n"
-    "    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);\n"
-    "    float n = __builtin_roundf(x * 1.44269504088896341f);\n"
+    "    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);\n"
+    "    /* round to nearest by the 1.5*2^23 trick: vectorises, unlike roundf */\n"
+    "    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;\n"
     "    float r = x - n * 0.693145751953125f - n * 1.42860682030941723212e-6f;\n"
     "    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666716f\n"
     "              + r * (0.00833333377f + r * 0.00138888892f)))));\n"
-    "    union { float f; int32_t i; } u = { p };\n"
-    "    u.i += (int32_t)n << 23;\n"
-    "    return u.f;\n"
+    "    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n; memcpy keeps it vectorisable */\n"
+    "    float scale;\n"
+    "    memcpy(&scale, &bits, sizeof scale);\n"
+    "    return p * scale;\n"
     "}\n"
     "static inline float tlm_erff(float x)\n"
     "{\n"
@@ -69,7 +71,21 @@ typedef struct {
     cg_buf b;
     cg_names nm;
     char axbuf[IR_MAX_AXES][48];
+    /* packed operands (SLOT_PACK): buffer per node, indexed [r1 of its reduction axes]
+     * [s2*s3 block of its spatial axes], both in axis order */
+    int npack;
+    int pack_id[IR_MAX_EXPR];
+    unsigned pack_mask[IR_MAX_EXPR];
+    int64_t pack_str[IR_MAX_EXPR][IR_MAX_AXES];
+    int64_t pack_size[IR_MAX_EXPR];
 } cgc;
+
+static int pack_index(const cgc *c, int id)
+{
+    for (int i = 0; i < c->npack; i++)
+        if (c->pack_id[i] == id) return i;
+    return -1;
+}
 
 static void params_and_packed(cgc *c, const char *entry, int body_indent)
 {
@@ -164,6 +180,23 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
     const ir_expr *e = &s->expr[id];
     cg_names nm;
     point_names(c, o, 0, &nm);
+    int pi = pack_index(c, id);
+    if (pi >= 0) {
+        cg_printf(b, "(*(const tlm_vfu *)&P%d[", pi);
+        bool any = false;
+        for (int x = 0; x < c->ns + c->nr; x++) {
+            if (!(c->pack_mask[pi] & (1u << x))) continue;
+            if (any) cg_printf(b, " + ");
+            if (x < c->ns)
+                cg_printf(b, "(%s2 * %lld + %lld) * %lld", s->axis[x], (long long)c->T[x][3],
+                          (long long)o[x], (long long)c->pack_str[pi][x]);
+            else
+                cg_printf(b, "%s1 * %lld", s->axis[x], (long long)c->pack_str[pi][x]);
+            any = true;
+        }
+        cg_printf(b, "%s])", any ? "" : "0");
+        return;
+    }
     switch (e->kind) {
     case IR_E_CONST:
         cg_printf(b, "((tlm_vf){} + (");
@@ -356,10 +389,79 @@ static int gen_tile(cgc *c, const char *entry)
         const char *init = a->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f";
         cg_line(b, ind, "float acc[%lld] __attribute__((aligned(64)));", (long long)accn);
         cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
+        if (space_get(c->sp, c->s, SLOT_PACK, 0) && c->W > 1)
+            for (int id = 0; id < a->n_expr; id++) {
+                if (!space_cpu_packable(c->sp, id)) continue;
+                int pi = c->npack++;
+                c->pack_id[pi] = id;
+                c->pack_mask[pi] = space_expr_axes(c->sp, id);
+                int64_t st = 1;
+                for (int xx = ns - 1; xx >= 0; xx--)
+                    if (c->pack_mask[pi] & (1u << xx)) {
+                        c->pack_str[pi][xx] = st;
+                        st *= c->T[xx][2] * c->T[xx][3];
+                    }
+                for (int xx = ns + nr - 1; xx >= ns; xx--)
+                    if (c->pack_mask[pi] & (1u << xx)) {
+                        c->pack_str[pi][xx] = st;
+                        st *= c->T[xx][1];
+                    }
+                c->pack_size[pi] = st;
+                cg_line(b, ind, "float P%d[%lld] __attribute__((aligned(64)));", pi, (long long)st);
+            }
         for (int i = ns; i < ns + nr; i++) {
             char v[16];
             snprintf(v, sizeof v, "%s0", a->axis[i]);
             loop(b, ind++, v, c->T[i][0]);
+        }
+        for (int pi = 0; pi < c->npack; pi++) {
+            /* cache_read: copy this r0 chunk of the operand in register-tile order */
+            int pind = ind;
+            unsigned m = c->pack_mask[pi];
+            cg_line(b, ind, "/* pack operand %d */", pi);
+            for (int xx = ns; xx < ns + nr; xx++)
+                if (m & (1u << xx)) {
+                    char v[16];
+                    snprintf(v, sizeof v, "%s1", a->axis[xx]);
+                    loop(b, ind++, v, c->T[xx][1]);
+                }
+            int last_sp = -1;
+            for (int xx = 0; xx < ns; xx++)
+                if (m & (1u << xx)) last_sp = xx;
+            for (int xx = 0; xx < ns; xx++)
+                if (m & (1u << xx)) {
+                    char v[16];
+                    snprintf(v, sizeof v, "%s2", a->axis[xx]);
+                    loop(b, ind++, v, c->T[xx][2]);
+                    snprintf(v, sizeof v, "%s3", a->axis[xx]);
+                    if (xx == last_sp) cg_line(b, ind, "#pragma omp simd");
+                    loop(b, ind++, v, c->T[xx][3]);
+                }
+            cg_names pn = c->nm;
+            for (int xx = 0; xx < ns + nr; xx++) {
+                pn.axis[xx] = a->axis[xx];
+                if (!(m & (1u << xx))) continue;
+                if (xx < ns) cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
+                else
+                    cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[xx],
+                            a->axis[xx], (long long)c->T[xx][1], a->axis[xx]);
+            }
+            cg_printf(b, "%*sP%d[", ind * 4, "", pi);
+            bool any = false;
+            for (int xx = 0; xx < ns + nr; xx++) {
+                if (!(m & (1u << xx))) continue;
+                if (any) cg_printf(b, " + ");
+                if (xx < ns)
+                    cg_printf(b, "(%s2 * %lld + %s3) * %lld", a->axis[xx], (long long)c->T[xx][3],
+                              a->axis[xx], (long long)c->pack_str[pi][xx]);
+                else
+                    cg_printf(b, "%s1 * %lld", a->axis[xx], (long long)c->pack_str[pi][xx]);
+                any = true;
+            }
+            cg_printf(b, "%s] = ", any ? "" : "0");
+            cg_emit_scalar(b, c->g, a, c->pack_id[pi], &pn);
+            cg_printf(b, ";\n");
+            while (ind > pind) cg_line(b, --ind, "}");
         }
         for (int i = 0; i < ns; i++) {
             char v[16];

@@ -8,6 +8,7 @@
 
 #define CPU_ACC_BUF_MAX 16384 /* floats in the s2 x s3 accumulator block: 64 KiB, fits L2 */
 #define CPU_INNER_MAX 64      /* innermost tile cap per axis */
+#define CPU_PACK_MAX 32768    /* floats in the packed operand buffers: 128 KiB, fits L2 */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
 
@@ -111,6 +112,7 @@ int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err
         add_slot(sp, SLOT_PARALLEL, -1, 0, "parallel");
         add_slot(sp, SLOT_UNROLL, -1, 0, "unroll");
         add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
+        if (nr > 0) add_slot(sp, SLOT_PACK, -1, 0, "pack");
     }
     return 0;
 }
@@ -267,6 +269,15 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         }
         vals[0] = 0, vals[1] = 1;
         return 2;
+    case SLOT_PACK: {
+        vals[n++] = 0;
+        bool vec = false;
+        for (int i = 0; i < slot; i++)
+            if (sp->slot[i].kind == SLOT_VECTORIZE) vec = partial->v[i] != 0;
+        int64_t f = space_cpu_pack_floats(sp, partial, slot);
+        if (vec && f > 0 && f <= CPU_PACK_MAX) vals[n++] = 1;
+        return n;
+    }
     case SLOT_VEC_LOAD:
         vals[n++] = 1;
         if (space_get(sp, partial, SLOT_STAGE, 0)) vals[n++] = 2, vals[n++] = 4;
@@ -346,6 +357,20 @@ static int64_t pick_le(const int64_t *vals, int n, int64_t want)
     return best;
 }
 
+/* The vector axis' register tile: the most vector lanes (power-of-two factor, up to `lanes`),
+ * then the largest tile up to 4 vectors. */
+static int64_t pick_vec(const int64_t *vals, int n, int lanes)
+{
+    int64_t best = vals[0], bw = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t v = vals[k], w = 1;
+        if (v > 4 * lanes) continue;
+        while (w < lanes && v % (w * 2) == 0) w *= 2;
+        if (w > bw || (w == bw && v > best)) best = v, bw = w;
+    }
+    return best;
+}
+
 void space_default(const space *sp, space_sched *out)
 {
     int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
@@ -368,8 +393,9 @@ void space_default(const space *sp, space_sched *out)
             if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == ns - 1;
                 if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
-                else if (sl->level == 3) v = pick_le(vals, n, last ? 2 * lanes : 4);
-                else if (sl->level == 2) v = pick_le(vals, n, last ? 4 : 8);
+                else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes);
+                else if (sl->level == 3) v = pick_le(vals, n, 4);
+                else if (sl->level == 2) v = pick_le(vals, n, last ? 2 : 8);
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
                 bool last = sl->axis == ns - 1, prev = sl->axis == ns - 2;
@@ -395,6 +421,7 @@ void space_default(const space *sp, space_sched *out)
         case SLOT_THREADS: v = pick_le(vals, n, 256); break;
         case SLOT_STAGE: v = vals[n - 1]; break;
         case SLOT_VEC_LOAD: v = 1; break;
+        case SLOT_PACK: v = vals[n - 1]; break;
         default: break;
         }
         out->v[i] = v;
@@ -564,4 +591,84 @@ int space_parse(const space *sp, const char *text, space_sched *out, tlm_error *
             return tlm_err_set(err, TLM_EINVAL, sp->slot[i].name, "missing decision");
     out->n = sp->n_slot;
     return space_check(sp, out, err);
+}
+
+/* ---- CPU packing analysis ---- */
+
+static const ir_expr *packed_load(const ir_stage *a, int id)
+{
+    const ir_expr *e = &a->expr[id];
+    if (e->kind == IR_E_LOAD) return e;
+    if (e->kind == IR_E_SELECT && a->expr[e->a].kind == IR_E_LOAD &&
+        a->expr[e->b].kind == IR_E_CONST)
+        return &a->expr[e->a];
+    return NULL;
+}
+
+/* Axes (bitmask) an expression node depends on. */
+static unsigned node_axes(const ir_stage *a, int id)
+{
+    const ir_expr *e = &a->expr[id];
+    unsigned m = 0;
+    int n = a->n_spatial + a->n_reduce;
+    if (e->kind == IR_E_LOAD)
+        for (int d = 0; d < IR_MAX_DIMS; d++)
+            for (int x = 0; x < n; x++)
+                if (e->idx[d].coef[x]) m |= 1u << x;
+    if (e->kind == IR_E_SELECT) {
+        for (int c = 0; c < e->ncond; c++)
+            for (int x = 0; x < n; x++)
+                if (e->cond[c].coef[x]) m |= 1u << x;
+        m |= node_axes(a, e->a) | node_axes(a, e->b);
+    }
+    if (e->kind == IR_E_UNARY) m |= node_axes(a, e->a);
+    if (e->kind == IR_E_BINARY) m |= node_axes(a, e->a) | node_axes(a, e->b);
+    return m;
+}
+
+bool space_cpu_packable(const space *sp, int id)
+{
+    if (sp->sketch != SKETCH_CPU_TILE || sp->n_reduce == 0) return false;
+    const ir_stage *a = anchor(sp);
+    const ir_expr *ld = packed_load(a, id);
+    if (!ld) return false;
+    int x = sp->n_spatial - 1;
+    int64_t st[IR_MAX_DIMS], coef = 0;
+    const ir_tensor *t = &sp->g->tensor[ld->tensor];
+    int64_t s1 = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        st[d] = s1;
+        s1 *= t->shape[d];
+    }
+    for (int d = 0; d < t->ndim; d++) coef += ld->idx[d].coef[x] * st[d];
+    unsigned m = node_axes(a, id);
+    unsigned red = ((1u << sp->n_reduce) - 1) << sp->n_spatial;
+    /* Only the operand nodes directly under the body's top multiply are candidates, so a
+     * packed node is never nested inside another packed node. */
+    const ir_expr *top = &a->expr[a->body];
+    bool operand = top->kind == IR_E_BINARY && (top->a == id || top->b == id);
+    return operand && coef == 1 && (m & red) != 0;
+}
+
+int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto)
+{
+    if (sp->sketch != SKETCH_CPU_TILE || sp->n_reduce == 0) return 0;
+    const ir_stage *a = anchor(sp);
+    int64_t total = 0;
+    for (int id = 0; id < a->n_expr; id++) {
+        if (!space_cpu_packable(sp, id)) continue;
+        unsigned m = node_axes(a, id);
+        int64_t f = 1;
+        for (int x = 0; x < sp->n_spatial; x++)
+            if (m & (1u << x)) f *= tile_partial(sp, s, upto, x, 2) * tile_partial(sp, s, upto, x, 3);
+        for (int x = sp->n_spatial; x < sp->n_spatial + sp->n_reduce; x++)
+            if (m & (1u << x)) f *= tile_partial(sp, s, upto, x, 1);
+        total += f;
+    }
+    return total;
+}
+
+unsigned space_expr_axes(const space *sp, int id)
+{
+    return node_axes(anchor(sp), id);
 }

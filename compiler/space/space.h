@@ -23,7 +23,12 @@
  *             register tile (fully unrolled; its last axis is vectorised).
  *             slots: for each spatial axis TILE levels 3,2,1; for each reduction axis TILE
  *             level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
- *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop); VECTORIZE {0,1}.
+ *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop); VECTORIZE {0,1};
+ *             PACK {0,1} (anchors with a reduction): copy, per r0 chunk, every operand read
+ *             contiguously along the vector axis into a local buffer laid out in the order the
+ *             register tile reads it (a cache_read stage: it removes the large-stride, cache
+ *             set-conflicting walk over B rows in a GEMM); legal when vectorising and the
+ *             buffers fit CPU_PACK_MAX floats.
  *   CPU_ROWS  (softmax, layer_norm, rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes
  *             (spatial axes shared by every stage) are fused and parallelised; each stage runs
  *             per row with vectorised inner loops.
@@ -44,6 +49,7 @@
 #ifndef TLM_SPACE_H
 #define TLM_SPACE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "compiler/ir/ir.h"
@@ -64,6 +70,7 @@ typedef enum {
     SLOT_THREADS,
     SLOT_STAGE,
     SLOT_VEC_LOAD,
+    SLOT_PACK,
     SLOT_KIND_COUNT
 } space_slot_kind;
 
@@ -110,6 +117,14 @@ double space_log10_size(const space *sp, int *exact);
 int64_t space_tile(const space *sp, const space_sched *s, int axis, int level);
 /* The value of the first slot of a kind (non-TILE kinds are unique); def if absent. */
 int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def);
+
+/* CPU_TILE packing: whether anchor expression `id` is a packable operand (a load, or a
+ * padding select around one, read contiguously along the vector axis and depending on a
+ * reduction axis), and the floats all packed buffers of a schedule need. */
+bool space_cpu_packable(const space *sp, int id);
+int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto);
+/* Bitmask of the anchor axes an anchor expression node depends on. */
+unsigned space_expr_axes(const space *sp, int id);
 
 /* Shared-memory bytes the staged inputs of a GPU_TILE schedule need per block. */
 int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s);
