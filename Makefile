@@ -1,6 +1,7 @@
 # tlmd build. Sources are discovered by folder, so a new module needs no edit here:
 #   compiler/*/*.c -> build/libtlm.a        (the compiler library, no servers)
 #   proto/*.c      -> build/libtlmproto.a   (JSON codecs between the wire and the compiler)
+#   store/*.c      -> build/libtlmstore.a   (SQLite kernel cache)
 #   tools/tlm/*.c  -> build/tlm             (offline toolkit)
 #   tests/**/test_*.c -> one Criterion binary each, built with ASan+UBSan under build/san/
 #   bench/*.c      -> build/bench/<name>
@@ -12,7 +13,7 @@ BUILD    := build
 SAN      := $(BUILD)/san
 CUDA_HOME ?= /usr/local/cuda
 
-PKGS     := jansson libcrypto openblas
+PKGS     := jansson libcrypto openblas sqlite3
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -35,6 +36,7 @@ endif
 
 LIB_SRC   := $(sort $(wildcard compiler/*/*.c))
 PROTO_SRC := $(sort $(wildcard proto/*.c))
+STORE_SRC := $(sort $(wildcard store/*.c))
 TLM_SRC   := $(sort $(wildcard tools/tlm/*.c))
 TEST_SRC  := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -43,9 +45,11 @@ obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
 LIB_OBJ       := $(call obj,$(BUILD),$(LIB_SRC))
 PROTO_OBJ     := $(call obj,$(BUILD),$(PROTO_SRC))
+STORE_OBJ     := $(call obj,$(BUILD),$(STORE_SRC))
 TLM_OBJ       := $(call obj,$(BUILD),$(TLM_SRC))
 SAN_LIB_OBJ   := $(call obj,$(SAN),$(LIB_SRC))
 SAN_PROTO_OBJ := $(call obj,$(SAN),$(PROTO_SRC))
+SAN_STORE_OBJ := $(call obj,$(SAN),$(STORE_SRC))
 SAN_TLM_OBJ   := $(call obj,$(SAN),$(TLM_SRC))
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -53,7 +57,7 @@ BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: all deps test test-build run bench install clean format
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/tlm
+all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm
 
 deps:
 	@./scripts/deps.sh
@@ -80,6 +84,12 @@ $(SAN)/libtlm.a: $(SAN_LIB_OBJ)
 $(SAN)/libtlmproto.a: $(SAN_PROTO_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+$(BUILD)/libtlmstore.a: $(STORE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(SAN)/libtlmstore.a: $(SAN_STORE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a $(LDLIBS)
 
@@ -87,9 +97,9 @@ $(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 $(SAN)/tlm: $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a $(LDLIBS)
 
-$(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlm.a
+$(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlm.a \
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a \
 	    $(LDLIBS) $(shell pkg-config --libs criterion)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
