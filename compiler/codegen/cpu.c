@@ -323,10 +323,8 @@ static int gen_tile(cgc *c, const char *entry)
     int unroll = (int)space_get(c->sp, c->s, SLOT_UNROLL, 0);
     bool vec = space_get(c->sp, c->s, SLOT_VECTORIZE, 0) != 0;
     int lanes = c->sp->tgt.cpu.vector_lanes > 0 ? c->sp->tgt.cpu.vector_lanes : 8;
-    c->W = 1;
-    if (vec && nr > 0)
-        while (c->W * 2 <= lanes && c->T[x][3] % (c->W * 2) == 0) c->W *= 2;
-    if (c->W < 4) c->W = 1;
+    (void)lanes;
+    c->W = space_cpu_tile_lanes(c->sp, c->T[x][3], vec);
     if (c->W > 1) emit_vec_helpers(c);
 
     /* register tile size */
@@ -572,7 +570,7 @@ static int gen_tile(cgc *c, const char *entry)
             cg_printf(b, "%s(%s2 * %lld + %s3) * %lld", i ? " + " : "", a->axis[i],
                       (long long)c->T[i][3], a->axis[i], (long long)accst[i]);
         cg_printf(b, "]");
-        if (a->post_scale != 1.0) cg_printf(b, " * %.9gf", a->post_scale);
+        if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
         cg_printf(b, ";\n");
         emit_epilogue_store(b, c->g, ind, &nm);
     }
@@ -639,7 +637,7 @@ static int gen_rows(cgc *c, const char *entry)
                 cg_printf(b, ";\n");
             }
             while (ind > sind) cg_line(b, --ind, "}");
-            if (st->post_scale != 1.0) cg_line(b, ind, "%s *= %.9gf;", svar[si], st->post_scale);
+            if (st->post_scale != 1.0) cg_line(b, ind, "%s *= (float)%.17g;", svar[si], st->post_scale);
             base.scalar_tensor[st->out] = svar[si];
             if (si == g->anchor) {
                 cg_line(b, ind, "{");
@@ -763,7 +761,7 @@ int cg_generate_naive_c(const ir_subgraph *g, const char *entry, cg_kernel *out,
         cg_printf(b, "%*s%s[", ind * 4, "", g->tensor[st->out].name);
         cg_emit_offset(b, g, st, &e, &sn);
         cg_printf(b, "] = acc");
-        if (st->post_scale != 1.0) cg_printf(b, " * %.9gf", st->post_scale);
+        if (st->post_scale != 1.0) cg_printf(b, " * (float)%.17g", st->post_scale);
         cg_printf(b, ";\n");
         while (ind > 1) cg_line(b, --ind, "}");
     }

@@ -98,6 +98,8 @@ int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err
     int ns = a->n_spatial, nr = a->n_reduce;
     if ((ns * (sp->s_levels - 1) + nr * (sp->r_levels - 1) + 4) > SPACE_MAX_SLOTS)
         return tlm_err_set(err, TLM_ELIMIT, "", "too many axes for the schedule space");
+    /* Vectorisation first on CPU: it decides how the register tile counts registers. */
+    if (!gpu) add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
     /* Innermost levels first: the tight resource limits (registers, threads) bind there,
      * and deciding them first keeps every later choice monotone. */
     for (int lv = sp->s_levels - 1; lv >= 1; lv--)
@@ -111,7 +113,6 @@ int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err
     } else {
         add_slot(sp, SLOT_PARALLEL, -1, 0, "parallel");
         add_slot(sp, SLOT_UNROLL, -1, 0, "unroll");
-        add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
         if (nr > 0) add_slot(sp, SLOT_PACK, -1, 0, "pack");
     }
     return 0;
@@ -151,14 +152,26 @@ static int vec_lanes(const space *sp)
     return l > 0 ? l : 8;
 }
 
-/* Vector accumulators of the register tile given inner tiles (CPU). */
+/* Lanes codegen gives a register-tile row of t elements: the largest power of two dividing t,
+ * up to the target's lanes, when it is at least 4 (smaller vectors are not worth it). */
+int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize)
+{
+    int w = 1;
+    if (!vectorize || sp->n_reduce == 0) return 1;
+    while (w * 2 <= vec_lanes(sp) && t % (w * 2) == 0) w *= 2;
+    return w < 4 ? 1 : w;
+}
+
+/* Accumulator registers of the register tile given inner tiles (CPU): one vector per W
+ * elements of the vectorised (last) axis, one register per scalar otherwise. */
 static int64_t cpu_regs(const space *sp, const space_sched *s, int upto, int axis, int64_t val)
 {
     int ns = sp->n_spatial;
+    bool vec = space_get(sp, s, SLOT_VECTORIZE, 0) != 0 && upto > 0;
     int64_t r = 1;
     for (int x = 0; x < ns; x++) {
         int64_t t = x == axis ? val : tile_partial(sp, s, upto, x, 3);
-        if (x == ns - 1) t = (t + vec_lanes(sp) - 1) / vec_lanes(sp);
+        if (x == ns - 1) t /= space_cpu_tile_lanes(sp, t, vec);
         r *= t;
     }
     return r;

@@ -21,9 +21,10 @@
  *             loop order  s0 (fused, parallel) | s1 | r0 | s2 | r1 | s3
  *             where s2 x s3 is the accumulator block kept in a local buffer and s3 the
  *             register tile (fully unrolled; its last axis is vectorised).
- *             slots: for each spatial axis TILE levels 3,2,1; for each reduction axis TILE
- *             level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
- *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop); VECTORIZE {0,1};
+ *             slots: VECTORIZE {0,1} first (it sets how the register tile counts registers:
+ *             space_cpu_tile_lanes), then for each spatial axis TILE levels 3,2,1; for each
+ *             reduction axis TILE level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
+ *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop);
  *             PACK {0,1} (anchors with a reduction): copy, per r0 chunk, every operand read
  *             contiguously along the vector axis into a local buffer laid out in the order the
  *             register tile reads it (a cache_read stage: it removes the large-stride, cache
@@ -123,6 +124,8 @@ int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, i
  * reduction axis), and the floats all packed buffers of a schedule need. */
 bool space_cpu_packable(const space *sp, int id);
 int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto);
+/* Vector lanes of a CPU register-tile row of t elements (1 = scalar code). */
+int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
 unsigned space_expr_axes(const space *sp, int id);
 

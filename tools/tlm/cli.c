@@ -1,6 +1,7 @@
 #include "tools/tlm/cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,4 +114,37 @@ int cli_print_json(const json_t *j)
     if (json_dumpf(j, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF || fflush(stdout))
         return CLI_FAIL;
     return CLI_OK;
+}
+
+int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *out, tlm_error *err)
+{
+    /* strtoull accepts blanks and a minus sign (and wraps it); neither is a count or a seed. */
+    if (text[0] < '0' || text[0] > '9')
+        return tlm_err_set(err, TLM_EINVAL, flag, "expected a non-negative integer, got \"%s\"",
+                           text);
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end)
+        return tlm_err_set(err, TLM_EINVAL, flag, "expected a non-negative integer, got \"%s\"",
+                           text);
+    if (errno == ERANGE)
+        return tlm_err_set(err, TLM_EINVAL, flag, "%s is too large (at most %" PRIu64 ")", text,
+                           max);
+    if (v > max)
+        return tlm_err_set(err, TLM_EINVAL, flag, "%llu is too large (at most %" PRIu64 ")", v,
+                           max);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+uint64_t cli_seed_state(uint64_t seed)
+{
+    /* splitmix64: nearby seeds give unrelated states, and the state is never 0 (xorshift's
+     * fixed point). */
+    uint64_t x = seed + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x ? x : 1;
 }

@@ -13,6 +13,7 @@
 #define TLM_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -46,5 +47,13 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Writes j (indented) and a newline to stdout; CLI_OK, or CLI_FAIL if it cannot. */
 int cli_print_json(const json_t *j);
+
+/* Decimal unsigned integer <= max (no sign, no blanks, nothing after it); errors name flag. */
+int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *out, tlm_error *err);
+
+/* The space_sample RNG state for a user seed. `tlm space --seed S` and `tlm compile
+ * --schedule random:S` both start from it, so the first sample of one is the schedule of the
+ * other. */
+uint64_t cli_seed_state(uint64_t seed);
 
 #endif

@@ -10,7 +10,12 @@
 
 /* The subcommands, in the order `tlm --help` lists them. Adding one = a cmd_<name>.c that
  * defines cli_cmd_<name>, plus one X(<name>) line here. */
-#define TLM_COMMANDS(X) X(ir)
+#define TLM_COMMANDS(X)                                                                            \
+    X(ir)                                                                                          \
+    X(space)                                                                                       \
+    X(compile)                                                                                     \
+    X(generate)                                                                                    \
+    X(model)
 
 #define CLI_DECLARE(n) extern const cli_cmd cli_cmd_##n;
 TLM_COMMANDS(CLI_DECLARE)
@@ -24,6 +29,10 @@ static void usage(FILE *to)
                 "       tlm --help | --version\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(to, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(to,
+            "\nW (--workload) is inline JSON, @FILE or @- (stdin), e.g.\n"
+            "  '{\"op\": \"dense\", \"shape\": {\"M\": 64, \"N\": 64, \"K\": 64}}'\n"
+            "T (--target) is cpu, cpu:avx2, cpu:avx512, cuda:sm_80, cuda:sm_90, cuda:h100, ...\n");
     fprintf(to, "\nexit status: 0 success, 1 the work failed, 2 bad usage or bad input\n");
 }
 

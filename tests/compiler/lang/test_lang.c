@@ -176,6 +176,10 @@ Test(lang, tokens_outside_the_grammar_are_refused)
     cr_assert_geq(slot_tok, 0, "slot tokens are forced");
     cr_assert_neq(lang_state_push(&st, LANG_EOS), 0, "EOS before the decisions");
     cr_assert_eq(lang_state_push(&st, slot_tok), 0);
+    /* vectorize takes 0 or 1 */
+    cr_assert_neq(lang_state_push(&st, lang_token_id("N_2")), 0);
+    cr_assert_eq(lang_state_push(&st, lang_token_id("N_1")), 0);
+    cr_assert_eq(lang_state_push(&st, lang_state_next(&st, mask)), 0);
     /* tile.i.3 on 1024: 3 does not divide 1024 */
     cr_assert_neq(lang_state_push(&st, lang_token_id("N_3")), 0);
     cr_assert_eq(lang_state_push(&st, lang_token_id("N_4")), 0);
@@ -187,7 +191,7 @@ Test(lang, tokens_outside_the_grammar_are_refused)
     int n = lang_encode_decisions(&f->sp, &s, toks, LANG_MAX_SENTENCE);
     tlm_error e;
     cr_assert_neq(lang_decode_decisions(&f->sp, toks, n - 3, &s, &e), 0);
-    toks[1] = lang_token_id("N_3");
+    toks[1] = lang_token_id("N_3"); /* vectorize = 3 */
     cr_assert_neq(lang_decode_decisions(&f->sp, toks, n, &s, &e), 0);
     cr_assert_str_eq(e.field, f->sp.slot[0].name);
     free(f);

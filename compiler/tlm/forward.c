@@ -1,0 +1,461 @@
+/* forward.c — GPT-2 forward on the CPU over stacked rows of many sequences, with KV cache.
+ *
+ * llm.c style: each layer is a function over raw float arrays with the shapes in comments.
+ * R is the number of new tokens in the call, Rp that rounded up to TLM_ROW_TILE; the
+ * padding rows are zero on entry, go through the matrix products like any other row and
+ * are never read back.
+ *
+ * Why every loop is written the way it is: the result for a row must be bitwise the same
+ * whatever else is in the batch (tlm.h, "Batch invariance"). Matrix products run as
+ * fixed-shape (TLM_ROW_TILE, N) sgemm calls (tests/compiler/tlm/test_forward.c shows
+ * that OpenBLAS gives other bits for a row when M varies); the remaining loops give each
+ * row (or row and head) to one thread and reduce in an order that depends only on the
+ * length (the *_fixed helpers), compiled without -ffast-math so the compiler may not
+ * reassociate.
+ */
+#include "compiler/tlm/tlm.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A parallel region costs microseconds on an idle machine, but on a busy one (the 2-core
+ * build machine with other jobs) the team waits for descheduled threads and OpenMP's
+ * spinning workers fight OpenBLAS's: measured there, a 10M-parameter decode step of 64
+ * rows took 655 ms with regions from 1M floats of work and 103 ms on one thread. So a
+ * loop goes parallel only with several milliseconds of work: this many floats touched (or
+ * multiply-adds, for attention). Decode steps stay on the calling thread (OpenBLAS threads
+ * the larger matrix products itself); big prefills use the team. Which thread computes a
+ * row changes nothing in its result. */
+#define PAR_MIN (1 << 22)
+
+struct tlm_workspace {
+    size_t par_min; /* see PAR_MIN */
+    size_t cap_floats;
+    float *buf;
+    size_t cap_rows_meta;
+    int *row_seq, *row_pos;
+};
+
+tlm_workspace *tlm_workspace_new(void)
+{
+    tlm_workspace *ws = calloc(1, sizeof(tlm_workspace));
+    if (ws) ws->par_min = PAR_MIN;
+    return ws;
+}
+
+void tlm_workspace_set_parallel_min(tlm_workspace *ws, size_t work)
+{
+    if (ws) ws->par_min = work;
+}
+
+void tlm_workspace_free(tlm_workspace *ws)
+{
+    if (!ws) return;
+    free(ws->buf);
+    free(ws->row_seq);
+    free(ws->row_pos);
+    free(ws);
+}
+
+int tlm_kv_new(const tlm_model *m, int capacity, tlm_kv **out, tlm_error *err)
+{
+    *out = NULL;
+    if (!m) return tlm_err_set(err, TLM_EINVAL, "model", "no model given");
+    if (capacity == 0) capacity = m->cfg.n_ctx;
+    if (capacity < 1 || capacity > m->cfg.n_ctx)
+        return tlm_err_set(err, TLM_EINVAL, "capacity", "KV capacity %d; allowed 1..n_ctx (%d)",
+                           capacity, m->cfg.n_ctx);
+    tlm_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return tlm_err_set(err, TLM_ENOMEM, "kv", "out of memory");
+    kv->n_layer = m->cfg.n_layer;
+    kv->n_embd = m->cfg.n_embd;
+    kv->capacity = capacity;
+    size_t n = (size_t)kv->n_layer * (size_t)capacity * (size_t)kv->n_embd;
+    kv->k = malloc(n * sizeof(float));
+    kv->v = malloc(n * sizeof(float));
+    if (!kv->k || !kv->v) {
+        tlm_kv_free(kv);
+        return tlm_err_set(err, TLM_ENOMEM, "kv", "cannot allocate a KV cache of %d positions",
+                           capacity);
+    }
+    *out = kv;
+    return 0;
+}
+
+void tlm_kv_reset(tlm_kv *kv)
+{
+    if (kv) kv->len = 0;
+}
+
+int tlm_kv_copy(tlm_kv *dst, const tlm_kv *src, tlm_error *err)
+{
+    if (!dst || !src || dst->n_layer != src->n_layer || dst->n_embd != src->n_embd)
+        return tlm_err_set(err, TLM_EINVAL, "kv", "KV caches of different models");
+    if (src->len > dst->capacity)
+        return tlm_err_set(err, TLM_ELIMIT, "kv.capacity",
+                           "destination holds %d positions, source has %d", dst->capacity,
+                           src->len);
+    size_t C = (size_t)src->n_embd;
+    for (int l = 0; l < src->n_layer; l++) {
+        memcpy(dst->k + (size_t)l * dst->capacity * C, src->k + (size_t)l * src->capacity * C,
+               (size_t)src->len * C * sizeof(float));
+        memcpy(dst->v + (size_t)l * dst->capacity * C, src->v + (size_t)l * src->capacity * C,
+               (size_t)src->len * C * sizeof(float));
+    }
+    dst->len = src->len;
+    return 0;
+}
+
+void tlm_kv_free(tlm_kv *kv)
+{
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+/* out = inp @ w + b, inp (Rp, K), w (K, N), b (N), out (Rp, N), Rp % TLM_ROW_TILE == 0.
+ * trans_w: w is stored (N, K) instead (the tied lm head reads wte that way). */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *b, int Rp,
+                           int K, int N, int trans_w, size_t par_min)
+{
+    for (int t = 0; t < Rp; t += TLM_ROW_TILE)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_w ? CblasTrans : CblasNoTrans, TLM_ROW_TILE,
+                    N, K, 1.0f, inp + (size_t)t * K, K, w, trans_w ? K : N, 0.0f,
+                    out + (size_t)t * N, N);
+    if (!b) return;
+#pragma omp parallel for schedule(static) if ((size_t)Rp * N >= par_min)
+    for (int r = 0; r < Rp; r++) {
+        float *o = out + (size_t)r * N;
+        for (int j = 0; j < N; j++)
+            o[j] += b[j];
+    }
+}
+
+/* Fixed-order reductions. Eight interleaved partial sums (lane j takes i = j mod 8),
+ * combined in one fixed tree, then the tail in index order: the order depends on n
+ * only, so every row is reduced the same way, and GCC's vector extension (two 4-lane
+ * vectors: SSE, no -march needed) lets it use SIMD without -ffast-math's licence to
+ * reorder. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p)
+{
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store4(float *p, v4f v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* lanes 0..7 = a0[0..3], a1[0..3] */
+static inline float hsum8(v4f a0, v4f a1)
+{
+    return ((a0[0] + a1[0]) + (a0[1] + a1[1])) + ((a0[2] + a1[2]) + (a0[3] + a1[3]));
+}
+
+static inline float dot_fixed(const float *a, const float *b, int n)
+{
+    v4f a0 = {0}, a1 = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 += load4(a + i) * load4(b + i);
+        a1 += load4(a + i + 4) * load4(b + i + 4);
+    }
+    float s = hsum8(a0, a1);
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static inline float sum_fixed(const float *a, int n)
+{
+    v4f a0 = {0}, a1 = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 += load4(a + i);
+        a1 += load4(a + i + 4);
+    }
+    float s = hsum8(a0, a1);
+    for (; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+/* o (n) += a * x (n) */
+static inline void axpy(float *o, float a, const float *x, int n)
+{
+    v4f av = {a, a, a, a};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        store4(o + i, load4(o + i) + av * load4(x + i));
+    for (; i < n; i++)
+        o[i] += a * x[i];
+}
+
+/* out (R, C) = LayerNorm(inp (R, C)) * w + b, eps 1e-5 as GPT-2. out may be inp. */
+static void layernorm_forward(float *out, const float *inp, const float *w, const float *b, int R,
+                              int C, size_t par_min)
+{
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= par_min)
+    for (int r = 0; r < R; r++) {
+        const float *x = inp + (size_t)r * C;
+        float *o = out + (size_t)r * C;
+        float mean = sum_fixed(x, C) / (float)C;
+        v4f a0 = {0}, a1 = {0}, mv = {mean, mean, mean, mean};
+        int i = 0;
+        for (; i + 8 <= C; i += 8) {
+            v4f d0 = load4(x + i) - mv, d1 = load4(x + i + 4) - mv;
+            a0 += d0 * d0;
+            a1 += d1 * d1;
+        }
+        float var = hsum8(a0, a1);
+        for (; i < C; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        var /= (float)C;
+        float rstd = 1.0f / sqrtf(var + 1e-5f);
+        for (i = 0; i < C; i++)
+            o[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* x (N) = GELU(x), tanh approximation as GPT-2. tanh(u) = 1 - 2 / (exp(2u) + 1): expf is
+ * several times cheaper than tanhf, and GELU only needs 1 + tanh(u), where this form loses
+ * nothing (absolute error ~1e-7); exp overflow gives exactly +-1. */
+static void gelu_forward(float *x, size_t n, size_t par_min)
+{
+#pragma omp parallel for schedule(static) if (n >= par_min)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float u = GELU_SCALE * (v + 0.044715f * v * v * v);
+        float t = 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+        x[i] = 0.5f * v * (1.0f + t);
+    }
+}
+
+/* x (n) += d (n) */
+static void residual_forward(float *x, const float *d, size_t n, size_t par_min)
+{
+#pragma omp parallel for schedule(static) if (n >= par_min)
+    for (size_t i = 0; i < n; i++)
+        x[i] += d[i];
+}
+
+/* Causal attention of every new row against its sequence's cache for layer l.
+ * qkv (R, 3C) holds each row's q | k | v; the k and v of all new rows are already in the
+ * caches, so row r at position p attends to cache positions 0..p. out (R, C).
+ * scratch: n_threads * n_ctx floats. */
+static void attention_forward(float *out, const float *qkv, const tlm_seq *seqs, const int *row_seq,
+                              const int *row_pos, int R, int l, int C, int NH, float *scratch,
+                              int n_ctx, size_t par_min)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long items = (long)R * NH;
+    double work = 0; /* multiply-adds: q.k and p.v over every attended position */
+    for (int r = 0; r < R; r++)
+        work += 2.0 * (row_pos[r] + 1) * C;
+#pragma omp parallel for schedule(dynamic, 4) if (work >= par_min)
+    for (long it = 0; it < items; it++) {
+        int r = (int)(it / NH), h = (int)(it % NH);
+        const tlm_kv *kv = seqs[row_seq[r]].kv;
+        int pos = row_pos[r];
+        const float *q = qkv + (size_t)r * 3 * C + (size_t)h * hs;
+        const float *kb = kv->k + (size_t)l * kv->capacity * C + (size_t)h * hs;
+        const float *vb = kv->v + (size_t)l * kv->capacity * C + (size_t)h * hs;
+        float *att = scratch + (size_t)omp_get_thread_num() * n_ctx;
+
+        float maxv = -INFINITY;
+        for (int t = 0; t <= pos; t++) {
+            float s = dot_fixed(q, kb + (size_t)t * C, hs) * scale;
+            att[t] = s;
+            if (s > maxv) maxv = s;
+        }
+        float sum = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            float e = expf(att[t] - maxv);
+            att[t] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        float *o = out + (size_t)r * C + (size_t)h * hs;
+        memset(o, 0, (size_t)hs * sizeof(float));
+        for (int t = 0; t <= pos; t++)
+            axpy(o, att[t] * inv, vb + (size_t)t * C, hs);
+    }
+}
+
+static size_t round_up(size_t n, size_t k)
+{
+    return (n + k - 1) / k * k;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int check_batch(const tlm_model *m, const tlm_seq *seqs, int n_seqs, size_t *R_out,
+                       size_t *Rl_out, tlm_error *err)
+{
+    if (!m || !seqs || n_seqs < 1)
+        return tlm_err_set(err, TLM_EINVAL, "seqs", "no model or no sequences given");
+    size_t R = 0, Rl = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const tlm_seq *q = &seqs[s];
+        char field[48];
+        snprintf(field, sizeof field, "seqs[%d]", s);
+        if (!q->kv || !q->tokens)
+            return tlm_err_set(err, TLM_EINVAL, field, "sequence without KV cache or tokens");
+        if (q->kv->n_layer != m->cfg.n_layer || q->kv->n_embd != m->cfg.n_embd ||
+            q->kv->capacity > m->cfg.n_ctx)
+            return tlm_err_set(err, TLM_EINVAL, field, "KV cache belongs to another model");
+        if (q->n_tokens < 1)
+            return tlm_err_set(err, TLM_EINVAL, field, "n_tokens is %d; at least 1 needed",
+                               q->n_tokens);
+        if (q->n_tokens > q->kv->capacity - q->kv->len)
+            return tlm_err_set(err, TLM_ELIMIT, field,
+                               "%d new tokens do not fit: the KV cache holds %d of %d positions",
+                               q->n_tokens, q->kv->len, q->kv->capacity);
+        for (int i = 0; i < q->n_tokens; i++)
+            if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.vocab_size)
+                return tlm_err_set(err, TLM_EINVAL, field, "token %d at %d outside 0..%d",
+                                   q->tokens[i], i, m->cfg.vocab_size - 1);
+        R += (size_t)q->n_tokens;
+        if (q->logits) Rl += q->all_logits ? (size_t)q->n_tokens : 1;
+    }
+    const void **kvs = malloc((size_t)n_seqs * sizeof *kvs);
+    if (!kvs) return tlm_err_set(err, TLM_ENOMEM, "seqs", "out of memory");
+    for (int s = 0; s < n_seqs; s++)
+        kvs[s] = seqs[s].kv;
+    qsort(kvs, (size_t)n_seqs, sizeof *kvs, cmp_ptr);
+    int dup = 0;
+    for (int s = 1; s < n_seqs; s++)
+        dup |= kvs[s] == kvs[s - 1];
+    free(kvs);
+    if (dup) return tlm_err_set(err, TLM_EINVAL, "seqs", "one KV cache appears twice in a batch");
+    *R_out = R;
+    *Rl_out = Rl;
+    return 0;
+}
+
+int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs, int n_seqs,
+                      tlm_error *err)
+{
+    size_t R = 0, Rl = 0;
+    int rc = check_batch(m, seqs, n_seqs, &R, &Rl, err);
+    if (rc) return rc;
+    if (!ws) return tlm_err_set(err, TLM_EINVAL, "workspace", "no workspace given");
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, NH = m->cfg.n_head, T = m->cfg.n_ctx;
+    const size_t Rp = round_up(R, TLM_ROW_TILE), Rlp = round_up(Rl ? Rl : 1, TLM_ROW_TILE);
+    const int nthr = omp_get_max_threads();
+    const size_t pm = ws->par_min;
+
+    /* One buffer: x, h, att, tmp (Rp, C); qkv (Rp, 3C); fc (Rp, 4C); lm_in (Rlp, C);
+     * lm_out (Rlp, V); attention scratch (threads, T). */
+    size_t need = Rp * (size_t)C * 11 + Rlp * (size_t)C + Rlp * (size_t)V + (size_t)nthr * T;
+    if (need > ws->cap_floats) {
+        free(ws->buf);
+        ws->buf = malloc(need * sizeof(float));
+        ws->cap_floats = ws->buf ? need : 0;
+        if (!ws->buf) return tlm_err_set(err, TLM_ENOMEM, "workspace", "out of memory");
+    }
+    if (R > ws->cap_rows_meta) {
+        free(ws->row_seq);
+        free(ws->row_pos);
+        ws->row_seq = malloc(R * sizeof(int));
+        ws->row_pos = malloc(R * sizeof(int));
+        ws->cap_rows_meta = (ws->row_seq && ws->row_pos) ? R : 0;
+        if (!ws->cap_rows_meta) return tlm_err_set(err, TLM_ENOMEM, "workspace", "out of memory");
+    }
+    float *x = ws->buf;                /* (Rp, C) residual stream */
+    float *h = x + Rp * C;             /* (Rp, C) LayerNorm output */
+    float *att = h + Rp * C;           /* (Rp, C) attention output */
+    float *tmp = att + Rp * C;         /* (Rp, C) projection output */
+    float *qkv = tmp + Rp * C;         /* (Rp, 3C) */
+    float *fc = qkv + Rp * 3 * C;      /* (Rp, 4C) */
+    float *lm_in = fc + Rp * 4 * C;    /* (Rlp, C) */
+    float *lm_out = lm_in + Rlp * C;   /* (Rlp, V) */
+    float *scratch = lm_out + Rlp * V; /* (nthr, T) */
+    int *row_seq = ws->row_seq, *row_pos = ws->row_pos;
+
+    /* Embeddings: x[r] = wte[token] + wpe[position]. */
+    size_t r = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
+            row_seq[r] = s;
+            row_pos[r] = seqs[s].kv->len + i;
+        }
+#pragma omp parallel for schedule(static) if (R * C >= pm)
+    for (size_t i = 0; i < R; i++) {
+        const tlm_seq *q = &seqs[row_seq[i]];
+        int tok = q->tokens[row_pos[i] - q->kv->len];
+        const float *te = m->wte + (size_t)tok * C, *pe = m->wpe + (size_t)row_pos[i] * C;
+        float *o = x + i * C;
+        for (int c = 0; c < C; c++)
+            o[c] = te[c] + pe[c];
+    }
+    memset(x + R * C, 0, (Rp - R) * C * sizeof(float));
+    memset(att + R * C, 0, (Rp - R) * C * sizeof(float));
+
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const tlm_layer *ly = &m->layers[l];
+        layernorm_forward(h, x, ly->ln1_w, ly->ln1_b, (int)Rp, C, pm);
+        matmul_forward(qkv, h, ly->qkv_w, ly->qkv_b, (int)Rp, C, 3 * C, 0, pm);
+        /* Append this layer's k and v of every new row to its cache first, so attention
+         * of a later row of the same sequence sees them. */
+#pragma omp parallel for schedule(static) if (R * C >= pm)
+        for (size_t i = 0; i < R; i++) {
+            tlm_kv *kv = seqs[row_seq[i]].kv;
+            size_t off = ((size_t)l * kv->capacity + (size_t)row_pos[i]) * C;
+            memcpy(kv->k + off, qkv + i * 3 * C + C, (size_t)C * sizeof(float));
+            memcpy(kv->v + off, qkv + i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+        }
+        attention_forward(att, qkv, seqs, row_seq, row_pos, (int)R, l, C, NH, scratch, T, pm);
+        matmul_forward(tmp, att, ly->attn_proj_w, ly->attn_proj_b, (int)Rp, C, C, 0, pm);
+        residual_forward(x, tmp, Rp * C, pm);
+        layernorm_forward(h, x, ly->ln2_w, ly->ln2_b, (int)Rp, C, pm);
+        matmul_forward(fc, h, ly->fc_w, ly->fc_b, (int)Rp, C, 4 * C, 0, pm);
+        gelu_forward(fc, Rp * 4 * C, pm);
+        matmul_forward(tmp, fc, ly->fc_proj_w, ly->fc_proj_b, (int)Rp, 4 * C, C, 0, pm);
+        residual_forward(x, tmp, Rp * C, pm);
+    }
+
+    for (int s = 0; s < n_seqs; s++)
+        seqs[s].kv->len += seqs[s].n_tokens;
+    if (Rl == 0) return 0;
+
+    /* Final LayerNorm and the tied lm head only for the rows whose logits are wanted. */
+    size_t lr = 0;
+    r = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const tlm_seq *q = &seqs[s];
+        if (q->logits) {
+            int first = q->all_logits ? 0 : q->n_tokens - 1;
+            for (int i = first; i < q->n_tokens; i++, lr++)
+                memcpy(lm_in + lr * C, x + (r + i) * C, (size_t)C * sizeof(float));
+        }
+        r += (size_t)q->n_tokens;
+    }
+    memset(lm_in + Rl * C, 0, (Rlp - Rl) * C * sizeof(float));
+    layernorm_forward(lm_in, lm_in, m->lnf_w, m->lnf_b, (int)Rlp, C, pm);
+    matmul_forward(lm_out, lm_in, m->wte, NULL, (int)Rlp, C, V, 1, pm);
+    lr = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const tlm_seq *q = &seqs[s];
+        if (!q->logits) continue;
+        size_t n = q->all_logits ? (size_t)q->n_tokens : 1;
+        memcpy(q->logits, lm_out + lr * V, n * V * sizeof(float));
+        lr += n;
+    }
+    return 0;
+}

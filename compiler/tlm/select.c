@@ -1,0 +1,117 @@
+/* select.c — glue between the tensor language and the GPT-2 decoder. */
+#include "compiler/tlm/select.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Replays the decisions generated so far; the mask depends only on the tokens. */
+static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt,
+                   uint64_t *allowed, int32_t *forced, tlm_error *err)
+{
+    tlm_select_ctx *c = user;
+    lang_state *st = &c->st;
+    int64_t *vals = st->vals;
+    memset(st, 0, sizeof *st);
+    st->sp = c->sp;
+    st->want_slot = true;
+    st->vals = vals;
+    for (int i = n_prompt; i < n_tokens; i++)
+        if (lang_state_push(st, tokens[i]))
+            return tlm_err_set(err, TLM_EINVAL, "sentence",
+                               "internal: token %d at position %d left the grammar", tokens[i], i);
+    int next = lang_state_next(st, allowed);
+    if (next == -2) return TLM_MASK_STOP;
+    if (next >= 0) *forced = next;
+    return TLM_MASK_NEXT;
+}
+
+int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_select_ctx *ctx,
+                       tlm_request *req, tlm_error *err)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->sp = sp;
+    if (m->cfg.vocab_size != lang_vocab_size())
+        return tlm_err_set(err, TLM_EINVAL, "weights",
+                           "the model's vocabulary has %d tokens, the tensor language %d",
+                           m->cfg.vocab_size, lang_vocab_size());
+    int toks[LANG_MAX_SENTENCE];
+    int n = lang_encode_prompt(sp, toks, LANG_MAX_SENTENCE);
+    if (n < 0) return tlm_err_set(err, n, "workload", "the prompt does not fit");
+    for (int i = 0; i < n; i++) ctx->prompt[i] = toks[i];
+    ctx->n_prompt = n;
+    /* decisions: slot + at most 7 value tokens per slot, then [EOS] */
+    int max_new = sp->n_slot * (1 + LANG_MAX_VALUE_TOKENS) + 1;
+    if (n + max_new > m->cfg.n_ctx) max_new = m->cfg.n_ctx - n;
+    if (max_new < sp->n_slot * 2 + 1)
+        return tlm_err_set(err, TLM_ELIMIT, "weights",
+                           "the model's context (%d) is too short for this sentence (%d + %d)",
+                           m->cfg.n_ctx, n, sp->n_slot * 2 + 1);
+    if (lang_state_init(&ctx->st, sp)) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    memset(req, 0, sizeof *req);
+    req->prompt = ctx->prompt;
+    req->n_prompt = n;
+    req->mask = mask_cb;
+    req->user = ctx;
+    req->max_new_tokens = max_new;
+    req->beam_width = beam_width;
+    return 0;
+}
+
+void tlm_select_ctx_free(tlm_select_ctx *ctx)
+{
+    lang_state_free(&ctx->st);
+}
+
+int tlm_select_result(const tlm_decoder *dec, int slot, int rank, const space *sp,
+                      tlm_candidate *out, tlm_error *err)
+{
+    const int32_t *toks;
+    int n;
+    double score;
+    int rc = tlm_decoder_result(dec, slot, rank, &toks, &n, &score, err);
+    if (rc) return rc;
+    if (n > LANG_MAX_SENTENCE) return tlm_err_set(err, TLM_ELIMIT, "sentence", "too long");
+    int t[LANG_MAX_SENTENCE];
+    for (int i = 0; i < n; i++) t[i] = toks[i], out->tokens[i] = toks[i];
+    out->n_tokens = n;
+    out->score = score;
+    return lang_decode_decisions(sp, t, n, &out->sched, err);
+}
+
+int tlm_select_generate(const tlm_model *m, const space *sp, int k, tlm_candidate *out,
+                        int *n_out, tlm_error *err)
+{
+    *n_out = 0;
+    if (k < 1) k = 1;
+    tlm_decoder *dec = NULL;
+    int rc = tlm_decoder_new(m, 1, &dec, err);
+    if (rc) return rc;
+    tlm_select_ctx *ctx = malloc(sizeof *ctx);
+    tlm_request req;
+    if (!ctx) {
+        tlm_decoder_free(dec);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    rc = tlm_select_request(sp, m, k, ctx, &req, err);
+    int slot = rc ? rc : tlm_decoder_add(dec, &req, err);
+    if (slot < 0) rc = slot;
+    if (rc == 0) rc = tlm_decoder_run(dec, err);
+    if (rc == 0) {
+        int nr = tlm_decoder_n_results(dec, slot);
+        if (nr <= 0) {
+            const int32_t *t;
+            int n;
+            double s;
+            rc = tlm_decoder_result(dec, slot, 0, &t, &n, &s, err);
+            if (rc == 0) rc = tlm_err_set(err, TLM_ERUNTIME, "", "the decoder produced nothing");
+        }
+        for (int r = 0; r < nr && r < k && rc == 0; r++) {
+            rc = tlm_select_result(dec, slot, r, sp, &out[r], err);
+            if (rc == 0) (*n_out)++;
+        }
+    }
+    tlm_select_ctx_free(ctx);
+    free(ctx);
+    tlm_decoder_free(dec);
+    return rc;
+}

@@ -1,0 +1,598 @@
+/* test_cuda.c — the CUDA generator (compiler/codegen/cuda.c).
+ *
+ * Two checks, for every operator family:
+ *  1. nvrtc: the default schedule and 10 sampled ones (fixed seeds, different per target) for
+ *     each of cuda:sm_80 and cuda:sm_90 generate, compile with NVRTC and pass tc_cubin_check_limits against the
+ *     target (registers, the block's register file, static + dynamic shared memory).
+ *  2. emulate: there is no GPU here, so correctness is checked by compiling the generated
+ *     CUDA C as host C++ against a small shim (blockIdx/threadIdx as globals, every CUDA
+ *     thread a ucontext fiber, __syncthreads a yield to a round-robin scheduler, warp
+ *     shuffles through a barrier) and comparing with the reference interpreter. The shim
+ *     runs threads one barrier-interval at a time, which is exactly CUDA's guarantee for
+ *     code whose only inter-thread communication goes through __syncthreads and shuffles;
+ *     it poisons shared memory with NaN before each block (a read of an element the
+ *     staging did not copy shows up as NaN), the output with NaN, and checks a guard zone
+ *     after the output, and it fails a block whose threads do not all reach the same
+ *     number of barriers. It checks the generated program's logic (index math, staging
+ *     boxes, reductions, epilogues), not the timing or nvcc's code.
+ * Both skip with a message when NVRTC or a host C++ compiler is missing.
+ */
+#include <criterion/criterion.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/toolchain/toolchain.h"
+#include "proto/workload.h"
+
+/* Sampled schedules per family and target: 2 x 10 = 20 per family. NVRTC (mostly NVVM on
+ * the fully unrolled register tiles) takes ~0.1-2 s of CPU per kernel, so this is what keeps
+ * the file within a few minutes on two cores. */
+#define N_RANDOM 10
+
+typedef struct {
+    ir_subgraph g;
+    space sp;
+    target tgt;
+} fixture;
+
+static void setup_fixture(fixture *f, const char *json, const char *tgt)
+{
+    ir_workload w;
+    tlm_error err = {0};
+    cr_assert_eq(proto_workload_from_string(json, strlen(json), &w, &err), 0, "%s: %s %s", json,
+                 err.field, err.msg);
+    cr_assert_eq(ir_subgraph_build(&w, &f->g, &err), 0, "%s: %s", json, err.msg);
+    cr_assert_eq(target_parse(tgt, &f->tgt, &err), 0, "%s", err.msg);
+    cr_assert_eq(space_build(&f->g, &f->tgt, &f->sp, &err), 0, "%s: %s", json, err.msg);
+}
+
+static int sm_of(const char *tgt)
+{
+    return strstr(tgt, "sm_80") ? 80 : 90;
+}
+
+/* ---- 1. NVRTC compile + resource limits ---------------------------------------------- */
+
+static void compile_one(fixture *f, const space_sched *s, const char *what, int sm)
+{
+    char sched[1024];
+    space_print(&f->sp, s, sched, sizeof sched);
+    tlm_error err = {0};
+    cr_assert_eq(space_check(&f->sp, s, &err), 0, "%s: %s", what, err.msg);
+    cg_kernel k;
+    int rc = cg_generate_cuda(&f->sp, s, NULL, &k, &err);
+    cr_assert_eq(rc, 0, "%s [%s]: generate: %s %s", what, sched, err.field, err.msg);
+    cr_assert(k.cuda);
+    cr_assert_str_eq(k.entry, "tlm_kernel");
+    int64_t threads = (int64_t)k.block[0] * k.block[1] * k.block[2];
+    cr_assert(threads >= 1 && threads <= f->tgt.gpu.max_threads_per_block, "%s: %lld threads",
+              what, (long long)threads);
+    cr_assert(k.grid[0] >= 1 && k.grid[1] >= 1 && k.grid[2] >= 1);
+    cr_assert(k.smem_bytes >= 0 && k.smem_bytes <= f->tgt.gpu.smem_per_block, "%s: smem %d",
+              what, k.smem_bytes);
+    if (f->sp.sketch == SKETCH_GPU_TILE)
+        cr_assert_leq(k.smem_bytes, space_gpu_smem_bytes(&f->sp, s) + 64,
+                      "%s: smem %d over the space's bound", what, k.smem_bytes);
+    tc_cubin c;
+    rc = tc_nvrtc_compile(k.source, k.entry, sm, &c, &err);
+    if (rc) {
+        fprintf(stderr, "---- %s [%s]\n%s\n---- log\n%s\n", what, sched, k.source,
+                c.log ? c.log : "");
+        cr_assert_fail("%s [%s]: nvrtc: %s", what, sched, err.msg);
+    }
+    cr_assert_eq(c.sm, sm);
+    cr_assert_gt(c.regs, 0, "%s: ptxas reported no register count", what);
+    cr_assert_eq(c.smem_bytes, 0, "%s: shared memory must all be dynamic", what);
+    c.smem_bytes += k.smem_bytes;
+    rc = tc_cubin_check_limits(&c, f->tgt.gpu.max_regs_per_thread, (int)threads,
+                               f->tgt.gpu.regs_per_sm, f->tgt.gpu.smem_per_block, &err);
+    cr_assert_eq(rc, 0, "%s [%s]: limits: %s (regs %d, threads %lld)", what, sched, err.msg,
+                 c.regs, (long long)threads);
+    tc_cubin_free(&c);
+    cg_kernel_free(&k);
+}
+
+static void nvrtc_family(const char *json, uint64_t seed_base)
+{
+    tlm_error err = {0};
+    if (tc_nvrtc_available(&err) != 0) cr_skip_test("NVRTC unavailable: %s", err.msg);
+    static const char *targets[] = {"cuda:sm_80", "cuda:sm_90"};
+    for (int ti = 0; ti < 2; ti++) {
+        fixture *f = calloc(1, sizeof *f);
+        setup_fixture(f, json, targets[ti]);
+        space_sched s;
+        char what[256];
+        space_default(&f->sp, &s);
+        snprintf(what, sizeof what, "%s %s default", json, targets[ti]);
+        compile_one(f, &s, what, sm_of(targets[ti]));
+        for (int i = 0; i < N_RANDOM; i++) {
+            uint64_t rng = seed_base * 1000 + (uint64_t)ti * 100 + (uint64_t)i + 1;
+            space_sample(&f->sp, &rng, &s);
+            snprintf(what, sizeof what, "%s %s random #%d", json, targets[ti], i);
+            compile_one(f, &s, what, sm_of(targets[ti]));
+        }
+        free(f);
+    }
+}
+
+/* Medium shapes: NVRTC's time does not depend on them, ptxas's register use does. */
+#define NVRTC_TEST(name, seed, json)                                                          \
+    Test(cuda_nvrtc, name, .timeout = 600) { nvrtc_family(json, seed); }
+
+NVRTC_TEST(dense, 1, "{\"op\":\"dense\",\"shape\":{\"M\":256,\"N\":512,\"K\":128}}")
+NVRTC_TEST(dense_ta_tb, 2,
+           "{\"op\":\"dense\",\"shape\":{\"M\":96,\"N\":192,\"K\":80},\"transpose_a\":true,"
+           "\"transpose_b\":true}")
+NVRTC_TEST(batch_matmul, 3,
+           "{\"op\":\"batch_matmul\",\"shape\":{\"B\":4,\"M\":64,\"N\":96,\"K\":48},"
+           "\"transpose_b\":true}")
+NVRTC_TEST(conv2d_nchw_bias_relu, 4,
+           "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":32,\"H\":28,\"W\":28,\"F\":64,\"KH\":3,"
+           "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}")
+NVRTC_TEST(conv2d_nhwc_stride_dil_groups, 5,
+           "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":15,\"W\":15,\"F\":32,\"KH\":3,"
+           "\"KW\":3},\"stride\":[2,2],\"pad\":[2,2],\"dilation\":[2,2],\"groups\":4,"
+           "\"layout\":\"NHWC\",\"epilogue\":[\"bias_add\",\"relu\"]}")
+NVRTC_TEST(depthwise, 6,
+           "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":28,\"W\":28,\"KH\":3,"
+           "\"KW\":3},\"pad\":[1,1],\"stride\":[2,2]}")
+NVRTC_TEST(max_pool, 7,
+           "{\"op\":\"max_pool2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":28,\"W\":28,\"KH\":3,"
+           "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}")
+NVRTC_TEST(avg_pool_nhwc, 8,
+           "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":28,\"W\":28,\"KH\":2,"
+           "\"KW\":2},\"layout\":\"NHWC\"}")
+NVRTC_TEST(global_pool_nchw, 9,
+           "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":4,\"C\":64,\"H\":7,\"W\":7}}")
+NVRTC_TEST(global_pool_nhwc, 10,
+           "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":4,\"C\":64,\"H\":7,\"W\":7},"
+           "\"layout\":\"NHWC\"}")
+NVRTC_TEST(softmax, 11, "{\"op\":\"softmax\",\"shape\":{\"R\":128,\"C\":768}}")
+NVRTC_TEST(layer_norm, 12, "{\"op\":\"layer_norm\",\"shape\":{\"R\":64,\"C\":768}}")
+NVRTC_TEST(rms_norm, 13, "{\"op\":\"rms_norm\",\"shape\":{\"R\":64,\"C\":512}}")
+NVRTC_TEST(reduce_sum, 14, "{\"op\":\"reduce_sum\",\"shape\":{\"R\":96,\"C\":300}}")
+NVRTC_TEST(reduce_mean, 15, "{\"op\":\"reduce_mean\",\"shape\":{\"R\":96,\"C\":300}}")
+NVRTC_TEST(reduce_max, 16, "{\"op\":\"reduce_max\",\"shape\":{\"R\":96,\"C\":300}}")
+NVRTC_TEST(elementwise_chain, 17,
+           "{\"op\":\"elementwise\",\"shape\":{\"N\":65536},\"epilogue\":[\"mul\",\"sigmoid\","
+           "\"add\",\"tanh\"]}")
+NVRTC_TEST(transpose, 18, "{\"op\":\"transpose\",\"shape\":{\"R\":256,\"C\":384}}")
+NVRTC_TEST(dense_bias_gelu, 19,
+           "{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":768,\"K\":256},\"epilogue\":"
+           "[\"bias_add\",\"gelu\"]}")
+NVRTC_TEST(dense_residual, 20,
+           "{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":256,\"K\":256},\"epilogue\":[\"add\"]}")
+
+/* ---- 2. host emulation against the reference interpreter ----------------------------- */
+
+static const char *k_shim =
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "#include <ucontext.h>\n"
+    "#include <type_traits>\n"
+    "#define __global__\n"
+    "#define __device__\n"
+    "#define __forceinline__ inline\n"
+    "#define __restrict__ __restrict\n"
+    "#define __launch_bounds__(n)\n"
+    "#define __shared__\n"
+    "struct emu_dim3 { unsigned x, y, z; };\n"
+    "static emu_dim3 threadIdx, blockIdx, blockDim, gridDim;\n"
+    "struct alignas(8) float2 { float x, y; };\n"
+    "struct alignas(16) float4 { float x, y, z, w; };\n"
+    "static inline float2 make_float2(float a, float b) { float2 r = {a, b}; return r; }\n"
+    "static inline float4 make_float4(float a, float b, float c, float d)\n"
+    "{ float4 r = {a, b, c, d}; return r; }\n"
+    "static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
+    "/* CUDA faults on a misaligned vector access; x86 does not, so check every cast. */\n"
+    "static int emu_misaligned;\n"
+    "template <class T, class U> static inline T emu_cast(U p)\n"
+    "{\n"
+    "    if ((uintptr_t)p % alignof(typename std::remove_pointer<T>::type)) emu_misaligned = 1;\n"
+    "    return (T)p;\n"
+    "}\n"
+    "#define reinterpret_cast emu_cast\n"
+    "static ucontext_t emu_main;\n"
+    "static ucontext_t *emu_ctx;\n"
+    "static int emu_cur;\n"
+    "static float emu_shfl[1024];\n"
+    "static void __syncthreads(void) { swapcontext(&emu_ctx[emu_cur], &emu_main); }\n"
+    "static float __shfl_xor_sync(unsigned mask, float v, int m)\n"
+    "{\n"
+    "    (void)mask;\n"
+    "    emu_shfl[emu_cur] = v;\n"
+    "    __syncthreads();\n"
+    "    float r = emu_shfl[emu_cur ^ m];\n"
+    "    __syncthreads();\n"
+    "    return r;\n"
+    "}\n"
+    "#define EMU_SMEM_FLOATS (64 * 1024)\n";
+
+/* The scheduler, appended once after all kernels. */
+static const char *k_sched =
+    "static void (*emu_body)(void **);\n"
+    "static void **emu_args;\n"
+    "static unsigned char *emu_done;\n"
+    "static void emu_entry(void) { emu_body(emu_args); emu_done[emu_cur] = 1; }\n"
+    "/* 0; -1: threads of a block reached different numbers of barriers; -2: a misaligned\n"
+    " * vector access */\n"
+    "static int emu_launch(void (*body)(void **), void **args, float *smem, float *red,\n"
+    "                      const int *grid, int nt)\n"
+    "{\n"
+    "    const size_t stack = 256 * 1024;\n"
+    "    emu_body = body;\n"
+    "    emu_args = args;\n"
+    "    emu_ctx = (ucontext_t *)calloc((size_t)nt, sizeof(ucontext_t));\n"
+    "    emu_done = (unsigned char *)calloc((size_t)nt, 1);\n"
+    "    char *stacks = (char *)malloc(stack * (size_t)nt);\n"
+    "    int rc = 0;\n"
+    "    gridDim.x = grid[0], gridDim.y = grid[1], gridDim.z = grid[2];\n"
+    "    blockDim.x = nt, blockDim.y = 1, blockDim.z = 1;\n"
+    "    for (int bz = 0; bz < grid[2] && !rc; bz++)\n"
+    "    for (int by = 0; by < grid[1] && !rc; by++)\n"
+    "    for (int bx = 0; bx < grid[0] && !rc; bx++) {\n"
+    "        blockIdx.x = bx, blockIdx.y = by, blockIdx.z = bz;\n"
+    "        for (int i = 0; i < EMU_SMEM_FLOATS; i++) smem[i] = red[i] = NAN;\n"
+    "        for (int i = 0; i < nt; i++) {\n"
+    "            getcontext(&emu_ctx[i]);\n"
+    "            emu_ctx[i].uc_stack.ss_sp = stacks + stack * (size_t)i;\n"
+    "            emu_ctx[i].uc_stack.ss_size = stack;\n"
+    "            emu_ctx[i].uc_link = &emu_main;\n"
+    "            makecontext(&emu_ctx[i], emu_entry, 0);\n"
+    "            emu_done[i] = 0;\n"
+    "        }\n"
+    "        int alive = nt;\n"
+    "        while (alive > 0 && !rc) {\n"
+    "            int finished = 0, waiting = 0;\n"
+    "            for (int i = 0; i < nt; i++) {\n"
+    "                if (emu_done[i]) continue;\n"
+    "                emu_cur = i;\n"
+    "                threadIdx.x = i, threadIdx.y = 0, threadIdx.z = 0;\n"
+    "                swapcontext(&emu_main, &emu_ctx[i]);\n"
+    "                if (emu_done[i]) finished++; else waiting++;\n"
+    "            }\n"
+    "            if (finished && waiting) rc = -1;\n"
+    "            alive -= finished;\n"
+    "        }\n"
+    "    }\n"
+    "    if (emu_misaligned) rc = -2;\n"
+    "    emu_misaligned = 0;\n"
+    "    free(stacks);\n"
+    "    free(emu_done);\n"
+    "    free(emu_ctx);\n"
+    "    return rc;\n"
+    "}\n";
+
+#define EMU_KERNELS 6 /* default + 5 sampled per workload */
+
+typedef struct {
+    fixture f;
+    space_sched sched[EMU_KERNELS];
+    cg_kernel k[EMU_KERNELS];
+    int n;
+} emu_set;
+
+static bool have_cxx(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        char path[] = "/tmp/tlm_cuda_emu_probe_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+        tc_cc_opts o = {.timeout_ms = 60000, .compiler = "g++"};
+        tlm_error err = {0};
+        known = tc_cc_compile_ex("int tlm_probe(void) { return 1; }\n", "-w", path, &o, NULL,
+                                 &err) == 0;
+        unlink(path);
+    }
+    return known == 1;
+}
+
+/* Wraps each kernel source in a namespace (its prelude and its shared arrays are its own)
+ * and adds an extern "C" runner per kernel: emu_run_<i>(args, grid, threads). */
+static char *emu_source(const emu_set *es)
+{
+    cg_buf b = {0};
+    cg_printf(&b, "%s", k_shim);
+    int in[IR_MAX_TENSORS];
+    int n_in = ir_subgraph_inputs(&es->f.g, in);
+    for (int i = 0; i < es->n; i++) {
+        cg_printf(&b, "namespace emu%d {\n", i);
+        cg_printf(&b, "float4 tlm_smem[EMU_SMEM_FLOATS / 4];\n");
+        cg_printf(&b, "float tlm_red[EMU_SMEM_FLOATS];\n");
+        cg_printf(&b, "%s\n", es->k[i].source);
+        cg_printf(&b, "static void call(void **a) { %s(", es->k[i].entry);
+        for (int t = 0; t < n_in; t++) cg_printf(&b, "(const float *)a[%d], ", t);
+        cg_printf(&b, "(float *)a[%d]); }\n", n_in);
+        cg_printf(&b, "} /* namespace emu%d */\n", i);
+    }
+    cg_printf(&b, "%s", k_sched);
+    for (int i = 0; i < es->n; i++) {
+        cg_printf(&b, "extern \"C\" int emu_run_%d(void **args, const int *grid, int nt)\n", i);
+        cg_printf(&b,
+                  "{ return emu_launch(emu%d::call, args, (float *)emu%d::tlm_smem, emu%d::tlm_red,"
+                  " grid, nt); }\n",
+                  i, i, i);
+    }
+    return cg_buf_take(&b);
+}
+
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 11;
+}
+
+/* extra: a schedule in space_print form that replaces the last sampled one (NULL: none),
+ * for paths random sampling reaches rarely (vector copies, clipped boxes). */
+static void emulate_family(const char *json, uint64_t seed, const char *extra)
+{
+    if (!have_cxx()) cr_skip_test("no host C++ compiler (g++) to emulate CUDA kernels with");
+    emu_set *es = calloc(1, sizeof *es);
+    setup_fixture(&es->f, json, "cuda:sm_90");
+    es->n = EMU_KERNELS;
+    for (int i = 0; i < es->n; i++) {
+        tlm_error perr = {0};
+        if (i == 0) space_default(&es->f.sp, &es->sched[i]);
+        else if (i == es->n - 1 && extra)
+            cr_assert_eq(space_parse(&es->f.sp, extra, &es->sched[i], &perr), 0, "%s: %s %s",
+                         extra, perr.field, perr.msg);
+        else {
+            uint64_t rng = seed * 977 + (uint64_t)i;
+            space_sample(&es->f.sp, &rng, &es->sched[i]);
+        }
+        tlm_error err = {0};
+        char entry[32];
+        snprintf(entry, sizeof entry, "k%d", i);
+        cr_assert_eq(cg_generate_cuda(&es->f.sp, &es->sched[i], entry, &es->k[i], &err), 0,
+                     "%s: %s", json, err.msg);
+        cr_assert_str_eq(es->k[i].entry, entry);
+    }
+    char *src = emu_source(es);
+    cr_assert_not_null(src);
+
+    char so[] = "/tmp/tlm_cuda_emu_XXXXXX";
+    int fd = mkstemp(so);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    tc_cc_opts o = {.timeout_ms = 300000, .compiler = "g++"};
+    tlm_error err = {0};
+    char *log = NULL;
+    int rc = tc_cc_compile_ex(src, "-x c++ -std=gnu++17 -O1 -w", so, &o, &log, &err);
+    if (rc) fprintf(stderr, "%s\n---- g++ log\n%s\n", src, log ? log : "");
+    cr_assert_eq(rc, 0, "%s: host compile of the emulated kernels failed: %s", json, err.msg);
+    free(log);
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    unlink(so);
+    cr_assert_not_null(h, "dlopen: %s", dlerror());
+
+    /* inputs in [-1, 1], the reference in double */
+    const ir_subgraph *g = &es->f.g;
+    int in[IR_MAX_TENSORS];
+    int n_in = ir_subgraph_inputs(g, in);
+    float *inputs[IR_MAX_TENSORS];
+    uint64_t x = seed + 12345;
+    for (int t = 0; t < n_in; t++) {
+        int64_t n = ir_tensor_numel(&g->tensor[in[t]]);
+        inputs[t] = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            inputs[t][i] = (float)((double)(lcg(&x) % 2000001) / 1000000.0 - 1.0);
+    }
+    int64_t n_out = ir_tensor_numel(&g->tensor[g->output]);
+    double *ref = malloc(sizeof(double) * (size_t)n_out);
+    cr_assert_eq(ir_interp_run_f64(g, (const float *const *)inputs, ref, &err), 0, "%s",
+                 err.msg);
+    double ref_max = 0;
+    for (int64_t i = 0; i < n_out; i++) ref_max = fmax(ref_max, fabs(ref[i]));
+    const int guard = 1024;
+    float *out = malloc(sizeof(float) * (size_t)(n_out + guard));
+    for (int i = 0; i < es->n; i++) {
+        char sym[32], sched[1024];
+        snprintf(sym, sizeof sym, "emu_run_%d", i);
+        space_print(&es->f.sp, &es->sched[i], sched, sizeof sched);
+        int (*run)(void **, const int *, int) = (int (*)(void **, const int *, int))dlsym(h, sym);
+        cr_assert_not_null(run);
+        for (int64_t j = 0; j < n_out + guard; j++) out[j] = NAN;
+        void *args[IR_MAX_TENSORS + 1];
+        for (int t = 0; t < n_in; t++) args[t] = inputs[t];
+        args[n_in] = out;
+        const cg_kernel *k = &es->k[i];
+        cr_assert_leq(k->smem_bytes, 64 * 1024 * 4);
+        int threads = k->block[0] * k->block[1] * k->block[2];
+        rc = run(args, k->grid, threads);
+        cr_assert_neq(rc, -1, "%s [%s]: threads of a block reached different barriers", json,
+                      sched);
+        cr_assert_neq(rc, -2, "%s [%s]: misaligned vector access", json, sched);
+        cr_assert_eq(rc, 0);
+        double worst = 0;
+        int64_t at = -1;
+        for (int64_t j = 0; j < n_out; j++) {
+            double d = fabs((double)out[j] - ref[j]);
+            if (!(d <= worst)) { /* also catches NaN */
+                worst = isnan(d) ? INFINITY : d;
+                at = j;
+            }
+        }
+        double rel = worst / fmax(ref_max, 1e-30);
+        if (!(rel <= 1e-4)) fprintf(stderr, "%s\n", k->source);
+        cr_assert(rel <= 1e-4, "%s [%s]: rel_err %g at %lld (got %g, want %g)", json, sched, rel,
+                  (long long)at, at >= 0 ? out[at] : 0.0, at >= 0 ? ref[at] : 0.0);
+        for (int j = 0; j < guard; j++)
+            cr_assert(isnan(out[n_out + j]), "%s [%s]: wrote past the output (+%d)", json, sched,
+                      j);
+    }
+    dlclose(h);
+    for (int t = 0; t < n_in; t++) free(inputs[t]);
+    for (int i = 0; i < es->n; i++) cg_kernel_free(&es->k[i]);
+    free(out);
+    free(ref);
+    free(src);
+    free(es);
+}
+
+/* Small shapes: every block and thread is emulated. */
+#define EMU_TEST(name, seed, json)                                                            \
+    Test(cuda_emulate, name, .timeout = 600) { emulate_family(json, seed, NULL); }
+#define EMU_TEST_SCHED(name, seed, json, sched)                                               \
+    Test(cuda_emulate, name, .timeout = 600) { emulate_family(json, seed, sched); }
+
+/* float4 copies */
+EMU_TEST_SCHED(dense, 1, "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":48,\"K\":24}}",
+               "tile.i.4=2 tile.j.4=4 tile.i.3=1 tile.j.3=1 tile.i.2=4 tile.j.2=4 tile.i.1=2 "
+               "tile.j.1=1 tile.k.2=4 tile.k.1=2 stage=1 vec_load=4 unroll=16")
+/* float2 copies along both transposed operands */
+EMU_TEST_SCHED(dense_ta_tb, 2,
+               "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":32,\"K\":20},\"transpose_a\":true,"
+               "\"transpose_b\":true}",
+               "tile.i.4=2 tile.j.4=2 tile.i.3=1 tile.j.3=1 tile.i.2=4 tile.j.2=8 tile.i.1=1 "
+               "tile.j.1=1 tile.k.2=2 tile.k.1=2 stage=1 vec_load=2 unroll=16")
+EMU_TEST(batch_matmul, 3,
+         "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":16,\"N\":24,\"K\":12},"
+         "\"transpose_a\":true}")
+/* boxes wider than the image (clipped), vthreads, unaligned rows: unrolled scalar copies */
+EMU_TEST_SCHED(conv2d_nchw_bias_relu, 4,
+               "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":10,\"W\":10,\"F\":16,"
+               "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+               "tile.n.4=1 tile.f.4=2 tile.oh.4=1 tile.ow.4=2 tile.n.3=1 tile.f.3=1 tile.oh.3=1 "
+               "tile.ow.3=1 tile.n.2=1 tile.f.2=2 tile.oh.2=5 tile.ow.2=5 tile.n.1=1 tile.f.1=1 "
+               "tile.oh.1=2 tile.ow.1=1 tile.c.2=2 tile.kh.2=3 tile.kw.2=1 tile.c.1=2 "
+               "tile.kh.1=1 tile.kw.1=3 stage=1 vec_load=4 unroll=0")
+EMU_TEST(conv2d_nhwc_stride_dil_groups, 5,
+         "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":8,\"H\":9,\"W\":9,\"F\":8,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[2,2],\"dilation\":[2,2],\"groups\":2,"
+         "\"layout\":\"NHWC\",\"epilogue\":[\"bias_add\",\"relu\"]}")
+EMU_TEST(conv2d_nchw_groups_stride, 6,
+         "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":11,\"W\":11,\"F\":12,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],\"groups\":4}")
+/* X rows of 4 floats that start at odd offsets: vec_load=4 must not use float4 there */
+EMU_TEST_SCHED(conv2d_unaligned_rows, 23,
+               "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":6,\"W\":10,\"F\":4,"
+               "\"KH\":3,\"KW\":3}}",
+               "tile.n.4=1 tile.f.4=1 tile.oh.4=1 tile.ow.4=2 tile.n.3=1 tile.f.3=1 tile.oh.3=1 "
+               "tile.ow.3=1 tile.n.2=1 tile.f.2=4 tile.oh.2=2 tile.ow.2=1 tile.n.1=1 tile.f.1=1 "
+               "tile.oh.1=1 tile.ow.1=1 tile.c.2=2 tile.kh.2=3 tile.kw.2=3 tile.c.1=1 "
+               "tile.kh.1=1 tile.kw.1=1 stage=1 vec_load=4 unroll=0")
+EMU_TEST(depthwise, 7,
+         "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":12,\"W\":12,\"KH\":3,"
+         "\"KW\":3},\"pad\":[1,1],\"stride\":[2,2]}")
+EMU_TEST(depthwise_nhwc, 8,
+         "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":10,\"W\":10,\"KH\":3,"
+         "\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\",\"epilogue\":[\"relu6\"]}")
+EMU_TEST(max_pool, 9,
+         "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":12,\"W\":12,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}")
+EMU_TEST(avg_pool_nhwc, 10,
+         "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":4,\"H\":8,\"W\":8,\"KH\":2,\"KW\":2},"
+         "\"layout\":\"NHWC\"}")
+EMU_TEST(global_pool_nchw, 11,
+         "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":2,\"C\":8,\"H\":5,\"W\":5}}")
+EMU_TEST(global_pool_nhwc, 12,
+         "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":2,\"C\":8,\"H\":5,\"W\":5},"
+         "\"layout\":\"NHWC\"}")
+EMU_TEST(softmax, 13, "{\"op\":\"softmax\",\"shape\":{\"R\":6,\"C\":100}}")
+EMU_TEST(layer_norm, 14, "{\"op\":\"layer_norm\",\"shape\":{\"R\":6,\"C\":96}}")
+EMU_TEST(rms_norm, 15,
+         "{\"op\":\"rms_norm\",\"shape\":{\"R\":4,\"C\":80},\"epilogue\":[\"silu\"]}")
+EMU_TEST(reduce_sum, 16, "{\"op\":\"reduce_sum\",\"shape\":{\"R\":8,\"C\":70}}")
+EMU_TEST(reduce_mean, 17,
+         "{\"op\":\"reduce_mean\",\"shape\":{\"R\":8,\"C\":70},\"epilogue\":[\"tanh\"]}")
+EMU_TEST(reduce_max, 18, "{\"op\":\"reduce_max\",\"shape\":{\"R\":8,\"C\":70}}")
+EMU_TEST(elementwise_chain, 19,
+         "{\"op\":\"elementwise\",\"shape\":{\"N\":480},\"epilogue\":[\"mul\",\"sigmoid\","
+         "\"add\",\"gelu\"]}")
+/* a ragged box (30 floats) copied 4 at a time */
+EMU_TEST_SCHED(transpose, 20, "{\"op\":\"transpose\",\"shape\":{\"R\":24,\"C\":40}}",
+               "tile.c.4=1 tile.r.4=2 tile.c.3=1 tile.r.3=1 tile.c.2=5 tile.r.2=3 tile.c.1=1 "
+               "tile.r.1=1 stage=1 vec_load=4 unroll=0")
+EMU_TEST(dense_bias_gelu, 21,
+         "{\"op\":\"dense\",\"shape\":{\"M\":16,\"N\":64,\"K\":32},\"epilogue\":"
+         "[\"bias_add\",\"gelu\"]}")
+EMU_TEST(dense_residual, 22,
+         "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":16},\"epilogue\":[\"add\"]}")
+
+/* ---- generator contract -------------------------------------------------------------- */
+
+Test(cuda_contract, rejects_bad_arguments)
+{
+    fixture *f = calloc(1, sizeof *f);
+    setup_fixture(f, "{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":64}}", "cuda:sm_90");
+    space_sched s;
+    space_default(&f->sp, &s);
+    cg_kernel k;
+    tlm_error err = {0};
+    cr_assert_eq(cg_generate_cuda(&f->sp, &s, "bad name", &k, &err), TLM_EINVAL);
+    cr_assert_str_eq(err.field, "entry");
+    cr_assert_null(k.source);
+    space_sched short_s = s;
+    short_s.n--;
+    cr_assert_eq(cg_generate_cuda(&f->sp, &short_s, NULL, &k, &err), TLM_EINVAL);
+    /* a CPU space is not for this generator */
+    fixture *c = calloc(1, sizeof *c);
+    setup_fixture(c, "{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":64}}", "cpu:avx2");
+    space_sched cs;
+    space_default(&c->sp, &cs);
+    cr_assert_eq(cg_generate_cuda(&c->sp, &cs, NULL, &k, &err), TLM_EINVAL);
+    cr_assert_eq(cg_generate_cuda(&f->sp, &s, "my_gemm", &k, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(k.entry, "my_gemm");
+    cr_assert_not_null(strstr(k.source, "extern \"C\" __global__ void"));
+    cr_assert_not_null(strstr(k.source, "my_gemm("));
+    cg_kernel_free(&k);
+    free(c);
+    free(f);
+}
+
+/* The launch follows the schedule: grid = prod of level-0 factors, block = prod of the
+ * thread level, and staging declares exactly the shared memory it uses. */
+Test(cuda_contract, launch_matches_schedule)
+{
+    fixture *f = calloc(1, sizeof *f);
+    setup_fixture(f, "{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":256,\"K\":64}}", "cuda:sm_90");
+    tlm_error err = {0};
+    space_sched s;
+    cr_assert_eq(space_parse(&f->sp,
+                             "tile.i.4=2 tile.j.4=4 tile.i.3=2 tile.j.3=1 tile.i.2=8 tile.j.2=16 "
+                             "tile.i.1=1 tile.j.1=2 tile.k.2=4 tile.k.1=4 stage=1 vec_load=4 "
+                             "unroll=16",
+                             &s, &err),
+                 0, "%s %s", err.field, err.msg);
+    cg_kernel k;
+    cr_assert_eq(cg_generate_cuda(&f->sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+    /* block tile 32 x 128 -> 4 x 2 blocks; 8 x 16 threads */
+    cr_assert_eq(k.grid[0], 8);
+    cr_assert_eq(k.grid[1], 1);
+    cr_assert_eq(k.block[0], 128);
+    /* A box 32x16 + B box 16x128 floats */
+    cr_assert_eq(k.smem_bytes, (32 * 16 + 16 * 128) * 4);
+    cr_assert_eq(k.smem_bytes, space_gpu_smem_bytes(&f->sp, &s));
+    cr_assert_not_null(strstr(k.source, "float acc[32]"));
+    cr_assert_not_null(strstr(k.source, "float4"), "aligned rows should use float4 copies");
+    cr_assert_not_null(strstr(k.source, "__syncthreads()"));
+    cg_kernel_free(&k);
+    free(f);
+}
+
+Test(cuda_contract, rows_launch)
+{
+    fixture *f = calloc(1, sizeof *f);
+    setup_fixture(f, "{\"op\":\"softmax\",\"shape\":{\"R\":64,\"C\":512}}", "cuda:sm_80");
+    tlm_error err = {0};
+    space_sched s;
+    cr_assert_eq(space_parse(&f->sp, "rows=4 threads=128 unroll=16", &s, &err), 0, "%s",
+                 err.msg);
+    cg_kernel k;
+    cr_assert_eq(cg_generate_cuda(&f->sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(k.grid[0], 16);
+    cr_assert_eq(k.block[0], 128);
+    cr_assert_eq(k.smem_bytes, 4 * 4, "one float per warp");
+    cr_assert_not_null(strstr(k.source, "__shfl_xor_sync"));
+    cg_kernel_free(&k);
+    free(f);
+}

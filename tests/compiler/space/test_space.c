@@ -1,0 +1,551 @@
+/* Tests for compiler/space: for every op family and target, random walks through
+ * space_legal_values never reach an empty legal set and always end in a schedule that
+ * space_check accepts; the default is legal; printing and parsing round-trip; illegal
+ * decision lists are refused naming the slot; counting matches brute force on tiny spaces. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/ir/ir.h"
+#include "compiler/space/space.h"
+#include "compiler/target/target.h"
+#include "proto/workload.h"
+
+TestSuite(space, .timeout = 120);
+
+/* One workload per op family (and per layout / transpose variant), small enough that the
+ * spaces are quick to walk but with composite extents so that tiles have real choices. */
+static const char *const families[] = {
+    "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":32,\"K\":20}}",
+    "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":32,\"K\":20},\"transpose_a\":true}",
+    "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":32,\"K\":20},\"transpose_b\":true}",
+    "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":32,\"K\":20},\"transpose_a\":true,"
+    "\"transpose_b\":true,\"epilogue\":[\"bias_add\",\"gelu\"]}",
+    "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":16,\"N\":12,\"K\":8}}",
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":9,\"W\":9,\"F\":8,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":10,\"W\":10,\"F\":8,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"dilation\":[2,2],\"groups\":2,\"layout\":\"NHWC\"}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":8,\"W\":8,\"KH\":3,\"KW\":3},"
+    "\"pad\":[1,1]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":8,\"W\":8,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"layout\":\"NHWC\"}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":8,\"W\":8,\"KH\":2,\"KW\":2}}",
+    "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":4,\"H\":9,\"W\":9,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"layout\":\"NHWC\"}",
+    "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":2,\"C\":8,\"H\":4,\"W\":4}}",
+    "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":2,\"C\":8,\"H\":4,\"W\":4},\"layout\":"
+    "\"NHWC\"}",
+    "{\"op\":\"softmax\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"layer_norm\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"rms_norm\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"reduce_sum\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"reduce_mean\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"reduce_max\",\"shape\":{\"R\":12,\"C\":32}}",
+    "{\"op\":\"elementwise\",\"shape\":{\"N\":96},\"epilogue\":[\"add\",\"gelu\",\"mul\"]}",
+    "{\"op\":\"transpose\",\"shape\":{\"R\":12,\"C\":20}}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":9,\"W\":9,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"layout\":\"NHWC\"}",
+    "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":8,\"W\":8,\"KH\":2,\"KW\":2}}",
+};
+#define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
+
+static const char *const targets[] = {"cpu", "cpu:avx2", "cuda:sm_80", "cuda:sm_90"};
+#define N_TARGETS ((int)(sizeof targets / sizeof targets[0]))
+
+/* A built space with the subgraph it points into (both on the heap: they are large). */
+typedef struct {
+    ir_subgraph *g;
+    space *sp;
+} built;
+
+static built build(const char *wl, const char *tg)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s: %s: %s", wl,
+                 err.field, err.msg);
+    target t;
+    cr_assert_eq(target_parse(tg, &t, &err), 0, "%s: %s", tg, err.msg);
+    built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
+    cr_assert(b.g && b.sp);
+    cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s: %s", wl, err.msg);
+    cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s on %s: %s: %s", wl, tg, err.field,
+                 err.msg);
+    cr_assert_gt(b.sp->n_slot, 0, "%s on %s: no slots", wl, tg);
+    return b;
+}
+
+static void unbuild(built *b)
+{
+    free(b->g);
+    free(b->sp);
+}
+
+static uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Properties a complete legal schedule must have, checked without space_legal_values. */
+static void check_structure(const space *sp, const space_sched *s, const char *what)
+{
+    const ir_stage *a = &sp->g->stage[sp->g->anchor];
+    if (sp->sketch == SKETCH_CPU_TILE || sp->sketch == SKETCH_GPU_TILE) {
+        int64_t threads = 1;
+        for (int x = 0; x < sp->n_spatial + sp->n_reduce; x++) {
+            int L = x < sp->n_spatial ? sp->s_levels : sp->r_levels;
+            int64_t p = 1;
+            for (int l = 0; l < L; l++) {
+                int64_t f = space_tile(sp, s, x, l);
+                cr_assert_geq(f, 1, "%s: axis %d level %d factor %lld", what, x, l, (long long)f);
+                p *= f;
+            }
+            cr_assert_eq(p, a->extent[x], "%s: tiles of axis %s multiply to %lld, extent %lld",
+                         what, a->axis[x], (long long)p, (long long)a->extent[x]);
+            if (sp->sketch == SKETCH_GPU_TILE && x < sp->n_spatial)
+                threads *= space_tile(sp, s, x, 2);
+        }
+        if (sp->sketch == SKETCH_GPU_TILE) {
+            cr_assert_leq(threads, sp->tgt.gpu.max_threads_per_block, "%s: %lld threads", what,
+                          (long long)threads);
+            if (space_get(sp, s, SLOT_STAGE, 0))
+                cr_assert_leq(space_gpu_smem_bytes(sp, s), sp->tgt.gpu.smem_per_block,
+                              "%s: staged footprint over the shared memory limit", what);
+            if (!space_get(sp, s, SLOT_STAGE, 0))
+                cr_assert_eq(space_get(sp, s, SLOT_VEC_LOAD, 1), 1,
+                             "%s: vector loads without staging", what);
+        }
+    } else {
+        int64_t rows = space_get(sp, s, SLOT_ROWS, 0);
+        cr_assert_gt(rows, 0, "%s", what);
+        cr_assert_eq(sp->rows % rows, 0, "%s: rows=%lld does not divide %lld", what,
+                     (long long)rows, (long long)sp->rows);
+        if (sp->sketch == SKETCH_GPU_ROWS) {
+            int64_t th = space_get(sp, s, SLOT_THREADS, 0);
+            cr_assert(th >= 32 && th <= sp->tgt.gpu.max_threads_per_block && (th & (th - 1)) == 0,
+                      "%s: threads=%lld", what, (long long)th);
+        }
+    }
+}
+
+/* 300 random walks: at every slot the legal set is non-empty, ascending, without
+ * duplicates, and every complete walk passes space_check. */
+static void walk_family(const char *wl, const char *tg)
+{
+    built b = build(wl, tg);
+    const space *sp = b.sp;
+    int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
+    cr_assert_not_null(vals);
+    uint64_t rng = 0x5EED0000ull + (uint64_t)strlen(wl) * 131 + (uint64_t)strlen(tg);
+    char what[256];
+    snprintf(what, sizeof what, "%s on %s", wl, tg);
+    for (int walk = 0; walk < 300; walk++) {
+        space_sched s;
+        memset(&s, 0, sizeof s);
+        s.n = sp->n_slot;
+        for (int i = 0; i < sp->n_slot; i++) {
+            int n = space_legal_values(sp, i, &s, vals);
+            if (n < 1) {
+                char buf[2048];
+                s.n = i;
+                space_print(sp, &s, buf, sizeof buf);
+                cr_assert_fail("%s: dead end at slot %s after [%s] (n=%d)", what, sp->slot[i].name,
+                               buf, n);
+            }
+            cr_assert_leq(n, SPACE_MAX_VALUES);
+            for (int k = 1; k < n; k++)
+                cr_assert_lt(vals[k - 1], vals[k], "%s: slot %s values not ascending", what,
+                             sp->slot[i].name);
+            s.v[i] = vals[xorshift(&rng) % (uint64_t)n];
+        }
+        tlm_error err;
+        tlm_err_clear(&err);
+        char buf[2048];
+        space_print(sp, &s, buf, sizeof buf);
+        cr_assert_eq(space_check(sp, &s, &err), 0, "%s: walk [%s] rejected: %s: %s", what, buf,
+                     err.field, err.msg);
+        check_structure(sp, &s, what);
+    }
+    /* space_sample follows the same rules, and is deterministic in its seed */
+    for (int k = 0; k < 50; k++) {
+        uint64_t r1 = 1000 + (uint64_t)k, r2 = r1;
+        space_sched s1, s2;
+        space_sample(sp, &r1, &s1);
+        space_sample(sp, &r2, &s2);
+        cr_assert_eq(s1.n, sp->n_slot);
+        cr_assert_eq(memcmp(s1.v, s2.v, sizeof(int64_t) * (size_t)s1.n), 0,
+                     "%s: space_sample is not deterministic", what);
+        tlm_error err;
+        tlm_err_clear(&err);
+        cr_assert_eq(space_check(sp, &s1, &err), 0, "%s: sample rejected: %s: %s", what, err.field,
+                     err.msg);
+        check_structure(sp, &s1, what);
+    }
+    free(vals);
+    unbuild(&b);
+}
+
+Test(space, random_walks_never_dead_end_and_always_check)
+{
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (int t = 0; t < N_TARGETS; t++)
+            walk_family(families[f], targets[t]);
+}
+
+static void expect_round_trip(const space *sp, const space_sched *s, const char *what)
+{
+    char text[4096], text2[4096];
+    space_print(sp, s, text, sizeof text);
+    tlm_error err;
+    tlm_err_clear(&err);
+    space_sched p;
+    cr_assert_eq(space_parse(sp, text, &p, &err), 0, "%s: [%s] does not parse: %s: %s", what, text,
+                 err.field, err.msg);
+    cr_assert_eq(p.n, s->n);
+    cr_assert_eq(memcmp(p.v, s->v, sizeof(int64_t) * (size_t)s->n), 0, "%s: [%s] changed", what,
+                 text);
+    space_print(sp, &p, text2, sizeof text2);
+    cr_assert_str_eq(text, text2);
+    /* the bare values in slot order mean the same */
+    size_t len = 0;
+    for (int i = 0; i < s->n; i++)
+        len += (size_t)snprintf(text2 + len, sizeof text2 - len, "%s%lld", i ? " " : "",
+                                (long long)s->v[i]);
+    cr_assert_eq(space_parse(sp, text2, &p, &err), 0, "%s: bare [%s]: %s: %s", what, text2,
+                 err.field, err.msg);
+    cr_assert_eq(memcmp(p.v, s->v, sizeof(int64_t) * (size_t)s->n), 0);
+}
+
+Test(space, default_is_legal_and_print_parse_round_trips)
+{
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (int t = 0; t < N_TARGETS; t++) {
+            built b = build(families[f], targets[t]);
+            char what[256];
+            snprintf(what, sizeof what, "%s on %s", families[f], targets[t]);
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            tlm_err_clear(&err);
+            cr_assert_eq(space_check(b.sp, &s, &err), 0, "%s: default rejected: %s: %s", what,
+                         err.field, err.msg);
+            check_structure(b.sp, &s, what);
+            expect_round_trip(b.sp, &s, what);
+            uint64_t rng = 77 + (uint64_t)f;
+            for (int k = 0; k < 10; k++) {
+                space_sample(b.sp, &rng, &s);
+                expect_round_trip(b.sp, &s, what);
+            }
+            /* the default is a fixed rule, not a draw */
+            space_sched s2;
+            space_default(b.sp, &s);
+            space_default(b.sp, &s2);
+            cr_assert_eq(memcmp(s.v, s2.v, sizeof(int64_t) * (size_t)s.n), 0);
+            unbuild(&b);
+        }
+}
+
+Test(space, sketches_follow_the_family_and_target)
+{
+    static const struct {
+        int family;
+        const char *tg;
+        space_sketch sk;
+    } cases[] = {
+        {0, "cpu", SKETCH_CPU_TILE},         {0, "cuda:sm_90", SKETCH_GPU_TILE},
+        {13, "cpu", SKETCH_CPU_ROWS},        {13, "cuda:sm_80", SKETCH_GPU_ROWS},
+        {11, "cpu", SKETCH_CPU_ROWS}, /* global pool NCHW reduces rows */
+        {20, "cuda:sm_90", SKETCH_GPU_TILE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(families[cases[i].family], cases[i].tg);
+        cr_expect_eq(b.sp->sketch, cases[i].sk, "%s on %s: sketch %s", families[cases[i].family],
+                     cases[i].tg, space_sketch_name(b.sp->sketch));
+        unbuild(&b);
+    }
+    /* dense 24x32x20 on a GPU: 5 spatial levels (4 slots each), 3 reduction levels (2 slots) */
+    built b = build(families[0], "cuda:sm_90");
+    int tiles = 0;
+    for (int i = 0; i < b.sp->n_slot; i++)
+        tiles += b.sp->slot[i].kind == SLOT_TILE;
+    cr_expect_eq(tiles, 2 * 4 + 1 * 2);
+    unbuild(&b);
+    b = build(families[0], "cpu");
+    tiles = 0;
+    for (int i = 0; i < b.sp->n_slot; i++)
+        tiles += b.sp->slot[i].kind == SLOT_TILE;
+    cr_expect_eq(tiles, 2 * 3 + 1 * 1);
+    unbuild(&b);
+}
+
+Test(space, float16_is_refused_naming_dtype)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    const char *wl = "{\"op\":\"dense\",\"shape\":{\"M\":8,\"N\":8,\"K\":8},\"dtype\":\"float16\"}";
+    cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0);
+    ir_subgraph *g = calloc(1, sizeof *g);
+    space *sp = calloc(1, sizeof *sp);
+    cr_assert_eq(ir_subgraph_build(&w, g, &err), 0, "%s", err.msg);
+    target t;
+    cr_assert_eq(target_parse("cpu", &t, &err), 0);
+    cr_expect_eq(space_build(g, &t, sp, &err), TLM_EUNSUPPORTED);
+    cr_expect_str_eq(err.field, "dtype");
+    free(g);
+    free(sp);
+}
+
+/* Replaces slot `name`'s value in the printed form of s by `val` (any text). */
+static void print_with(const space *sp, const space_sched *s, const char *name, const char *val,
+                       char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < sp->n_slot; i++) {
+        bool hit = !strcmp(sp->slot[i].name, name);
+        if (hit)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s=%s", i ? " " : "", name, val);
+        else
+            len += (size_t)snprintf(out + len, cap - len, "%s%s=%lld", i ? " " : "",
+                                    sp->slot[i].name, (long long)s->v[i]);
+    }
+}
+
+static void expect_refused(const space *sp, const char *text, const char *field)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    space_sched p;
+    int rc = space_parse(sp, text, &p, &err);
+    cr_expect_eq(rc, TLM_EINVAL, "[%s] accepted (rc %d)", text, rc);
+    cr_expect_str_eq(err.field, field, "[%s]: field %s (%s)", text, err.field, err.msg);
+    cr_expect_gt(strlen(err.msg), 0);
+}
+
+Test(space, illegal_decisions_are_refused_naming_the_slot)
+{
+    /* dense 24x32x20 on cpu: vectorize comes first, then tile.i.3 */
+    built b = build(families[0], "cpu");
+    const space *sp = b.sp;
+    space_sched s;
+    space_default(sp, &s);
+    cr_assert_str_eq(sp->slot[0].name, "vectorize");
+    cr_assert_str_eq(sp->slot[1].name, "tile.i.3");
+    char text[4096];
+
+    print_with(sp, &s, "tile.i.3", "5", text, sizeof text); /* 5 does not divide 24 */
+    expect_refused(sp, text, "tile.i.3");
+    print_with(sp, &s, "tile.i.3", "0", text, sizeof text);
+    expect_refused(sp, text, "tile.i.3");
+    print_with(sp, &s, "tile.i.3", "-4", text, sizeof text);
+    expect_refused(sp, text, "tile.i.3");
+    print_with(sp, &s, "tile.k.1", "3", text, sizeof text); /* 3 does not divide 20 */
+    expect_refused(sp, text, "tile.k.1");
+    print_with(sp, &s, "unroll", "7", text, sizeof text);
+    expect_refused(sp, text, "unroll");
+    print_with(sp, &s, "unroll", "1024", text, sizeof text); /* a GPU value, not a CPU one */
+    expect_refused(sp, text, "unroll");
+    print_with(sp, &s, "parallel", "3", text, sizeof text);
+    expect_refused(sp, text, "parallel");
+    print_with(sp, &s, "vectorize", "2", text, sizeof text);
+    expect_refused(sp, text, "vectorize");
+    print_with(sp, &s, "unroll", "abc", text, sizeof text);
+    expect_refused(sp, text, "unroll");
+    print_with(sp, &s, "unroll", "16x", text, sizeof text);
+    expect_refused(sp, text, "unroll");
+    print_with(sp, &s, "unroll", "1.5", text, sizeof text);
+    expect_refused(sp, text, "unroll");
+    print_with(sp, &s, "unroll", "", text, sizeof text);
+    expect_refused(sp, text, "unroll");
+
+    /* unknown slot name */
+    space_print(sp, &s, text, sizeof text);
+    strcat(text, " bogus=1");
+    expect_refused(sp, text, "bogus");
+    /* a GPU slot on a CPU sketch is unknown too */
+    space_print(sp, &s, text, sizeof text);
+    strcat(text, " stage=1");
+    expect_refused(sp, text, "stage");
+    /* duplicated slot */
+    space_print(sp, &s, text, sizeof text);
+    char extra[64];
+    snprintf(extra, sizeof extra, " tile.i.3=%lld", (long long)s.v[0]);
+    strcat(text, extra);
+    expect_refused(sp, text, "tile.i.3");
+    /* wrong counts: one value short names the missing slot, one too many names the list */
+    size_t len = 0;
+    for (int i = 0; i < sp->n_slot - 1; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%lld ", (long long)s.v[i]);
+    expect_refused(sp, text, sp->slot[sp->n_slot - 1].name);
+    len = 0;
+    for (int i = 0; i < sp->n_slot; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%lld ", (long long)s.v[i]);
+    snprintf(text + len, sizeof text - len, "1");
+    expect_refused(sp, text, "schedule");
+    expect_refused(sp, "", sp->slot[0].name);
+
+    /* space_check on a struct with the wrong count */
+    tlm_error err;
+    tlm_err_clear(&err);
+    space_sched short_s = s;
+    short_s.n = s.n - 1;
+    cr_expect_eq(space_check(sp, &short_s, &err), TLM_EINVAL);
+    cr_expect_str_eq(err.field, "schedule");
+    /* a legal value for the slot in isolation can still be illegal given earlier choices:
+     * the accumulator block caps tile.i.2 once tile.i.3 and tile.j.* are large */
+    unbuild(&b);
+
+    /* GPU: a thread count above the block limit names the thread-level tile */
+    b = build("{\"op\":\"dense\",\"shape\":{\"M\":2048,\"N\":2048,\"K\":64}}", "cuda:sm_90");
+    sp = b.sp;
+    space_sched g;
+    memset(&g, 0, sizeof g);
+    g.n = sp->n_slot;
+    for (int i = 0; i < sp->n_slot; i++) {
+        int64_t vals[SPACE_MAX_VALUES];
+        int n = space_legal_values(sp, i, &g, vals);
+        cr_assert_geq(n, 1);
+        g.v[i] = vals[0];
+        if (sp->slot[i].kind == SLOT_TILE && sp->slot[i].level == 2) g.v[i] = 64;
+    }
+    /* 64 x 64 = 4096 threads per block */
+    tlm_err_clear(&err);
+    cr_expect_eq(space_check(sp, &g, &err), TLM_EINVAL);
+    cr_expect(strstr(err.field, "tile.") == err.field && strstr(err.field, ".2") != NULL,
+              "field %s", err.field);
+    unbuild(&b);
+}
+
+/* Candidate values of a slot, a superset of anything legal (plus some illegal ones). */
+static int superset(const space *sp, int slot, int64_t *out)
+{
+    const space_slot *sl = &sp->slot[slot];
+    int n = 0;
+    switch (sl->kind) {
+    case SLOT_TILE: {
+        int64_t e = sp->g->stage[sp->g->anchor].extent[sl->axis];
+        for (int64_t v = 1; v <= e; v++)
+            out[n++] = v; /* non-divisors included */
+        break;
+    }
+    case SLOT_ROWS:
+        for (int64_t v = 1; v <= sp->rows; v++)
+            out[n++] = v;
+        break;
+    case SLOT_THREADS:
+        for (int64_t v = 16; v <= 2048; v *= 2)
+            out[n++] = v;
+        break;
+    case SLOT_UNROLL: {
+        static const int64_t u[] = {0, 16, 64, 512, 1024};
+        for (int i = 0; i < 5; i++)
+            out[n++] = u[i];
+        break;
+    }
+    case SLOT_VEC_LOAD:
+        for (int64_t v = 0; v <= 4; v++)
+            out[n++] = v;
+        break;
+    default: /* flags and small choices: their legal values and one illegal value */
+        for (int64_t v = 0; v <= 2; v++)
+            out[n++] = v;
+        break;
+    }
+    return n;
+}
+
+/* Counts complete schedules space_check accepts, trying every superset combination: an
+ * enumeration that does not rely on space_legal_values' promise of no dead ends. To stay
+ * fast it uses only the contract that the legality of slot i depends on slots [0, i]: when
+ * space_check blames slot j, every combination sharing the first j+1 values is skipped. */
+static double brute_count(const space *sp)
+{
+    int64_t cand[SPACE_MAX_SLOTS][64];
+    int nc[SPACE_MAX_SLOTS], idx[SPACE_MAX_SLOTS] = {0};
+    for (int i = 0; i < sp->n_slot; i++) {
+        nc[i] = superset(sp, i, cand[i]);
+        cr_assert_leq(nc[i], 64);
+    }
+    double count = 0;
+    space_sched s;
+    memset(&s, 0, sizeof s);
+    s.n = sp->n_slot;
+    for (;;) {
+        for (int i = 0; i < sp->n_slot; i++)
+            s.v[i] = cand[i][idx[i]];
+        tlm_error err;
+        tlm_err_clear(&err);
+        int bad = sp->n_slot - 1;
+        if (space_check(sp, &s, &err) == 0) {
+            count++;
+        } else {
+            bad = -1;
+            for (int i = 0; i < sp->n_slot; i++)
+                if (!strcmp(sp->slot[i].name, err.field)) bad = i;
+            cr_assert_geq(bad, 0, "space_check blamed \"%s\", not a slot", err.field);
+        }
+        int i = bad;
+        for (int k = i + 1; k < sp->n_slot; k++)
+            idx[k] = 0;
+        while (i >= 0 && ++idx[i] == nc[i])
+            idx[i--] = 0;
+        if (i < 0) break;
+    }
+    return count;
+}
+
+Test(space, exact_count_matches_brute_force_on_tiny_spaces)
+{
+    static const struct {
+        const char *wl, *tg;
+    } cases[] = {
+        {"{\"op\":\"dense\",\"shape\":{\"M\":4,\"N\":4,\"K\":4}}", "cpu"},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":6,\"N\":8,\"K\":4}}", "cuda:sm_90"},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":4,\"C\":6}}", "cpu:avx2"},
+        {"{\"op\":\"softmax\",\"shape\":{\"R\":6,\"C\":8}}", "cpu"},
+        {"{\"op\":\"reduce_max\",\"shape\":{\"R\":12,\"C\":8}}", "cuda:sm_80"},
+        {"{\"op\":\"elementwise\",\"shape\":{\"N\":6},\"epilogue\":[\"relu\"]}", "cuda:sm_90"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        int exact = 0;
+        double l = space_log10_size(b.sp, &exact);
+        double brute = brute_count(b.sp);
+        cr_expect_eq(exact, 1, "%s: small space not counted exactly", cases[i].wl);
+        cr_expect_gt(brute, 1);
+        cr_expect(fabs(pow(10.0, l) - brute) < 0.5, "%s on %s: counted 10^%.6f = %.1f, brute %.0f",
+                  cases[i].wl, cases[i].tg, l, pow(10.0, l), brute);
+        unbuild(&b);
+    }
+}
+
+Test(space, log10_size_is_finite_and_positive)
+{
+    /* one target per family, in turn: counting is the slow part of this file */
+    for (int f = 0; f < N_FAMILIES; f++)
+        for (int t = f % N_TARGETS; t == f % N_TARGETS; t++) {
+            built b = build(families[f], targets[t]);
+            int exact = -1;
+            double l = space_log10_size(b.sp, &exact);
+            cr_expect(isfinite(l) && l > 0, "%s on %s: log10 size %g", families[f], targets[t], l);
+            cr_expect(exact == 0 || exact == 1);
+            unbuild(&b);
+        }
+    /* a large space is estimated, and the estimate is large */
+    built b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":8,\"C\":256,\"H\":56,\"W\":56,\"F\":256,"
+                    "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+                    "cuda:sm_90");
+    int exact = -1;
+    double l = space_log10_size(b.sp, &exact);
+    cr_expect_eq(exact, 0);
+    cr_expect(isfinite(l) && l > 8, "conv log10 size %g", l);
+    unbuild(&b);
+}

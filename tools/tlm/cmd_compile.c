@@ -1,0 +1,489 @@
+/* cmd_compile.c — `tlm compile --workload W --target T [--schedule S] [--measure] [-o DIR]`:
+ * one workload to one kernel on disk, without a server.
+ *
+ * Writes into DIR (default ./tlm-out, created if missing):
+ *   kernel.c + kernel.so       CPU targets (cc with the target's -march flags and -O3)
+ *   kernel.cu + kernel.cubin   CUDA targets (NVRTC for the target's sm, then the cubin's
+ *                              registers and shared memory are checked against its limits)
+ *   meta.json                  target (descriptor with its hash), workload (canonical object),
+ *                              workload_hash, sketch, schedule (printed), entry, format,
+ *                              launch, source, binary, binary_sha256, binary_size, flops,
+ *                              bytes, toolchain (identity), compile_flags; CUDA: resources
+ *                              (ptxas figures); with --measure: status, median_s, min_s,
+ *                              gflops, rel_err, n_samples, seed, detail
+ * and prints a short JSON summary on stdout: {dir, source, binary, meta, workload_hash,
+ * schedule, binary_sha256, status ("compiled" or the measurement's status)}.
+ * Files of the other target kind left in DIR by an earlier run are removed, and so are the
+ * binary and meta.json before compiling, so DIR always describes one kernel (after a failed
+ * compile: the source alone, for inspection).
+ *
+ * Schedules: "default" (space_default), "random:SEED" (the first sample of `tlm space --seed
+ * SEED`), or a decision list in space_print's form ("tile.i.3=4 ... vectorize=1") or as bare
+ * values in slot order. "tlm": the model's greedy schedule (tlm_select_generate) with the
+ * weights of --weights (default model_weights/tlm.bin).
+ *
+ * Exit status: 2 for bad input (workload, target, an illegal decision: the message names the
+ * slot; --measure where it cannot run), 1 when the work fails (code generation, the compiler,
+ * the device limits, writing DIR, or a measured kernel that is not "ok"). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "compiler/codegen/codegen.h"
+#include "compiler/measure/measure.h"
+#include "compiler/space/space.h"
+#include "compiler/target/target.h"
+#include "compiler/toolchain/toolchain.h"
+#include "compiler/tlm/select.h"
+#include "tools/tlm/cli.h"
+
+#define SCHED_TEXT_MAX 4096
+
+static const char compile_usage[] =
+    "usage: tlm compile --workload W --target T [--schedule S] [--measure] [-o DIR]\n"
+    "  W is inline JSON, @FILE or @- (stdin); T a target (cpu, cpu:avx2, cuda:sm_90, ...)\n"
+    "  S is one of\n"
+    "    default        the rule-of-thumb schedule (the default)\n"
+    "    random:SEED    the first schedule `tlm space --seed SEED --sample 1` prints\n"
+    "    DECISIONS      \"tile.i.3=4 tile.j.3=16 ... vectorize=1\" as `tlm space` prints it,\n"
+    "                   or the bare values in slot order\n"
+    "    tlm            the TLM's greedy schedule (weights: --weights F, default\n"
+    "                   model_weights/tlm.bin)\n"
+    "  --measure runs the kernel against the reference interpreter and times it (CPU targets\n"
+    "  this machine can run). Writes DIR/kernel.c|.cu, DIR/kernel.so|.cubin, DIR/meta.json\n"
+    "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n";
+
+/* ---- small file helpers ---- */
+
+static int mkdir_p(const char *dir, tlm_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return tlm_err_set(err, TLM_EINVAL, "-o", "the directory name is too long");
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(path, 0777) && errno != EEXIST)
+            return tlm_err_set(err, TLM_EIO, "-o", "cannot create \"%s\": %s", path,
+                               strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return tlm_err_set(err, TLM_EIO, "-o", "\"%s\" is not a directory", dir);
+    return 0;
+}
+
+/* Writes through a temporary name and renames, so a reader never sees half a file. */
+static int write_file(const char *path, const void *data, size_t len, tlm_error *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", tmp, strerror(errno));
+    bool ok = fwrite(data, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", path, strerror(e));
+    }
+    return 0;
+}
+
+static uint8_t *read_binary(const char *path, size_t *len, tlm_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tlm_err_set(err, TLM_EIO, "", "cannot read \"%s\": %s", path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        tlm_err_set(err, TLM_EIO, "", "cannot read \"%s\"", path);
+    else
+        *len = (size_t)n;
+    return buf;
+}
+
+static void sha256_hex(const void *data, size_t len, char hex[65])
+{
+    unsigned char md[32];
+    unsigned int n = 0;
+    hex[0] = 0;
+    if (!EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) || n != 32) return;
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* ---- the command ---- */
+
+typedef struct {
+    const char *wl, *tg, *sched, *dir, *weights;
+    bool measure;
+} compile_args;
+
+/* Everything a run owns, freed in one place. */
+typedef struct {
+    ir_subgraph *g;
+    space *sp;
+    cg_kernel k;
+    tc_cubin cubin;
+    uint8_t *bin;
+    json_t *meta;
+} compile_state;
+
+static void state_free(compile_state *st)
+{
+    free(st->g);
+    free(st->sp);
+    cg_kernel_free(&st->k);
+    tc_cubin_free(&st->cubin);
+    free(st->bin);
+    json_decref(st->meta);
+}
+
+/* A failure of the work (not of the input): the message, then exit 1. */
+static int work_failed(const tlm_error *err)
+{
+    cli_report(err);
+    return CLI_FAIL;
+}
+
+/* The model's greedy schedule (deterministic for given weights). */
+static int tlm_schedule(const space *sp, const char *weights, space_sched *s, tlm_error *err)
+{
+    uint8_t vh[32];
+    lang_vocab_hash(vh);
+    tlm_model *m = NULL;
+    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh,
+                            &m, err);
+    if (rc) {
+        /* a missing or mismatched weight file is the user's input */
+        err->code = TLM_EINVAL;
+        if (!err->field[0]) snprintf(err->field, sizeof err->field, "--weights");
+        return TLM_EINVAL;
+    }
+    tlm_candidate *c = malloc(sizeof *c);
+    int n = 0;
+    rc = c ? tlm_select_generate(m, sp, 1, c, &n, err) : TLM_ENOMEM;
+    if (rc == 0 && n == 1) *s = c->sched;
+    else if (rc == 0) rc = tlm_err_set(err, TLM_ERUNTIME, "", "the model produced no schedule");
+    free(c);
+    tlm_model_free(m);
+    return rc;
+}
+
+static const char *g_weights;
+
+static int choose_schedule(const space *sp, const char *text, space_sched *s, tlm_error *err)
+{
+    if (!strcmp(text, "default")) {
+        space_default(sp, s);
+        return space_check(sp, s, err);
+    }
+    if (!strncmp(text, "random:", 7)) {
+        uint64_t seed;
+        int rc = cli_parse_u64("--schedule", text + 7, UINT64_MAX, &seed, err);
+        if (rc) return rc;
+        uint64_t rng = cli_seed_state(seed);
+        space_sample(sp, &rng, s);
+        return space_check(sp, s, err);
+    }
+    if (!strcmp(text, "tlm")) return tlm_schedule(sp, g_weights, s, err);
+    return space_parse(sp, text, s, err);
+}
+
+static int compile_cpu(const target *t, compile_state *st, const char *so_path, json_t *meta,
+                       tlm_error *err)
+{
+    char flags[256];
+    snprintf(flags, sizeof flags, "%s -O3", target_cc_flags(t));
+    char *log = NULL;
+    int rc = tc_cc_compile(st->k.source, flags, so_path, &log, err);
+    free(log);
+    if (rc) return rc;
+    json_object_set_new(meta, "toolchain", json_string(tc_cc_identity()));
+    json_object_set_new(meta, "compile_flags", json_string(flags));
+    json_object_set_new(meta, "entry", json_string(st->k.entry));
+    json_object_set_new(meta, "format", json_string("elf-so"));
+    return 0;
+}
+
+static int compile_cuda(const target *t, compile_state *st, const char *cubin_path, json_t *meta,
+                        tlm_error *err)
+{
+    int rc = tc_nvrtc_compile(st->k.source, st->k.entry, target_sm(t), &st->cubin, err);
+    if (rc) return rc;
+    const target_gpu_info *gi = &t->gpu;
+    int threads = st->k.block[0] * st->k.block[1] * st->k.block[2];
+    /* Static shared memory comes on top of the dynamic part the launch asks for; the runner
+     * opts in above 48 KiB, so the per-block ceiling is the opt-in limit. */
+    int smem_left = gi->smem_per_block_optin - st->k.smem_bytes;
+    if (smem_left <= 0 && (smem_left < 0 || st->cubin.smem_bytes > 0))
+        return tlm_err_set(err, TLM_ELIMIT, "smem",
+                           "the kernel needs %d bytes of dynamic shared memory (+%d static); "
+                           "%s allows %d per block",
+                           st->k.smem_bytes, st->cubin.smem_bytes, t->name,
+                           gi->smem_per_block_optin);
+    if (smem_left > 0) {
+        rc = tc_cubin_check_limits(&st->cubin, gi->max_regs_per_thread, threads, gi->regs_per_sm,
+                                   smem_left, err);
+        if (rc) return rc;
+    }
+    rc = write_file(cubin_path, st->cubin.data, st->cubin.size, err);
+    if (rc) return rc;
+    char fl[48];
+    snprintf(fl, sizeof fl, "--gpu-architecture=sm_%d", st->cubin.sm);
+    json_object_set_new(meta, "toolchain", json_string(tc_nvrtc_identity()));
+    json_object_set_new(meta, "compile_flags", json_string(fl));
+    json_object_set_new(meta, "entry", json_string(st->cubin.entry));
+    json_object_set_new(meta, "format", json_string("cubin"));
+    json_object_set_new(meta, "resources",
+                        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "registers", st->cubin.regs,
+                                  "smem_static", st->cubin.smem_bytes, "smem_dynamic",
+                                  st->k.smem_bytes, "spill_stores", st->cubin.spill_stores,
+                                  "spill_loads", st->cubin.spill_loads, "stack",
+                                  st->cubin.stack_bytes));
+    return 0;
+}
+
+static int measure_into(const compile_state *st, const char *so_path, json_t *meta,
+                        measure_result *res, tlm_error *err)
+{
+    measure_opts o;
+    measure_opts_init(&o);
+    int rc = measure_cpu(st->g, so_path, st->k.entry, &o, res, err);
+    if (rc) return rc;
+    json_object_set_new(meta, "status", json_string(measure_status_name(res->status)));
+    json_object_set_new(meta, "median_s", real_or_null(res->median_s));
+    json_object_set_new(meta, "min_s", real_or_null(res->min_s));
+    json_object_set_new(meta, "gflops", real_or_null(res->gflops));
+    json_object_set_new(meta, "rel_err", real_or_null(res->rel_err));
+    json_object_set_new(meta, "n_samples", json_integer(res->n_samples));
+    json_object_set_new(meta, "seed", json_integer((json_int_t)(res->seed & INT64_MAX)));
+    json_object_set_new(meta, "detail", json_string(res->detail));
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, compile_args *a)
+{
+    static const struct option opts[] = {
+        {"workload", required_argument, NULL, 'w'}, {"target", required_argument, NULL, 't'},
+        {"schedule", required_argument, NULL, 's'}, {"weights", required_argument, NULL, 'W'},
+        {"measure", no_argument, NULL, 'm'},        {"out", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->sched = "default";
+    a->dir = "tlm-out";
+    opterr = 0;
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":w:t:s:mo:h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'w':
+            a->wl = optarg;
+            break;
+        case 't':
+            a->tg = optarg;
+            break;
+        case 's':
+            a->sched = optarg;
+            break;
+        case 'W':
+            a->weights = optarg;
+            break;
+        case 'm':
+            a->measure = true;
+            break;
+        case 'o':
+            a->dir = optarg;
+            break;
+        case 'h':
+            fputs(compile_usage, stdout);
+            return -1;
+        case ':':
+            return cli_usage_error("compile: %s needs a value", argv[optind - 1]);
+        default:
+            return cli_usage_error("compile: unknown option %s (see tlm compile --help)",
+                                   argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("compile: unexpected argument \"%s\" (see tlm compile --help)",
+                               argv[optind]);
+    if (!a->wl) return cli_usage_error("compile: --workload is required (see tlm compile --help)");
+    if (!a->tg) return cli_usage_error("compile: --target is required (see tlm compile --help)");
+    if (!a->dir[0]) return cli_usage_error("compile: -o needs a directory name");
+    if (a->weights && strcmp(a->sched, "tlm"))
+        return cli_usage_error("compile: --weights is only used with --schedule tlm");
+    return 0;
+}
+
+static int run_compile(int argc, char **argv)
+{
+    compile_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc < 0 ? CLI_OK : prc;
+
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    if (cli_load_workload("--workload", a.wl, &w, &err)) return cli_report(&err);
+    target t;
+    if (target_parse(a.tg, &t, &err)) return cli_report(&err);
+    bool cuda = t.kind == TARGET_CUDA;
+    if (a.measure && cuda)
+        return cli_usage_error("--measure: tlm compile measures CPU kernels only; %s kernels are "
+                               "compiled and checked against the device limits, not run",
+                               t.name);
+    if (a.measure && !target_host_can_run(&t))
+        return cli_usage_error("--measure: this machine's CPU cannot run %s kernels", t.name);
+
+    compile_state st;
+    memset(&st, 0, sizeof st);
+    st.g = calloc(1, sizeof *st.g);
+    st.sp = calloc(1, sizeof *st.sp);
+    int rc = CLI_OK;
+    space_sched s;
+    char sched_text[SCHED_TEXT_MAX], whex[IR_HASH_HEX], canon[1024];
+    char src_path[4200], bin_path[4200], meta_path[4200];
+    const char *src_name = cuda ? "kernel.cu" : "kernel.c";
+    const char *bin_name = cuda ? "kernel.cubin" : "kernel.so";
+    measure_result mres;
+    memset(&mres, 0, sizeof mres);
+
+    if (!st.g || !st.sp) {
+        tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+        rc = work_failed(&err);
+        goto done;
+    }
+    if (ir_subgraph_build(&w, st.g, &err) || space_build(st.g, &t, st.sp, &err) ||
+        (g_weights = a.weights, choose_schedule(st.sp, a.sched, &s, &err))) {
+        rc = cli_report(&err);
+        goto done;
+    }
+    space_print(st.sp, &s, sched_text, sizeof sched_text);
+    int cn = ir_workload_canonical(&w, canon, sizeof canon);
+    if (cn < 0 || ir_workload_hash_hex(&w, whex)) {
+        tlm_err_set(&err, TLM_ENOMEM, "", "cannot form the canonical workload");
+        rc = work_failed(&err);
+        goto done;
+    }
+    snprintf(src_path, sizeof src_path, "%s/%s", a.dir, src_name);
+    snprintf(bin_path, sizeof bin_path, "%s/%s", a.dir, bin_name);
+    snprintf(meta_path, sizeof meta_path, "%s/meta.json", a.dir);
+    if (mkdir_p(a.dir, &err) || cg_generate(st.sp, &s, NULL, &st.k, &err) ||
+        write_file(src_path, st.k.source, strlen(st.k.source), &err)) {
+        rc = work_failed(&err);
+        goto done;
+    }
+    {
+        /* DIR describes one kernel: drop the other kind's files from an earlier run, and
+         * this kind's binary and meta.json, so that a failure below leaves no binary that
+         * does not belong to kernel.c / kernel.cu. */
+        char stale[4200];
+        snprintf(stale, sizeof stale, "%s/%s", a.dir, cuda ? "kernel.c" : "kernel.cu");
+        unlink(stale);
+        snprintf(stale, sizeof stale, "%s/%s", a.dir, cuda ? "kernel.so" : "kernel.cubin");
+        unlink(stale);
+        unlink(bin_path);
+        unlink(meta_path);
+    }
+
+    json_t *canon_obj = json_loadb(canon, (size_t)cn, 0, NULL);
+    char launch[256];
+    cg_launch_json(&st.k, launch, sizeof launch);
+    json_t *launch_obj = json_loads(launch, 0, NULL);
+    st.meta = json_pack(
+        "{s:o*, s:o*, s:s, s:s, s:s, s:o*, s:s, s:s, s:I, s:I}", "target", target_to_json(&t),
+        "workload", canon_obj, "workload_hash", whex, "sketch", space_sketch_name(st.sp->sketch),
+        "schedule", sched_text, "launch", launch_obj, "source", src_name, "binary", bin_name,
+        "flops", (json_int_t)ir_subgraph_flops(st.g), "bytes", (json_int_t)ir_subgraph_bytes(st.g));
+    if (!st.meta || !canon_obj || !launch_obj) {
+        tlm_err_set(&err, TLM_ENOMEM, "", "cannot build meta.json");
+        rc = work_failed(&err);
+        goto done;
+    }
+    if (cuda ? compile_cuda(&t, &st, bin_path, st.meta, &err)
+             : compile_cpu(&t, &st, bin_path, st.meta, &err)) {
+        rc = work_failed(&err);
+        goto done;
+    }
+    size_t blen = 0;
+    st.bin = read_binary(bin_path, &blen, &err);
+    if (!st.bin) {
+        rc = work_failed(&err);
+        goto done;
+    }
+    char bhex[65];
+    sha256_hex(st.bin, blen, bhex);
+    json_object_set_new(st.meta, "binary_sha256", json_string(bhex));
+    json_object_set_new(st.meta, "binary_size", json_integer((json_int_t)blen));
+    if (a.measure && measure_into(&st, bin_path, st.meta, &mres, &err)) {
+        rc = work_failed(&err);
+        goto done;
+    }
+    char *meta_text = json_dumps(st.meta, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!meta_text) {
+        tlm_err_set(&err, TLM_ENOMEM, "", "cannot serialise meta.json");
+        rc = work_failed(&err);
+        goto done;
+    }
+    size_t ml = strlen(meta_text);
+    char *with_nl = realloc(meta_text, ml + 2);
+    if (with_nl) {
+        meta_text = with_nl;
+        meta_text[ml++] = '\n';
+        meta_text[ml] = 0;
+    }
+    int wrc = write_file(meta_path, meta_text, ml, &err);
+    free(meta_text);
+    if (wrc) {
+        rc = work_failed(&err);
+        goto done;
+    }
+
+    const char *status = a.measure ? measure_status_name(mres.status) : "compiled";
+    json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "dir", a.dir, "source",
+                            src_path, "binary", bin_path, "meta", meta_path, "workload_hash", whex,
+                            "schedule", sched_text, "binary_sha256", bhex, "status", status);
+    rc = sum ? cli_print_json(sum) : CLI_FAIL;
+    json_decref(sum);
+    if (rc == CLI_OK && a.measure && mres.status != MEASURE_OK) {
+        tlm_err_set(&err, TLM_ERUNTIME, "measure", "the kernel's status is %s: %s", status,
+                    mres.detail);
+        rc = work_failed(&err);
+    }
+done:
+    state_free(&st);
+    return rc;
+}
+
+const cli_cmd cli_cmd_compile = {
+    "compile", "compile one workload for a target into DIR (kernel, binary, meta.json)",
+    run_compile};
