@@ -178,7 +178,8 @@ void cg_emit_scalar(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
             cg_emit_scalar(b, g, s, e->b, nm);
             cg_printf(b, ")");
         } else {
-            cg_printf(b, "%s(", e->op == IR_B_MAX ? "fmaxf" : "fminf");
+            if (nm->cuda) cg_printf(b, "%s(", e->op == IR_B_MAX ? "fmaxf" : "fminf");
+            else cg_printf(b, "%s(", e->op == IR_B_MAX ? "tlm_max" : "tlm_min");
             cg_emit_scalar(b, g, s, e->a, nm);
             cg_printf(b, ", ");
             cg_emit_scalar(b, g, s, e->b, nm);

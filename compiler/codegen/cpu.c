@@ -48,6 +48,10 @@ static const char *c_prelude =
     "              + t * (-1.453152027f + t * 1.061405429f)))) * tlm_expf(-a * a);\n"
     "    return x < 0.0f ? -y : y;\n"
     "}\n"
+    "/* max/min as compares, not fmaxf (a libm call without -ffinite-math-only); a NaN\n"
+    " * in the second operand propagates, as in the reference interpreter */\n"
+    "static inline float tlm_max(float a, float b) { return a > b ? a : b; }\n"
+    "static inline float tlm_min(float a, float b) { return a < b ? a : b; }\n"
     "static inline float tlm_relu(float x) { return x > 0.0f ? x : 0.0f; }\n"
     "static inline float tlm_relu6(float x) { return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x); }\n"
     "static inline float tlm_gelu(float x) { return 0.5f * x * (1.0f + tlm_erff(x * 0.70710678118654752f)); }\n"
@@ -527,7 +531,7 @@ static int gen_tile(cgc *c, const char *entry)
                 cg_names nm;
                 point_names(c, o, 0, &nm);
                 if (a->reduce == IR_RED_MAX) {
-                    cg_printf(b, "%*sr%lld = fmaxf(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                    cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
                     cg_emit_scalar(b, c->g, a, a->body, &nm);
                     cg_printf(b, ");\n");
                 } else {
@@ -628,7 +632,7 @@ static int gen_rows(cgc *c, const char *entry)
                 loop(b, ind++, st->axis[i], st->extent[i]);
             }
             if (st->reduce == IR_RED_MAX) {
-                cg_printf(b, "%*s%s = fmaxf(%s, ", ind * 4, "", svar[si], svar[si]);
+                cg_printf(b, "%*s%s = tlm_max(%s, ", ind * 4, "", svar[si], svar[si]);
                 cg_emit_scalar(b, g, st, st->body, &nm);
                 cg_printf(b, ");\n");
             } else {
@@ -748,7 +752,7 @@ int cg_generate_naive_c(const ir_subgraph *g, const char *entry, cg_kernel *out,
         for (int i = st->n_spatial; i < st->n_spatial + st->n_reduce; i++)
             loop(b, ind++, st->axis[i], st->extent[i]);
         cg_printf(b, "%*s", ind * 4, "");
-        if (st->reduce == IR_RED_MAX) cg_printf(b, "acc = fmaxf(acc, ");
+        if (st->reduce == IR_RED_MAX) cg_printf(b, "acc = tlm_max(acc, ");
         else if (st->reduce == IR_RED_SUM) cg_printf(b, "acc += (");
         else cg_printf(b, "acc = (");
         cg_emit_scalar(b, g, st, st->body, &sn);

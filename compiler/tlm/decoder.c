@@ -12,8 +12,12 @@
  * computed in double), then parent beam index, then token id. Because tlm_forward_batch
  * makes each row's logits independent of the batch, the tokens a request gets do not
  * depend on what else was decoded with it.
+ *
+ * With a device (tlm_decoder_set_device) the caches are made there and the forward pass runs
+ * there; caches are freed with tlm_kv_free_dev, which frees either kind.
  */
 #include "compiler/tlm/tlm.h"
+#include "compiler/tlm/tlm_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -59,6 +63,7 @@ typedef struct req {
 
 struct tlm_decoder {
     const tlm_model *m;
+    tlm_device *dev; /* NULL: the CPU path (d->ws) */
     int max_slots, words, n_active;
     req *slots;
     uint64_t *full_mask; /* all V tokens, for requests without a mask callback */
@@ -96,12 +101,12 @@ int tlm_decoder_new(const tlm_model *m, int max_slots, tlm_decoder **out, tlm_er
 static void req_free_kvs(req *q)
 {
     for (int i = 0; i < q->n_cur; i++) {
-        tlm_kv_free(q->cur[i].kv);
+        tlm_kv_free_dev(q->cur[i].kv);
         q->cur[i].kv = NULL;
     }
     q->n_cur = 0;
     for (int i = 0; i < q->n_pool; i++)
-        tlm_kv_free(q->kv_pool[i]);
+        tlm_kv_free_dev(q->kv_pool[i]);
     q->n_pool = 0;
 }
 
@@ -198,7 +203,7 @@ static int get_kv(const tlm_decoder *d, req *q, tlm_kv **out)
         tlm_kv_reset(*out);
         return 0;
     }
-    return tlm_kv_new(d->m, q->cap, out, &q->err);
+    return tlm_kv_new_dev(d->dev, d->m, q->cap, out, &q->err);
 }
 
 /* Records a finished beam, keeping fin sorted best first (equal scores: earlier first) and
@@ -364,7 +369,7 @@ static void free_all_kvs(req *q, int n_new)
         int seen = all[i] == NULL;
         for (int j = 0; j < i && !seen; j++)
             seen = all[j] == all[i];
-        if (!seen) tlm_kv_free(all[i]);
+        if (!seen) tlm_kv_free_dev(all[i]);
     }
     for (int i = 0; i < q->n_cur; i++)
         q->cur[i].kv = NULL;
@@ -426,7 +431,7 @@ static void advance(tlm_decoder *d, req *q, const float *logits)
     for (int j = 0; j < n_new; j++) {
         beam *b = &q->nxt[j];
         if (b->kv) continue;
-        if (get_kv(d, q, &b->kv) != 0 || tlm_kv_copy(b->kv, q->cur[b->parent].kv, &q->err)) {
+        if (get_kv(d, q, &b->kv) != 0 || tlm_kv_copy_dev(b->kv, q->cur[b->parent].kv, &q->err)) {
             free_all_kvs(q, n_new);
             req_finish(d, q, TLM_SLOT_FAILED);
             return;
@@ -436,6 +441,17 @@ static void advance(tlm_decoder *d, req *q, const float *logits)
     q->cur = q->nxt;
     q->nxt = t;
     q->n_cur = n_new;
+}
+
+int tlm_decoder_set_device(tlm_decoder *d, tlm_device *dev, tlm_error *err)
+{
+    if (!d) return tlm_err_set(err, TLM_EINVAL, "decoder", "no decoder given");
+    if (d->n_active > 0)
+        return tlm_err_set(err, TLM_EINVAL, "device",
+                           "%d requests are active; their KV caches live on the current device",
+                           d->n_active);
+    d->dev = tlm_device_kind(dev) == TLM_DEVICE_CUDA ? dev : NULL;
+    return 0;
 }
 
 int tlm_decoder_step(tlm_decoder *d, tlm_error *err)
@@ -469,7 +485,8 @@ int tlm_decoder_step(tlm_decoder *d, tlm_error *err)
         }
     }
     tlm_error e = {0};
-    int rc = tlm_forward_batch(d->m, d->ws, d->seqs, n, &e);
+    int rc = d->dev ? tlm_forward_batch_dev(d->dev, d->m, d->seqs, n, &e)
+                    : tlm_forward_batch(d->m, d->ws, d->seqs, n, &e);
     if (rc) {
         for (int s = 0; s < d->max_slots; s++)
             if (d->slots[s].state == TLM_SLOT_ACTIVE) {
