@@ -393,6 +393,17 @@ void space_default(const space *sp, space_sched *out)
     int ns = sp->n_spatial;
     int cores = sp->tgt.kind == TARGET_CPU && sp->tgt.cpu.cores > 0 ? sp->tgt.cpu.cores : 1;
     int lanes = vec_lanes(sp);
+    /* CPU register tile: choose the vector axis' row first (most lanes, up to 4 vectors), then
+     * give the other axes what the register budget leaves for it. */
+    int64_t vec_vectors = 1, nonlast = 1;
+    int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
+    if (sp->sketch == SKETCH_CPU_TILE && vals) {
+        int64_t e = a->extent[ns - 1];
+        int n = divisors(e, CPU_INNER_MAX, vals);
+        int64_t t = n > 0 ? pick_vec(vals, n, lanes) : 1;
+        vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
+        if (vec_vectors < 1) vec_vectors = 1;
+    }
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -407,7 +418,11 @@ void space_default(const space *sp, space_sched *out)
                 bool last = sl->axis == ns - 1;
                 if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes);
-                else if (sl->level == 3) v = pick_le(vals, n, 4);
+                else if (sl->level == 3) {
+                    int64_t cap = budget / (vec_vectors * nonlast);
+                    v = pick_le(vals, n, cap < 4 ? (cap < 1 ? 1 : cap) : 4);
+                    nonlast *= v;
+                }
                 else if (sl->level == 2) v = pick_le(vals, n, last ? 2 : 8);
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
