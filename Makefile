@@ -3,6 +3,7 @@
 #   proto/*.c      -> build/libtlmproto.a   (JSON codecs between the wire and the compiler)
 #   store/*.c      -> build/libtlmstore.a   (SQLite kernel cache)
 #   tools/tlm/*.c  -> build/tlm             (offline toolkit)
+#   daemon/*.c     -> build/tlmd            (the compile server)
 #   tests/**/test_*.c -> one Criterion binary each, built with ASan+UBSan under build/san/
 #   bench/*.c      -> build/bench/<name>
 
@@ -38,6 +39,7 @@ LIB_SRC   := $(sort $(wildcard compiler/*/*.c))
 PROTO_SRC := $(sort $(wildcard proto/*.c))
 STORE_SRC := $(sort $(wildcard store/*.c))
 TLM_SRC   := $(sort $(wildcard tools/tlm/*.c))
+DAEMON_SRC := $(sort $(wildcard daemon/*.c))
 TEST_SRC  := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
@@ -51,13 +53,16 @@ SAN_LIB_OBJ   := $(call obj,$(SAN),$(LIB_SRC))
 SAN_PROTO_OBJ := $(call obj,$(SAN),$(PROTO_SRC))
 SAN_STORE_OBJ := $(call obj,$(SAN),$(STORE_SRC))
 SAN_TLM_OBJ   := $(call obj,$(SAN),$(TLM_SRC))
+DAEMON_OBJ    := $(call obj,$(BUILD),$(DAEMON_SRC))
+SAN_DAEMON_OBJ := $(call obj,$(SAN),$(DAEMON_SRC))
+DAEMON_LIBS   := $(shell pkg-config --libs libmicrohttpd libuv libsystemd 2>/dev/null)
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all deps test test-build run bench install clean format
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm
+all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm $(BUILD)/tlmd
 
 deps:
 	@./scripts/deps.sh
@@ -97,22 +102,40 @@ $(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 $(SAN)/tlm: $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a $(LDLIBS)
 
+$(BUILD)/tlmd: $(DAEMON_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a \
+	    $(BUILD)/libtlm.a $(DAEMON_LIBS) $(LDLIBS)
+
+# The sanitized tlmd is what the daemon integration tests start.
+$(SAN)/tlmd: $(SAN_DAEMON_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a $(SAN)/libtlm.a
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_DAEMON_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a \
+	    $(SAN)/libtlm.a $(DAEMON_LIBS) $(LDLIBS)
+
 $(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a \
-	    $(LDLIBS) $(shell pkg-config --libs criterion)
+	    $(LDLIBS) $(shell pkg-config --libs criterion libcurl)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -O3 -march=native -o $@ $< $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a \
 	    $(LDLIBS) -ldnnl
 
-test-build: deps all $(SAN)/tlm $(TEST_BIN)
+test-build: deps all $(SAN)/tlm $(SAN)/tlmd $(TEST_BIN)
 
 # Each test binary runs on its own; Criterion forks every test. TLM_BIN points the
 # integration tests at the sanitized tools.
 test: test-build
-	@TLM_BIN=$(abspath $(SAN)/tlm) ./scripts/run-tests.sh $(TEST_BIN)
+	@TLM_BIN=$(abspath $(SAN)/tlm) TLMD_BIN=$(abspath $(SAN)/tlmd) ./scripts/run-tests.sh $(TEST_BIN)
+
+# `make run`: dependencies, build, a small random model when none exists (then /v1/version
+# says weights_trained=false), and tlmd in the foreground on the defaults (127.0.0.1:8470).
+run: deps all
+	@[ -f model_weights/tlm.bin ] || { echo "run: no model_weights/tlm.bin; creating a small" \
+	    "random (untrained) model"; $(BUILD)/tlm model init --layers 2 --heads 4 --dim 128 \
+	    --ctx 512 -o model_weights/tlm.bin; }
+	@mkdir -p var
+	exec $(BUILD)/tlmd
 
 bench: deps all $(BENCH_BIN)
 	@./bench/run.sh
@@ -120,12 +143,19 @@ bench: deps all $(BENCH_BIN)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/tlm
 	install -m 0755 $(BUILD)/tlm $(DESTDIR)$(PREFIX)/bin/tlm
+	install -m 0755 $(BUILD)/tlmd $(DESTDIR)$(PREFIX)/bin/tlmd
+	install -d $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/tlmd
+	sed 's|@PREFIX@|$(PREFIX)|g' systemd/tlmd.service > $(DESTDIR)/etc/systemd/system/tlmd.service
+	install -m 0644 systemd/tlmd.socket $(DESTDIR)/etc/systemd/system/tlmd.socket
+	[ -f $(DESTDIR)/etc/tlmd/tlmd.conf ] || install -m 0644 systemd/tlmd.conf $(DESTDIR)/etc/tlmd/tlmd.conf
+	[ ! -f model_weights/tlm.bin ] || install -D -m 0644 model_weights/tlm.bin \
+	    $(DESTDIR)$(PREFIX)/share/tlmd/tlm.bin
 	install -m 0644 $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(DESTDIR)$(PREFIX)/lib/
 	for h in compiler/*/*.h proto/*.h; do \
 	    install -D -m 0644 $$h $(DESTDIR)$(PREFIX)/include/tlm/$$h; done
 
 format:
-	clang-format -i $$(find compiler proto tools tests bench -name '*.[ch]' 2>/dev/null)
+	clang-format -i $$(find compiler proto tools tests bench daemon -name '*.[ch]' 2>/dev/null)
 
 clean:
 	rm -rf $(BUILD)

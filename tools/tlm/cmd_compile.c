@@ -34,9 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "compiler/codegen/codegen.h"
+#include "compiler/driver/driver.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
@@ -100,40 +99,6 @@ static int write_file(const char *path, const void *data, size_t len, tlm_error 
     return 0;
 }
 
-static uint8_t *read_binary(const char *path, size_t *len, tlm_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tlm_err_set(err, TLM_EIO, "", "cannot read \"%s\": %s", path, strerror(errno));
-        return NULL;
-    }
-    uint8_t *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        buf = malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        tlm_err_set(err, TLM_EIO, "", "cannot read \"%s\"", path);
-    else
-        *len = (size_t)n;
-    return buf;
-}
-
-static void sha256_hex(const void *data, size_t len, char hex[65])
-{
-    unsigned char md[32];
-    unsigned int n = 0;
-    hex[0] = 0;
-    if (!EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) || n != 32) return;
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 static json_t *real_or_null(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
@@ -150,9 +115,7 @@ typedef struct {
 typedef struct {
     ir_subgraph *g;
     space *sp;
-    cg_kernel k;
-    tc_cubin cubin;
-    uint8_t *bin;
+    drv_artifact a;
     json_t *meta;
 } compile_state;
 
@@ -160,9 +123,7 @@ static void state_free(compile_state *st)
 {
     free(st->g);
     free(st->sp);
-    cg_kernel_free(&st->k);
-    tc_cubin_free(&st->cubin);
-    free(st->bin);
+    drv_artifact_free(&st->a);
     json_decref(st->meta);
 }
 
@@ -179,19 +140,22 @@ static int tlm_schedule(const space *sp, const char *weights, space_sched *s, tl
     uint8_t vh[32];
     lang_vocab_hash(vh);
     tlm_model *m = NULL;
-    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh,
-                            &m, err);
+    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, &m,
+                            err);
     if (rc) {
-        /* a missing or mismatched weight file is the user's input */
+        /* a missing or mismatched weight file is the user's input: name the flag that chose
+         * it (--schedule tlm implies the default file) */
         err->code = TLM_EINVAL;
-        if (!err->field[0]) snprintf(err->field, sizeof err->field, "--weights");
+        snprintf(err->field, sizeof err->field, "%s", weights ? "--weights" : "--schedule");
         return TLM_EINVAL;
     }
     tlm_candidate *c = malloc(sizeof *c);
     int n = 0;
     rc = c ? tlm_select_generate(m, sp, 1, c, &n, err) : TLM_ENOMEM;
-    if (rc == 0 && n == 1) *s = c->sched;
-    else if (rc == 0) rc = tlm_err_set(err, TLM_ERUNTIME, "", "the model produced no schedule");
+    if (rc == 0 && n == 1)
+        *s = c->sched;
+    else if (rc == 0)
+        rc = tlm_err_set(err, TLM_ERUNTIME, "", "the model produced no schedule");
     free(c);
     tlm_model_free(m);
     return rc;
@@ -217,57 +181,21 @@ static int choose_schedule(const space *sp, const char *text, space_sched *s, tl
     return space_parse(sp, text, s, err);
 }
 
-static int compile_cpu(const target *t, compile_state *st, const char *so_path, json_t *meta,
-                       tlm_error *err)
+/* The artifact's binary and its description (driver.c built and checked it). */
+static int write_artifact(const target *t, const drv_artifact *a, const char *bin_path,
+                          json_t *meta, tlm_error *err)
 {
-    char flags[256];
-    snprintf(flags, sizeof flags, "%s -O3", target_cc_flags(t));
-    char *log = NULL;
-    int rc = tc_cc_compile(st->k.source, flags, so_path, &log, err);
-    free(log);
+    int rc = write_file(bin_path, a->binary, a->binary_size, err);
     if (rc) return rc;
-    json_object_set_new(meta, "toolchain", json_string(tc_cc_identity()));
-    json_object_set_new(meta, "compile_flags", json_string(flags));
-    json_object_set_new(meta, "entry", json_string(st->k.entry));
-    json_object_set_new(meta, "format", json_string("elf-so"));
-    return 0;
-}
-
-static int compile_cuda(const target *t, compile_state *st, const char *cubin_path, json_t *meta,
-                        tlm_error *err)
-{
-    int rc = tc_nvrtc_compile(st->k.source, st->k.entry, target_sm(t), &st->cubin, err);
-    if (rc) return rc;
-    const target_gpu_info *gi = &t->gpu;
-    int threads = st->k.block[0] * st->k.block[1] * st->k.block[2];
-    /* Static shared memory comes on top of the dynamic part the launch asks for; the runner
-     * opts in above 48 KiB, so the per-block ceiling is the opt-in limit. */
-    int smem_left = gi->smem_per_block_optin - st->k.smem_bytes;
-    if (smem_left <= 0 && (smem_left < 0 || st->cubin.smem_bytes > 0))
-        return tlm_err_set(err, TLM_ELIMIT, "smem",
-                           "the kernel needs %d bytes of dynamic shared memory (+%d static); "
-                           "%s allows %d per block",
-                           st->k.smem_bytes, st->cubin.smem_bytes, t->name,
-                           gi->smem_per_block_optin);
-    if (smem_left > 0) {
-        rc = tc_cubin_check_limits(&st->cubin, gi->max_regs_per_thread, threads, gi->regs_per_sm,
-                                   smem_left, err);
-        if (rc) return rc;
-    }
-    rc = write_file(cubin_path, st->cubin.data, st->cubin.size, err);
-    if (rc) return rc;
-    char fl[48];
-    snprintf(fl, sizeof fl, "--gpu-architecture=sm_%d", st->cubin.sm);
-    json_object_set_new(meta, "toolchain", json_string(tc_nvrtc_identity()));
-    json_object_set_new(meta, "compile_flags", json_string(fl));
-    json_object_set_new(meta, "entry", json_string(st->cubin.entry));
-    json_object_set_new(meta, "format", json_string("cubin"));
-    json_object_set_new(meta, "resources",
-                        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "registers", st->cubin.regs,
-                                  "smem_static", st->cubin.smem_bytes, "smem_dynamic",
-                                  st->k.smem_bytes, "spill_stores", st->cubin.spill_stores,
-                                  "spill_loads", st->cubin.spill_loads, "stack",
-                                  st->cubin.stack_bytes));
+    bool cuda = t->kind == TARGET_CUDA;
+    json_object_set_new(meta, "toolchain",
+                        json_string(cuda ? tc_nvrtc_identity() : tc_cc_identity()));
+    json_object_set_new(meta, "compile_flags", json_string(a->flags));
+    json_object_set_new(meta, "entry", json_string(a->entry));
+    json_object_set_new(meta, "format", json_string(a->format));
+    if (cuda) json_object_set_new(meta, "resources", json_loads(a->resources_json, 0, NULL));
+    json_object_set_new(meta, "binary_sha256", json_string(a->sha256));
+    json_object_set_new(meta, "binary_size", json_integer((json_int_t)a->binary_size));
     return 0;
 }
 
@@ -276,7 +204,7 @@ static int measure_into(const compile_state *st, const char *so_path, json_t *me
 {
     measure_opts o;
     measure_opts_init(&o);
-    int rc = measure_cpu(st->g, so_path, st->k.entry, &o, res, err);
+    int rc = measure_cpu(st->g, so_path, st->a.entry, &o, res, err);
     if (rc) return rc;
     json_object_set_new(meta, "status", json_string(measure_status_name(res->status)));
     json_object_set_new(meta, "median_s", real_or_null(res->median_s));
@@ -397,8 +325,7 @@ static int run_compile(int argc, char **argv)
     snprintf(src_path, sizeof src_path, "%s/%s", a.dir, src_name);
     snprintf(bin_path, sizeof bin_path, "%s/%s", a.dir, bin_name);
     snprintf(meta_path, sizeof meta_path, "%s/meta.json", a.dir);
-    if (mkdir_p(a.dir, &err) || cg_generate(st.sp, &s, NULL, &st.k, &err) ||
-        write_file(src_path, st.k.source, strlen(st.k.source), &err)) {
+    if (mkdir_p(a.dir, &err)) {
         rc = work_failed(&err);
         goto done;
     }
@@ -414,11 +341,20 @@ static int run_compile(int argc, char **argv)
         unlink(bin_path);
         unlink(meta_path);
     }
+    /* codegen + cc/NVRTC + device limits; the source is written even when compiling failed */
+    int brc = drv_build(st.sp, &s, &st.a, &err);
+    tlm_error werr;
+    if (st.a.source && write_file(src_path, st.a.source, strlen(st.a.source), &werr) && !brc) {
+        err = werr;
+        brc = werr.code;
+    }
+    if (brc) {
+        rc = work_failed(&err);
+        goto done;
+    }
 
     json_t *canon_obj = json_loadb(canon, (size_t)cn, 0, NULL);
-    char launch[256];
-    cg_launch_json(&st.k, launch, sizeof launch);
-    json_t *launch_obj = json_loads(launch, 0, NULL);
+    json_t *launch_obj = json_loads(st.a.launch_json, 0, NULL);
     st.meta = json_pack(
         "{s:o*, s:o*, s:s, s:s, s:s, s:o*, s:s, s:s, s:I, s:I}", "target", target_to_json(&t),
         "workload", canon_obj, "workload_hash", whex, "sketch", space_sketch_name(st.sp->sketch),
@@ -429,21 +365,11 @@ static int run_compile(int argc, char **argv)
         rc = work_failed(&err);
         goto done;
     }
-    if (cuda ? compile_cuda(&t, &st, bin_path, st.meta, &err)
-             : compile_cpu(&t, &st, bin_path, st.meta, &err)) {
+    if (write_artifact(&t, &st.a, bin_path, st.meta, &err)) {
         rc = work_failed(&err);
         goto done;
     }
-    size_t blen = 0;
-    st.bin = read_binary(bin_path, &blen, &err);
-    if (!st.bin) {
-        rc = work_failed(&err);
-        goto done;
-    }
-    char bhex[65];
-    sha256_hex(st.bin, blen, bhex);
-    json_object_set_new(st.meta, "binary_sha256", json_string(bhex));
-    json_object_set_new(st.meta, "binary_size", json_integer((json_int_t)blen));
+    const char *bhex = st.a.sha256;
     if (a.measure && measure_into(&st, bin_path, st.meta, &mres, &err)) {
         rc = work_failed(&err);
         goto done;

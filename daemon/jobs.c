@@ -1,0 +1,674 @@
+/* jobs.c — compile jobs: one kernel task per workload, single flight per cache key, the pool
+ * work (store lookup, codegen + compile + optional measurement, store insert), the decoder
+ * hand-off, deadlines, answers and NDJSON events.
+ *
+ * A flight is the compilation of one cache key; every kernel task that wants that key while
+ * it is in flight joins it instead of starting another (single flight). Life of a flight:
+ *   loop: created ─► pool: store_kernel_get (+ build subgraph and space on a miss)
+ *   ─► hit: done │ miss: decoder thread (batched, grammar-masked) ─► loop ─► pool: drv_build
+ *   per candidate, measure (topk on this CPU), store_kernel_put ─► loop: every waiter done.
+ * Jobs and flights are loop-thread objects; the pool and decoder only touch a flight's own
+ * fields while it is handed to them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/driver/driver.h"
+#include "compiler/lang/lang.h"
+#include "daemon/tlmd.h"
+#include "proto/error.h"
+#include "proto/workload.h"
+
+#define JOBS_KEPT 256
+
+typedef enum { JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED } job_state;
+static const char *const state_names[] = {"running", "done", "failed", "cancelled"};
+
+struct flight;
+
+typedef struct ktask {
+    struct job *j;
+    int index;
+    ir_workload wl;
+    char canon[1024];
+    char whash[65];
+    char key[65];
+    bool done;
+    json_t *kernel; /* the answer's kernel object, without the binary */
+    struct ktask *next_waiter;
+} ktask;
+
+typedef struct job {
+    char id[24];
+    int refs;
+    http_req *req;
+    job_params p;
+    char target_hash[65];
+    char options[64];
+    int n_done, n_hit, n_miss;
+    job_state state;
+    double t_start, t_end, created_wall;
+    double decode_s, codegen_s, compile_s;
+    uv_timer_t deadline;
+    bool timer_open;
+    ktask *kt;
+    json_t *answer; /* the final answer (without binaries), or the error body */
+    int err_status;
+    struct job *next;
+} job;
+
+typedef struct flight {
+    char key[65];
+    ktask *waiters;
+    target tgt;
+    ir_workload wl;
+    char canon[1024], whash[65], target_hash[65], toolchain[768];
+    tlmd_mode mode;
+    int k;
+    ir_subgraph *g;
+    space *sp;
+    int rc;
+    tlm_error err;
+    bool hit;
+    store_kernel sk; /* the kernel (hit: from the store; miss: what was inserted) */
+    dec_item dec;
+    const char *selection;
+    double t_start, decode_s, codegen_s, compile_s;
+    uv_work_t w;
+    struct flight *next;
+} flight;
+
+static flight *flights;
+static int n_flights;
+
+int jobs_flights_in_flight(void)
+{
+    return n_flights;
+}
+
+/* ---- jobs: references and lifetime ---- */
+
+static void job_free_cb(uv_handle_t *h)
+{
+    job *j = h->data;
+    for (int i = 0; i < j->p.n; i++)
+        json_decref(j->kt[i].kernel);
+    free(j->kt);
+    free(j->p.wl);
+    json_decref(j->answer);
+    free(j);
+}
+
+static void job_unref(job *j)
+{
+    if (--j->refs > 0) return;
+    if (j->timer_open) {
+        j->timer_open = false;
+        uv_close((uv_handle_t *)&j->deadline, job_free_cb);
+    } else {
+        uv_handle_t h;
+        h.data = j;
+        job_free_cb(&h);
+    }
+}
+
+static void job_detach(http_req *r)
+{
+    job *j = r->job;
+    r->job = NULL;
+    r->detach = NULL;
+    if (j) {
+        j->req = NULL;
+        job_unref(j);
+    }
+}
+
+/* Keeps the newest JOBS_KEPT jobs for GET /v1/jobs/{id}. */
+static void jobs_remember(job *j)
+{
+    j->refs++;
+    j->next = g_srv.jobs;
+    g_srv.jobs = j;
+    g_srv.n_jobs++;
+    if (g_srv.n_jobs <= JOBS_KEPT) return;
+    job **pp = &g_srv.jobs;
+    int n = 0;
+    while (*pp && n < JOBS_KEPT) {
+        /* never forget a running job */
+        pp = &(*pp)->next;
+        n++;
+    }
+    while (*pp) {
+        job *old = *pp;
+        if (old->state == JOB_RUNNING) {
+            pp = &old->next;
+            continue;
+        }
+        *pp = old->next;
+        g_srv.n_jobs--;
+        job_unref(old);
+    }
+}
+
+static job *job_find(const char *id)
+{
+    for (job *j = g_srv.jobs; j; j = j->next)
+        if (!strcmp(j->id, id)) return j;
+    return NULL;
+}
+
+/* ---- answers ---- */
+
+static json_t *job_stats(job *j)
+{
+    double end = j->state == JOB_RUNNING ? tlmd_now() : j->t_end;
+    return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "kernels", j->p.n, "hits", j->n_hit,
+                     "misses", j->n_miss, "wall_s", end - j->t_start, "decode_s", j->decode_s,
+                     "codegen_s", j->codegen_s, "compile_s", j->compile_s);
+}
+
+static json_t *target_obj(job *j)
+{
+    json_t *t = target_to_json(&j->p.tgt);
+    return t ? t : json_object();
+}
+
+static void job_answer(job *j, http_req *r, job_state st);
+
+static void job_finish(job *j, job_state st, const tlm_error *err, int status)
+{
+    if (j->state != JOB_RUNNING) return;
+    j->state = st;
+    j->t_end = tlmd_now();
+    g_srv.jobs_in_flight--;
+    if (j->timer_open) uv_timer_stop(&j->deadline);
+    http_req *r = j->req;
+    if (st == JOB_DONE) {
+        json_t *ks = json_array();
+        for (int i = 0; i < j->p.n; i++)
+            json_array_append(ks, j->kt[i].kernel);
+        j->answer = json_pack("{s:s, s:o, s:o, s:o, s:s}", "job", j->id, "target", target_obj(j),
+                              "kernels", ks, "stats", job_stats(j), "mode",
+                              j->p.mode == MODE_TOPK ? "topk" : "generate");
+        j->err_status = 200;
+    } else {
+        int hs = 500;
+        /* deadline, cancel and shutdown say 503 "unavailable"; work failures keep their code */
+        if (status == 503 || !err)
+            j->answer = proto_error_body(PROTO_CODE_UNAVAILABLE, err ? err->msg : "cancelled",
+                                         err ? err->field : "");
+        else
+            j->answer = proto_error_from_tlm(err, &hs);
+        j->err_status = status ? status : hs;
+    }
+    tlmd_log(st == JOB_DONE ? LOG_INFO : LOG_WARN, "job_end",
+             "job=%s state=%s kernels=%d hits=%d misses=%d wall_s=%.3f%s%s%s", j->id,
+             state_names[st], j->p.n, j->n_hit, j->n_miss, j->t_end - j->t_start,
+             err ? " error=\"" : "", err ? err->msg : "", err ? "\"" : "");
+    if (r) job_answer(j, r, st);
+    /* The record kept for GET /v1/jobs stays small: binaries are served by /v1/kernels. */
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(j->answer, "kernels"), i, k) json_object_del(k, "binary");
+    for (int t = 0; t < j->p.n; t++)
+        if (j->kt[t].kernel) json_object_del(j->kt[t].kernel, "binary");
+}
+
+static void job_answer(job *j, http_req *r, job_state st)
+{
+    if (j->p.stream) {
+        if (st == JOB_DONE)
+            http_stream_line(r, json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats",
+                                          job_stats(j)));
+        else {
+            json_t *ev = json_deep_copy(j->answer);
+            json_object_set_new(ev, "event", json_string("error"));
+            json_object_set_new(ev, "job", json_string(j->id));
+            json_object_set_new(ev, "status", json_integer(j->err_status));
+            http_stream_line(r, ev);
+        }
+        http_stream_end(r);
+    } else if (st == JOB_DONE) {
+        http_reply_json(r, 200, json_deep_copy(j->answer));
+    } else {
+        http_reply_json(r, j->err_status, json_deep_copy(j->answer));
+    }
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    job *j = t->data;
+    tlm_error e;
+    tlm_err_set(&e, TLM_ELIMIT, "", "the job did not finish within its deadline of %g s",
+                g_srv.cfg.job_timeout_s);
+    job_finish(j, JOB_FAILED, &e, 503);
+    srv_kick();
+}
+
+/* ---- base64 for include_binary ---- */
+
+static char *base64(const uint8_t *d, size_t n)
+{
+    static const char tb[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                     (i + 2 < n ? d[i + 2] : 0);
+        *p++ = tb[v >> 18 & 63];
+        *p++ = tb[v >> 12 & 63];
+        *p++ = i + 1 < n ? tb[v >> 6 & 63] : '=';
+        *p++ = i + 2 < n ? tb[v & 63] : '=';
+    }
+    *p = 0;
+    return o;
+}
+
+/* ---- flights ---- */
+
+static void flight_unlink(flight *f)
+{
+    for (flight **pp = &flights; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            n_flights--;
+            return;
+        }
+}
+
+static void flight_free(flight *f)
+{
+    free(f->g);
+    free(f->sp);
+    free(f->dec.cands);
+    store_kernel_free(&f->sk);
+    free(f);
+}
+
+static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool shared)
+{
+    const store_kernel *k = &f->sk;
+    char url[96];
+    snprintf(url, sizeof url, "/v1/kernels/%s", k->key);
+    json_t *launch = k->launch_json ? json_loads(k->launch_json, 0, NULL) : NULL;
+    json_t *wl = json_loads(t->canon, 0, NULL);
+    json_t *o =
+        json_pack("{s:o, s:s, s:s, s:s, s:s*, s:s*, s:s, s:o, s:s, s:I, s:s}", "workload",
+                  wl ? wl : json_null(), "workload_hash", t->whash, "key", k->key, "cache",
+                  hit ? "hit" : "miss", "schedule", k->schedule, "entry", k->entry, "format",
+                  k->format, "launch", launch ? launch : json_object(), "binary_sha256",
+                  k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "url", url);
+    if (o && shared) json_object_set_new(o, "single_flight", json_true());
+    if (o && f->selection && !hit) json_object_set_new(o, "selection", json_string(f->selection));
+    if (o && isfinite(k->measured_time_s) && k->measured_time_s > 0)
+        json_object_set_new(o, "measured_time_s", json_real(k->measured_time_s));
+    return o;
+}
+
+static void task_done(ktask *t, flight *f, bool shared)
+{
+    job *j = t->j;
+    if (j->state == JOB_RUNNING) {
+        if (f->rc) {
+            job_finish(j, JOB_FAILED, &f->err, 0);
+        } else {
+            bool hit = f->hit;
+            t->kernel = kernel_json(f, t, hit, shared);
+            t->done = true;
+            j->n_done++;
+            if (hit)
+                j->n_hit++;
+            else
+                j->n_miss++;
+            if (!shared) {
+                j->decode_s += f->decode_s;
+                j->codegen_s += f->codegen_s;
+                j->compile_s += f->compile_s;
+            }
+            json_t *obj = json_deep_copy(t->kernel);
+            if (j->p.include_binary && f->sk.binary) {
+                char *b64 = base64(f->sk.binary, f->sk.binary_size);
+                json_object_set_new(obj, "binary", b64 ? json_string(b64) : json_null());
+                free(b64);
+                /* keep it in the task's object too: the non-streamed answer is built from them */
+                json_object_set(t->kernel, "binary", json_object_get(obj, "binary"));
+            }
+            if (j->req && j->p.stream)
+                http_stream_line(j->req, json_pack("{s:s, s:s, s:i, s:o}", "event", "kernel", "job",
+                                                   j->id, "index", t->index, "kernel", obj));
+            else
+                json_decref(obj);
+            if (j->n_done == j->p.n) job_finish(j, JOB_DONE, NULL, 200);
+        }
+    }
+    job_unref(j);
+}
+
+static void flight_finish(flight *f)
+{
+    flight_unlink(f);
+    if (f->rc == 0) metrics_cache(f->hit);
+    /* waiters were pushed at the front: the leader (who started the flight) is last */
+    for (ktask *t = f->waiters, *next; t; t = next) {
+        next = t->next_waiter;
+        t->next_waiter = NULL;
+        task_done(t, f, next != NULL);
+    }
+    flight_free(f);
+    srv_kick();
+}
+
+/* Pool: the cache lookup, and on a miss the subgraph and its space. */
+static void lookup_work(uv_work_t *w)
+{
+    flight *f = w->data;
+    tlm_err_clear(&f->err);
+    int rc = store_kernel_get(g_srv.st, f->key, &f->sk, &f->err);
+    if (rc == 0) {
+        f->hit = true;
+        return;
+    }
+    if (rc != TLM_ENOTFOUND) {
+        /* a broken store is logged and treated as a miss: the compile still answers */
+        tlmd_log(LOG_ERROR, "store_get", "key=%s error=\"%s\"", f->key, f->err.msg);
+        tlm_err_clear(&f->err);
+    }
+    memset(&f->sk, 0, sizeof f->sk);
+    f->g = calloc(1, sizeof *f->g);
+    f->sp = calloc(1, sizeof *f->sp);
+    if (!f->g || !f->sp) {
+        f->rc = tlm_err_set(&f->err, TLM_ENOMEM, "", "out of memory");
+        return;
+    }
+    f->rc = ir_subgraph_build(&f->wl, f->g, &f->err);
+    if (!f->rc) f->rc = space_build(f->g, &f->tgt, f->sp, &f->err);
+}
+
+static void compile_work(uv_work_t *w);
+static void compile_after(uv_work_t *w, int status);
+
+static void decoded(void *arg)
+{
+    flight *f = arg;
+    f->decode_s = f->dec.t_done - f->dec.t_submit;
+    if (f->dec.rc) {
+        f->rc = f->dec.rc;
+        f->err = f->dec.err;
+        flight_finish(f);
+        return;
+    }
+    f->w.data = f;
+    uv_queue_work(g_srv.loop, &f->w, compile_work, compile_after);
+}
+
+static void lookup_after(uv_work_t *w, int status)
+{
+    flight *f = w->data;
+    if (f->hit || f->rc) {
+        flight_finish(f);
+        return;
+    }
+    f->dec.sp = f->sp;
+    f->dec.k = f->k;
+    f->dec.done = decoded;
+    f->dec.user = f;
+    f->dec.cands = calloc((size_t)f->k, sizeof *f->dec.cands);
+    if (!f->dec.cands) {
+        f->rc = tlm_err_set(&f->err, TLM_ENOMEM, "", "out of memory");
+        flight_finish(f);
+        return;
+    }
+    int rc = dec_submit(&f->dec);
+    if (rc) {
+        f->rc = tlm_err_set(&f->err, rc, "", "the decoder is stopped (shutting down)");
+        flight_finish(f);
+    }
+}
+
+/* Pool: compile every candidate, pick one, insert it into the store. */
+static void compile_work(uv_work_t *w)
+{
+    flight *f = w->data;
+    int n = f->dec.n_cands;
+    bool measure =
+        f->mode == MODE_TOPK && n > 1 && f->tgt.kind == TARGET_CPU && target_host_can_run(&f->tgt);
+    f->selection = f->mode == MODE_TOPK ? (measure ? "measured" : "model_score") : NULL;
+    drv_artifact best;
+    memset(&best, 0, sizeof best);
+    int best_i = -1;
+    double best_t = INFINITY;
+    tlm_error e;
+    tlm_err_clear(&e);
+    int first_rc = 0;
+    for (int i = 0; i < n; i++) {
+        drv_artifact a;
+        int rc = drv_build(f->sp, &f->dec.cands[i].sched, &a, &e);
+        f->codegen_s += a.codegen_s;
+        f->compile_s += a.compile_s;
+        if (rc) {
+            if (!first_rc) {
+                first_rc = rc;
+                f->err = e;
+            }
+            drv_artifact_free(&a);
+            continue;
+        }
+        double t = INFINITY;
+        if (measure) {
+            measure_opts mo;
+            measure_opts_init(&mo);
+            mo.repeats = 5;
+            mo.min_sample_s = 2e-4;
+            mo.timeout_s = 5;
+            measure_result mr;
+            if (drv_measure_cpu(f->g, &a, &mo, &mr, &e) == 0 && mr.status == MEASURE_OK)
+                t = mr.median_s;
+            else if (best_i >= 0 || i + 1 < n) {
+                drv_artifact_free(&a); /* a wrong or crashing candidate is never chosen */
+                continue;
+            }
+        }
+        /* candidates come best-score first: without timings the first that builds wins */
+        if (best_i < 0 || t < best_t) {
+            drv_artifact_free(&best);
+            best = a;
+            best_i = i;
+            best_t = t;
+        } else {
+            drv_artifact_free(&a);
+        }
+        if (!measure) break;
+    }
+    if (best_i < 0) {
+        f->rc = first_rc ? first_rc : tlm_err_set(&f->err, TLM_ERUNTIME, "", "no candidate built");
+        return;
+    }
+    metrics_compile_seconds(f->compile_s);
+    char sentence[8192];
+    int32_t *toks = f->dec.cands[best_i].tokens;
+    int ti[LANG_MAX_SENTENCE];
+    int nt = f->dec.cands[best_i].n_tokens;
+    for (int i = 0; i < nt && i < LANG_MAX_SENTENCE; i++)
+        ti[i] = toks[i];
+    if (lang_sentence_text(ti, nt, sentence, sizeof sentence) < 0) sentence[0] = 0;
+    store_kernel *k = &f->sk;
+    memset(k, 0, sizeof *k);
+    snprintf(k->key, sizeof k->key, "%s", f->key);
+    k->workload_hash = strdup(f->whash);
+    k->target_hash = strdup(f->target_hash);
+    k->compiler_id = strdup(f->toolchain);
+    k->model_id = strdup(g_srv.model_id);
+    k->workload_json = strdup(f->canon);
+    k->target_name = strdup(f->tgt.name);
+    k->schedule = strdup(best.schedule);
+    k->sentence = strdup(sentence);
+    k->source = best.source;
+    k->binary = best.binary;
+    k->binary_size = best.binary_size;
+    best.source = NULL;
+    best.binary = NULL;
+    snprintf(k->binary_sha256, sizeof k->binary_sha256, "%s", best.sha256);
+    k->format = strdup(best.format);
+    k->entry = strdup(best.entry);
+    k->launch_json = strdup(best.launch_json);
+    k->est_time_s = NAN;
+    k->measured_time_s = isfinite(best_t) ? best_t : NAN;
+    drv_artifact_free(&best);
+    tlm_error pe;
+    if (store_kernel_put(g_srv.st, k, &pe))
+        tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->key, pe.msg);
+    metrics_compile_done();
+    f->rc = 0;
+}
+
+static void compile_after(uv_work_t *w, int status)
+{
+    flight *f = w->data;
+    tlmd_log(LOG_DEBUG, "compiled", "key=%.16s rc=%d decode_s=%.3f codegen_s=%.3f compile_s=%.3f",
+             f->key, f->rc, f->decode_s, f->codegen_s, f->compile_s);
+    flight_finish(f);
+}
+
+static void start_task(job *j, ktask *t)
+{
+    for (flight *f = flights; f; f = f->next)
+        if (!strcmp(f->key, t->key)) {
+            t->next_waiter = f->waiters;
+            f->waiters = t;
+            j->refs++;
+            metrics_single_flight_join();
+            return;
+        }
+    flight *f = calloc(1, sizeof *f);
+    if (!f) {
+        tlm_error e;
+        tlm_err_set(&e, TLM_ENOMEM, "", "out of memory");
+        job_finish(j, JOB_FAILED, &e, 500);
+        return;
+    }
+    snprintf(f->key, sizeof f->key, "%s", t->key);
+    f->tgt = j->p.tgt;
+    f->wl = t->wl;
+    snprintf(f->canon, sizeof f->canon, "%s", t->canon);
+    snprintf(f->whash, sizeof f->whash, "%s", t->whash);
+    snprintf(f->target_hash, sizeof f->target_hash, "%s", j->target_hash);
+    drv_toolchain_key(&j->p.tgt, f->toolchain, sizeof f->toolchain);
+    f->mode = j->p.mode;
+    f->k = j->p.k;
+    f->t_start = tlmd_now();
+    f->waiters = t;
+    j->refs++;
+    f->next = flights;
+    flights = f;
+    n_flights++;
+    f->w.data = f;
+    uv_queue_work(g_srv.loop, &f->w, lookup_work, lookup_after);
+}
+
+void job_start(http_req *r, job_params *p)
+{
+    job *j = calloc(1, sizeof *j);
+    ktask *kt = j ? calloc((size_t)p->n, sizeof *kt) : NULL;
+    if (!kt) {
+        free(j);
+        free(p->wl);
+        http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
+        return;
+    }
+    j->p = *p;
+    p->wl = NULL;
+    j->kt = kt;
+    snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++g_srv.next_job_id);
+    j->t_start = tlmd_now();
+    j->created_wall = tlmd_wall();
+    j->state = JOB_RUNNING;
+    target_hash_hex(&j->p.tgt, j->target_hash);
+    if (j->p.mode == MODE_TOPK)
+        snprintf(j->options, sizeof j->options, "mode=topk;k=%d", j->p.k);
+    else
+        snprintf(j->options, sizeof j->options, "mode=generate");
+    char toolchain[768];
+    drv_toolchain_key(&j->p.tgt, toolchain, sizeof toolchain);
+    for (int i = 0; i < j->p.n; i++) {
+        ktask *t = &kt[i];
+        t->j = j;
+        t->index = i;
+        t->wl = j->p.wl[i];
+        tlm_error e;
+        if (ir_workload_canonical(&t->wl, t->canon, sizeof t->canon) < 0 ||
+            ir_workload_hash_hex(&t->wl, t->whash) ||
+            store_cache_key(t->canon, j->target_hash, toolchain, g_srv.model_id, j->options, t->key,
+                            &e)) {
+            free(j->p.wl);
+            free(kt);
+            free(j);
+            http_reply_error(r, 500, PROTO_CODE_INTERNAL, "cannot form a cache key", "");
+            return;
+        }
+    }
+    j->refs = 1; /* the request */
+    j->req = r;
+    r->job = j;
+    r->detach = job_detach;
+    uv_timer_init(g_srv.loop, &j->deadline);
+    j->deadline.data = j;
+    j->timer_open = true;
+    uv_timer_start(&j->deadline, on_deadline, (uint64_t)(g_srv.cfg.job_timeout_s * 1000), 0);
+    g_srv.jobs_in_flight++;
+    jobs_remember(j);
+    tlmd_log(LOG_INFO, "job_start", "job=%s target=%s kernels=%d mode=%s stream=%s", j->id,
+             j->p.tgt.name, j->p.n, j->p.mode == MODE_TOPK ? "topk" : "generate",
+             j->p.stream ? "true" : "false");
+    if (j->p.stream) {
+        http_stream_start(r);
+        http_stream_line(r, json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id,
+                                      "kernels", j->p.n, "target", target_obj(j)));
+    } else {
+        http_suspend(r);
+    }
+    j->refs++; /* held across the loop below: a task may finish the job synchronously */
+    for (int i = 0; i < j->p.n && j->state == JOB_RUNNING; i++)
+        start_task(j, &kt[i]);
+    job_unref(j);
+}
+
+json_t *job_lookup_json(const char *id, bool *found)
+{
+    job *j = job_find(id);
+    *found = j != NULL;
+    if (!j) return NULL;
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:f, s:o}", "job", j->id, "state",
+                          state_names[j->state], "kernels_total", j->p.n, "kernels_done", j->n_done,
+                          "created_at", j->created_wall, "stats", job_stats(j));
+    if (j->state != JOB_RUNNING && j->answer) {
+        json_t *a = json_deep_copy(j->answer);
+        /* binaries are served by /v1/kernels/{key}; the job record stays small */
+        json_t *ks = json_object_get(a, "kernels");
+        size_t i;
+        json_t *k;
+        json_array_foreach(ks, i, k) json_object_del(k, "binary");
+        json_object_set_new(o, j->state == JOB_DONE ? "answer" : "error",
+                            j->state == JOB_DONE ? a : json_incref(json_object_get(a, "error")));
+        if (j->state != JOB_DONE) json_decref(a);
+    }
+    return o;
+}
+
+int job_cancel(const char *id)
+{
+    job *j = job_find(id);
+    if (!j) return TLM_ENOTFOUND;
+    tlm_error e;
+    tlm_err_set(&e, TLM_EUNSUPPORTED, "", "the job was cancelled");
+    if (j->state == JOB_RUNNING) job_finish(j, JOB_CANCELLED, &e, 503);
+    return 0;
+}
+
+void jobs_fail_all(const char *why)
+{
+    tlm_error e;
+    tlm_err_set(&e, TLM_EUNSUPPORTED, "", "%s", why);
+    for (job *j = g_srv.jobs; j; j = j->next)
+        if (j->state == JOB_RUNNING) job_finish(j, JOB_FAILED, &e, 503);
+}
