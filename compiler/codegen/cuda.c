@@ -12,8 +12,12 @@
  *         for r2 { for s4 { acc += body }}}}} [sync] }
  *     for v, s3, s4: out = epilogues(acc * post_scale)
  * Spatial loops are fully unrolled (the accumulator index must be a compile-time constant for
- * the array to live in registers); reduction loops get `#pragma unroll` when their step count
- * is at most the UNROLL decision (TVM's auto_unroll_max_step), else nvcc decides.
+ * the array to live in registers); a reduction loop gets `#pragma unroll` when unrolling it
+ * yields at most UNROLL copies of the body, counting the copies the enclosing (unrolled)
+ * spatial loops make (TVM's auto_unroll_max_step, adapted: without that count a 112-output
+ * thread with UNROLL 512 asked NVRTC for 3584 bodies and ptxas spent minutes); a loop whose
+ * unrolling would exceed 1024 bodies gets `#pragma unroll 1` (NVVM would otherwise unroll
+ * short constant loops on its own, whatever UNROLL says); otherwise nvcc decides.
  * Staging copies, per distinct load of the anchor, the bounding box of its index over the
  * block tile x reduction chunk (clipped to the tensor as space_gpu_smem_bytes counts it);
  * elements outside the tensor are filled with 0 and never read: loads that can leave the
@@ -42,9 +46,9 @@
 /* ---- shared helpers ---- */
 
 typedef struct {
-    int64_t nblk;  /* logical blocks */
+    int64_t nblk; /* logical blocks */
     int grid[3];
-    bool split;    /* blocks spread over y (and a guard for the ragged end) */
+    bool split; /* blocks spread over y (and a guard for the ragged end) */
 } grid_plan;
 
 static void plan_grid(int64_t nblk, grid_plan *gp)
@@ -84,10 +88,10 @@ static bool c_ident(const char *s)
 /* Names the generator itself declares; axis variables must not shadow them. */
 static bool reserved(const char *s)
 {
-    static const char *const r[] = {"blk", "tid", "acc", "val", "row", "rr", "idx", "part",
-                                    "e", "e0", "u", "a", "q", "t4", "tlm_smem", "tlm_red",
-                                    "int", "float", "for", "if", "do", "long", "const",
-                                    "return", "auto", "char", "void", "case", "else", "while"};
+    static const char *const r[] = {
+        "blk", "tid",  "acc",   "val",    "row",      "rr",      "idx",  "part",  "e",    "e0",
+        "u",   "a",    "q",     "t4",     "tlm_smem", "tlm_red", "int",  "float", "for",  "if",
+        "do",  "long", "const", "return", "auto",     "char",    "void", "case",  "else", "while"};
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
         if (strcmp(s, r[i]) == 0) return true;
     return false;
@@ -103,16 +107,20 @@ static void axis_var(const ir_subgraph *g, const ir_stage *st, int x, char *out)
         if (y != x && strcmp(st->axis[y], n) == 0) ok = false;
     for (int t = 0; t < g->n_tensor && ok; t++)
         if (strcmp(g->tensor[t].name, n) == 0) ok = false;
-    if (ok) snprintf(out, NAME_LEN, "%s", n);
-    else snprintf(out, NAME_LEN, "ax%d", x);
+    if (ok)
+        snprintf(out, NAME_LEN, "%s", n);
+    else
+        snprintf(out, NAME_LEN, "ax%d", x);
 }
 
 /* A float literal that is valid C++ for every value ("%.9g" alone prints 0 as "0", and
  * "0f" does not parse). */
 static const char *flit(double v, char *buf, size_t cap)
 {
-    if (v == __builtin_inf()) snprintf(buf, cap, "INFINITY");
-    else if (v == -__builtin_inf()) snprintf(buf, cap, "(-INFINITY)");
+    if (v == __builtin_inf())
+        snprintf(buf, cap, "INFINITY");
+    else if (v == -__builtin_inf())
+        snprintf(buf, cap, "(-INFINITY)");
     else {
         char t[48];
         snprintf(t, sizeof t, "%.9g", v);
@@ -126,17 +134,28 @@ static const char *flit(double v, char *buf, size_t cap)
 static const char *unop_fn(ir_unop op)
 {
     switch (op) {
-    case IR_U_EXP: return "expf";
-    case IR_U_SQRT: return "sqrtf";
-    case IR_U_RSQRT: return "tlm_rsqrt";
-    case IR_U_RECIP: return "tlm_recip";
-    case IR_U_RELU: return "tlm_relu";
-    case IR_U_RELU6: return "tlm_relu6";
-    case IR_U_GELU: return "tlm_gelu";
-    case IR_U_SILU: return "tlm_silu";
-    case IR_U_SIGMOID: return "tlm_sigmoid";
-    case IR_U_TANH: return "tanhf";
-    default: return "-";
+    case IR_U_EXP:
+        return "expf";
+    case IR_U_SQRT:
+        return "sqrtf";
+    case IR_U_RSQRT:
+        return "tlm_rsqrt";
+    case IR_U_RECIP:
+        return "tlm_recip";
+    case IR_U_RELU:
+        return "tlm_relu";
+    case IR_U_RELU6:
+        return "tlm_relu6";
+    case IR_U_GELU:
+        return "tlm_gelu";
+    case IR_U_SILU:
+        return "tlm_silu";
+    case IR_U_SIGMOID:
+        return "tlm_sigmoid";
+    case IR_U_TANH:
+        return "tanhf";
+    default:
+        return "-";
     }
 }
 
@@ -146,17 +165,22 @@ static void emit_staged_load(const tile_gen *tg, cg_buf *b, int id);
 
 /* Scalar expression s->expr[id]; the same language as cg_emit_scalar, plus loads that the
  * tile generator staged in shared memory (tg may be NULL). */
-static void cu_expr(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
-                    const cg_names *nm, const tile_gen *tg)
+static void cu_expr(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id, const cg_names *nm,
+                    const tile_gen *tg)
 {
     const ir_expr *e = &s->expr[id];
     char lit[64];
     switch (e->kind) {
-    case IR_E_CONST: cg_printf(b, "%s", flit(e->value, lit, sizeof lit)); break;
+    case IR_E_CONST:
+        cg_printf(b, "%s", flit(e->value, lit, sizeof lit));
+        break;
     case IR_E_LOAD:
-        if (e->tensor == nm->subst_tensor) cg_printf(b, "%s", nm->subst_var);
-        else if (nm->scalar_tensor[e->tensor]) cg_printf(b, "%s", nm->scalar_tensor[e->tensor]);
-        else if (staged_load(tg, s, id)) emit_staged_load(tg, b, id);
+        if (e->tensor == nm->subst_tensor)
+            cg_printf(b, "%s", nm->subst_var);
+        else if (nm->scalar_tensor[e->tensor])
+            cg_printf(b, "%s", nm->scalar_tensor[e->tensor]);
+        else if (staged_load(tg, s, id))
+            emit_staged_load(tg, b, id);
         else {
             cg_printf(b, "%s[", nm->tensor[e->tensor]);
             cg_emit_offset(b, g, s, e, nm);
@@ -164,8 +188,10 @@ static void cu_expr(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
         }
         break;
     case IR_E_UNARY:
-        if (e->op == IR_U_NEG) cg_printf(b, "(-");
-        else cg_printf(b, "%s(", unop_fn((ir_unop)e->op));
+        if (e->op == IR_U_NEG)
+            cg_printf(b, "(-");
+        else
+            cg_printf(b, "%s(", unop_fn((ir_unop)e->op));
         cu_expr(b, g, s, e->a, nm, tg);
         cg_printf(b, ")");
         break;
@@ -232,9 +258,11 @@ static void emit_epilogues(cg_buf *b, const ir_subgraph *g, int ind, cg_names *n
         const ir_stage *e = &g->stage[si];
         nm->subst_tensor = prev;
         nm->subst_var = "val";
-        for (int t = 0; t < IR_MAX_TENSORS; t++) nm->scalar_tensor[t] = NULL;
+        for (int t = 0; t < IR_MAX_TENSORS; t++)
+            nm->scalar_tensor[t] = NULL;
         cg_line(b, ind, "/* %s */", e->name);
-        for (int i = 0; i < ind; i++) cg_printf(b, "    ");
+        for (int i = 0; i < ind; i++)
+            cg_printf(b, "    ");
         cg_printf(b, "val = ");
         cu_expr(b, g, e, e->body, nm, NULL);
         cg_printf(b, ";\n");
@@ -254,8 +282,10 @@ static void emit_out_offset(cg_buf *b, const ir_subgraph *g, const cg_names *nm)
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] == 1) continue;
         if (any) cg_printf(b, " + ");
-        if (st[d] == 1) cg_printf(b, "%s", nm->axis[d]);
-        else cg_printf(b, "%lld * %s", (long long)st[d], nm->axis[d]);
+        if (st[d] == 1)
+            cg_printf(b, "%s", nm->axis[d]);
+        else
+            cg_printf(b, "%lld * %s", (long long)st[d], nm->axis[d]);
         any = true;
     }
     if (!any) cg_printf(b, "0");
@@ -268,7 +298,7 @@ static int check_structure(const ir_subgraph *g, bool allow_prologue, tlm_error 
     const ir_stage *a = &g->stage[g->anchor];
     for (int si = 0; si < g->n_stage; si++) {
         const ir_stage *st = &g->stage[si];
-        ir_role want = si < g->anchor ? IR_ROLE_PROLOGUE
+        ir_role want = si < g->anchor    ? IR_ROLE_PROLOGUE
                        : si == g->anchor ? IR_ROLE_ANCHOR
                                          : IR_ROLE_EPILOGUE;
         if (st->role != want || (want == IR_ROLE_PROLOGUE && !allow_prologue))
@@ -276,10 +306,10 @@ static int check_structure(const ir_subgraph *g, bool allow_prologue, tlm_error 
                                "stage %d (%s) has a role the CUDA generator does not handle here",
                                si, st->name);
         if (want == IR_ROLE_EPILOGUE) {
-            if (st->n_spatial != a->n_spatial || st->n_reduce != 0 ||
-                st->reduce != IR_RED_NONE)
+            if (st->n_spatial != a->n_spatial || st->n_reduce != 0 || st->reduce != IR_RED_NONE)
                 return tlm_err_set(err, TLM_EUNSUPPORTED, "subgraph",
-                                   "epilogue stage %s is not elementwise over the anchor", st->name);
+                                   "epilogue stage %s is not elementwise over the anchor",
+                                   st->name);
             for (int x = 0; x < a->n_spatial; x++)
                 if (st->extent[x] != a->extent[x])
                     return tlm_err_set(err, TLM_EUNSUPPORTED, "subgraph",
@@ -308,9 +338,16 @@ static bool need_wide(const ir_subgraph *g)
     return false;
 }
 
+#define UNROLL_BODIES_CAP 1024 /* the largest UNROLL value */
+
+/* steps: copies of the loop body that unrolling this loop (and everything inside) makes. */
 static void emit_pragma_unroll(cg_buf *b, int ind, int64_t steps, int64_t unroll)
 {
     if (unroll > 0 && steps <= unroll) cg_line(b, ind, "#pragma unroll");
+    /* Left alone, NVVM fully unrolls short constant loops whatever surrounds them: a 7x7
+     * window inside a 128-output register tile became 6272 bodies and a minute of NVRTC. */
+    else if (steps > UNROLL_BODIES_CAP)
+        cg_line(b, ind, "#pragma unroll 1");
 }
 
 /* ======================================================================================
@@ -321,14 +358,17 @@ typedef struct {
     int tensor;
     int expr; /* the first load expression it serves */
     int ndim;
-    int64_t size[IR_MAX_DIMS];    /* box extent per tensor dim, clipped to the tensor */
-    int64_t sstride[IR_MAX_DIMS]; /* row-major strides of the box */
+    int64_t size[IR_MAX_DIMS];     /* box extent per tensor dim, clipped to the tensor */
+    int64_t cstride[IR_MAX_DIMS];  /* row-major strides of the compact box (copy order) */
+    int64_t sstride[IR_MAX_DIMS];  /* strides in shared memory (rows padded by `pad`) */
+    int pad;                       /* extra floats per row against bank conflicts */
+    int64_t alloc;                 /* floats in shared memory */
     int64_t lo_const[IR_MAX_DIMS]; /* -(negative-coefficient part): local index -> box index */
-    bool clip[IR_MAX_DIMS];       /* box wider than the tensor: base = max(lo, 0) */
-    bool check[IR_MAX_DIMS];      /* box may reach outside [0, shape) */
-    int64_t fp;                   /* elements */
-    int64_t off;                  /* first float in the shared-memory pool */
-    int vec;                      /* 1: scalar copies; 2/4: float2/float4 copies */
+    bool clip[IR_MAX_DIMS];        /* box wider than the tensor: base = max(lo, 0) */
+    bool check[IR_MAX_DIMS];       /* box may reach outside [0, shape) */
+    int64_t fp;                    /* elements of the box */
+    int64_t off;                   /* first float in the shared-memory pool */
+    int vec;                       /* 1: scalar copies; 2/4: float2/float4 copies */
     char name[NAME_LEN];
 } staged;
 
@@ -362,33 +402,41 @@ static void tile_local_expr(const tile_gen *tg, int x, char *out, size_t cap)
     const char *v = tg->av[x];
     size_t len = 0;
     out[0] = 0;
-#define TERM(...)                                                                             \
-    do {                                                                                      \
-        if (len) len += (size_t)snprintf(out + len, cap - len, " + ");                        \
-        len += (size_t)snprintf(out + len, cap - len, __VA_ARGS__);                           \
+#define TERM(...)                                                                                  \
+    do {                                                                                           \
+        if (len) len += (size_t)snprintf(out + len, cap - len, " + ");                             \
+        len += (size_t)snprintf(out + len, cap - len, __VA_ARGS__);                                \
     } while (0)
     if (x < tg->ns) {
         const int64_t *T = tg->T[x];
         if (T[1] > 1) {
             int64_t m = T[2] * T[3] * T[4];
-            if (m == 1) TERM("%s_v", v);
-            else TERM("%s_v * %lld", v, (long long)m);
+            if (m == 1)
+                TERM("%s_v", v);
+            else
+                TERM("%s_v * %lld", v, (long long)m);
         }
         if (T[3] > 1) {
             int64_t m = T[4] * T[2];
-            if (m == 1) TERM("%s_o", v);
-            else TERM("%s_o * %lld", v, (long long)m);
+            if (m == 1)
+                TERM("%s_o", v);
+            else
+                TERM("%s_o * %lld", v, (long long)m);
         }
         if (T[4] > 1) {
-            if (T[2] == 1) TERM("%s_i", v);
-            else TERM("%s_i * %lld", v, (long long)T[2]);
+            if (T[2] == 1)
+                TERM("%s_i", v);
+            else
+                TERM("%s_i * %lld", v, (long long)T[2]);
         }
         if (T[2] > 1) TERM("%s_t", v);
     } else {
         const int64_t *T = tg->T[x];
         if (T[1] > 1) {
-            if (T[2] == 1) TERM("%s_m", v);
-            else TERM("%s_m * %lld", v, (long long)T[2]);
+            if (T[2] == 1)
+                TERM("%s_m", v);
+            else
+                TERM("%s_m * %lld", v, (long long)T[2]);
         }
         if (T[2] > 1) TERM("%s_i", v);
     }
@@ -402,8 +450,10 @@ static void tile_origin_expr(const tile_gen *tg, int x, char *out, size_t cap)
 {
     out[0] = 0;
     if (tg->T[x][0] == 1) return;
-    if (x < tg->ns) snprintf(out, cap, "%s_blk", tg->av[x]);
-    else snprintf(out, cap, "%s_o * %lld", tg->av[x], (long long)tg->box[x]);
+    if (x < tg->ns)
+        snprintf(out, cap, "%s_blk", tg->av[x]);
+    else
+        snprintf(out, cap, "%s_o * %lld", tg->av[x], (long long)tg->box[x]);
 }
 
 static void tile_full_expr(const tile_gen *tg, int x, char *out, size_t cap)
@@ -411,9 +461,12 @@ static void tile_full_expr(const tile_gen *tg, int x, char *out, size_t cap)
     char loc[160], org[64];
     tile_local_expr(tg, x, loc, sizeof loc);
     tile_origin_expr(tg, x, org, sizeof org);
-    if (!org[0]) snprintf(out, cap, "%s", loc);
-    else if (strcmp(loc, "0") == 0) snprintf(out, cap, "%s", org);
-    else snprintf(out, cap, "%s + %s", org, loc);
+    if (!org[0])
+        snprintf(out, cap, "%s", loc);
+    else if (strcmp(loc, "0") == 0)
+        snprintf(out, cap, "%s", org);
+    else
+        snprintf(out, cap, "%s + %s", org, loc);
 }
 
 /* Flattened index over the spatial axes of level l (mixed radix, last axis fastest). */
@@ -424,11 +477,12 @@ static void tile_flat_level(const tile_gen *tg, int l, char *out, size_t cap)
     out[0] = 0;
     for (int x = 0; x < tg->ns; x++) {
         if (tg->T[x][l] == 1) continue;
-        if (!len) len += (size_t)snprintf(out, cap, "%s_%s", tg->av[x], suf[l]);
+        if (!len)
+            len += (size_t)snprintf(out, cap, "%s_%s", tg->av[x], suf[l]);
         else {
             char tmp[256];
-            snprintf(tmp, sizeof tmp, "(%s) * %lld + %s_%s", out, (long long)tg->T[x][l],
-                     tg->av[x], suf[l]);
+            snprintf(tmp, sizeof tmp, "(%s) * %lld + %s_%s", out, (long long)tg->T[x][l], tg->av[x],
+                     suf[l]);
             len = (size_t)snprintf(out, cap, "%s", tmp);
         }
     }
@@ -442,14 +496,22 @@ static void tile_acc_index(const tile_gen *tg, char *out, size_t cap)
     tile_flat_level(tg, 3, f3, sizeof f3);
     tile_flat_level(tg, 4, f4, sizeof f4);
     /* ((f1 * p3 + f3) * p4 + f4), dropping the terms that are identically 0 */
-    if (strcmp(f1, "0") == 0) snprintf(tmp, sizeof tmp, "%s", f3);
-    else if (tg->p3 == 1) snprintf(tmp, sizeof tmp, "%s", f1);
-    else if (strcmp(f3, "0") == 0) snprintf(tmp, sizeof tmp, "(%s) * %lld", f1, (long long)tg->p3);
-    else snprintf(tmp, sizeof tmp, "(%s) * %lld + %s", f1, (long long)tg->p3, f3);
-    if (strcmp(tmp, "0") == 0) snprintf(out, cap, "%s", f4);
-    else if (tg->p4 == 1) snprintf(out, cap, "%s", tmp);
-    else if (strcmp(f4, "0") == 0) snprintf(out, cap, "(%s) * %lld", tmp, (long long)tg->p4);
-    else snprintf(out, cap, "(%s) * %lld + %s", tmp, (long long)tg->p4, f4);
+    if (strcmp(f1, "0") == 0)
+        snprintf(tmp, sizeof tmp, "%s", f3);
+    else if (tg->p3 == 1)
+        snprintf(tmp, sizeof tmp, "%s", f1);
+    else if (strcmp(f3, "0") == 0)
+        snprintf(tmp, sizeof tmp, "(%s) * %lld", f1, (long long)tg->p3);
+    else
+        snprintf(tmp, sizeof tmp, "(%s) * %lld + %s", f1, (long long)tg->p3, f3);
+    if (strcmp(tmp, "0") == 0)
+        snprintf(out, cap, "%s", f4);
+    else if (tg->p4 == 1)
+        snprintf(out, cap, "%s", tmp);
+    else if (strcmp(f4, "0") == 0)
+        snprintf(out, cap, "(%s) * %lld", tmp, (long long)tg->p4);
+    else
+        snprintf(out, cap, "(%s) * %lld + %s", tmp, (long long)tg->p4, f4);
 }
 
 /* Does expression id sit (transitively) under a select? Such loads may be out of range. */
@@ -457,8 +519,12 @@ static void mark_guarded(const ir_stage *st, int id, bool under, bool *guarded)
 {
     const ir_expr *e = &st->expr[id];
     switch (e->kind) {
-    case IR_E_LOAD: guarded[id] = guarded[id] || under; break;
-    case IR_E_UNARY: mark_guarded(st, e->a, under, guarded); break;
+    case IR_E_LOAD:
+        guarded[id] = guarded[id] || under;
+        break;
+    case IR_E_UNARY:
+        mark_guarded(st, e->a, under, guarded);
+        break;
     case IR_E_BINARY:
         mark_guarded(st, e->a, under, guarded);
         mark_guarded(st, e->b, under, guarded);
@@ -467,7 +533,8 @@ static void mark_guarded(const ir_stage *st, int id, bool under, bool *guarded)
         mark_guarded(st, e->a, true, guarded);
         mark_guarded(st, e->b, true, guarded);
         break;
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -495,7 +562,7 @@ static bool staged_vec_ok(const tile_gen *tg, const staged *sb, int64_t w)
 {
     const ir_tensor *t = &tg->g->tensor[sb->tensor];
     int L = sb->ndim - 1;
-    if (w <= 1 || sb->size[L] % w || sb->check[L] || sb->clip[L]) return false;
+    if ((w != 2 && w != 4) || sb->size[L] % w || sb->check[L] || sb->clip[L]) return false;
     if (sb->ndim > 1 && t->shape[L] % w) return false;
     const ir_affine *ix = &tg->a->expr[sb->expr].idx[L];
     if (mod_pos(ix->off, w)) return false;
@@ -515,7 +582,8 @@ static int tile_plan_staging(tile_gen *tg, tlm_error *err)
     int naxes = tg->ns + tg->nr;
     bool guarded[IR_MAX_EXPR] = {false};
     mark_guarded(a, a->body, false, guarded);
-    for (int i = 0; i < IR_MAX_EXPR; i++) tg->buf_of[i] = -1;
+    for (int i = 0; i < IR_MAX_EXPR; i++)
+        tg->buf_of[i] = -1;
     tg->nbuf = 0;
     if (!tg->stage) return 0;
     for (int id = 0; id < a->n_expr; id++) {
@@ -538,8 +606,10 @@ static int tile_plan_staging(tile_gen *tg, tlm_error *err)
         int same_name = 0;
         for (int k = 0; k < tg->nbuf; k++)
             if (tg->buf[k].tensor == e->tensor) same_name++;
-        if (same_name) snprintf(sb->name, NAME_LEN, "%s_s%d", t->name, same_name);
-        else snprintf(sb->name, NAME_LEN, "%s_s", t->name);
+        if (same_name)
+            snprintf(sb->name, NAME_LEN, "%s_s%d", t->name, same_name);
+        else
+            snprintf(sb->name, NAME_LEN, "%s_s", t->name);
         for (int d = 0; d < t->ndim; d++) {
             const ir_affine *ix = &e->idx[d];
             int64_t span = 1, neg = 0, dmin = ix->off, dmax = ix->off;
@@ -560,7 +630,7 @@ static int tile_plan_staging(tile_gen *tg, tlm_error *err)
         }
         sb->fp = 1;
         for (int d = t->ndim - 1; d >= 0; d--) {
-            sb->sstride[d] = sb->fp;
+            sb->cstride[d] = sb->fp;
             sb->fp *= sb->size[d];
         }
         tg->buf_of[id] = tg->nbuf++;
@@ -575,16 +645,27 @@ static int tile_plan_staging(tile_gen *tg, tlm_error *err)
         for (int d = 0; d < tg->buf[k].ndim && !any_guarded; d++)
             tg->buf[k].check[d] = tg->buf[k].clip[d];
     }
-    /* Layout: vector-copied buffers start on a 16-byte boundary. If that padding would
-     * break the space's shared-memory bound, fall back to unpadded scalar copies. */
+    /* Layout: vector-copied buffers start on a 16-byte boundary; scalar-copied ones whose rows
+     * are a multiple of 8 floats get one float of padding per row, so that threads reading
+     * down a column hit different banks. If either would break the target's shared-memory
+     * limit (the space bounds the compact boxes), fall back to compact scalar copies. */
     for (int pass = 0; pass < 2; pass++) {
         int64_t off = 0;
         for (int k = 0; k < tg->nbuf; k++) {
             staged *sb = &tg->buf[k];
+            int L = sb->ndim - 1;
             sb->vec = pass == 0 && staged_vec_ok(tg, sb, tg->vec_load) ? (int)tg->vec_load : 1;
+            sb->pad =
+                pass == 0 && sb->vec == 1 && L > 0 && sb->size[L] % 8 == 0 && sb->fp > sb->size[L];
+            int64_t st = 1;
+            for (int d = L; d >= 0; d--) {
+                sb->sstride[d] = st;
+                st *= sb->size[d] + (d == L ? sb->pad : 0);
+            }
+            sb->alloc = st;
             if (sb->vec > 1) off = (off + 3) / 4 * 4;
             sb->off = off;
-            off += sb->fp;
+            off += sb->alloc;
         }
         tg->smem_floats = off;
         if (off * 4 <= tg->sp->tgt.gpu.smem_per_block) return 0;
@@ -601,21 +682,26 @@ static void emit_staged_offset(const tile_gen *tg, cg_buf *b, const staged *sb, 
     int64_t coef[IR_MAX_AXES] = {0}, c = 0;
     for (int d = 0; d < sb->ndim; d++) {
         c += sb->lo_const[d] * sb->sstride[d];
-        for (int x = 0; x < naxes; x++) coef[x] += (int64_t)e->idx[d].coef[x] * sb->sstride[d];
+        for (int x = 0; x < naxes; x++)
+            coef[x] += (int64_t)e->idx[d].coef[x] * sb->sstride[d];
     }
     bool any = false;
     for (int x = 0; x < naxes; x++) {
         if (!coef[x] || tg->box[x] == 1) continue; /* the local index is always 0 */
         if (any) cg_printf(b, " + ");
-        if (coef[x] == 1) cg_printf(b, "%s", tg->local[x]);
-        else cg_printf(b, "%lld * %s", (long long)coef[x], tg->local[x]);
+        if (coef[x] == 1)
+            cg_printf(b, "%s", tg->local[x]);
+        else
+            cg_printf(b, "%lld * %s", (long long)coef[x], tg->local[x]);
         any = true;
     }
     for (int d = 0; d < sb->ndim; d++) {
         if (!sb->clip[d]) continue;
         if (any) cg_printf(b, " + ");
-        if (sb->sstride[d] == 1) cg_printf(b, "%s_sh%d", sb->name, d);
-        else cg_printf(b, "%s_sh%d * %lld", sb->name, d, (long long)sb->sstride[d]);
+        if (sb->sstride[d] == 1)
+            cg_printf(b, "%s_sh%d", sb->name, d);
+        else
+            cg_printf(b, "%s_sh%d * %lld", sb->name, d, (long long)sb->sstride[d]);
         any = true;
     }
     if (c || !any) cg_printf(b, any ? " + %lld" : "%lld", (long long)c);
@@ -664,8 +750,9 @@ static void emit_copy(tile_gen *tg, int ind, const staged *sb)
     int64_t w = tg->vec_load > 1 ? tg->vec_load : 1;
     bool vec = sb->vec > 1;
     bool ragged = sb->fp % w != 0;
-    if (w == 1) cg_line(b, ind, "for (int e = tid; e < %lld; e += %lld) {", (long long)sb->fp,
-                        (long long)tg->nt);
+    if (w == 1)
+        cg_line(b, ind, "for (int e = tid; e < %lld; e += %lld) {", (long long)sb->fp,
+                (long long)tg->nt);
     else
         cg_line(b, ind, "for (int e%s = tid * %lld; e%s < %lld; e%s += %lld) {", vec ? "" : "0",
                 (long long)w, vec ? "" : "0", (long long)sb->fp, vec ? "" : "0",
@@ -683,16 +770,21 @@ static void emit_copy(tile_gen *tg, int ind, const staged *sb)
     /* box coordinates, then tensor coordinates */
     for (int d = 0; d < n; d++) {
         if (sb->size[d] == 1) continue;
-        if (n == 1) cg_line(b, in, "const int d0 = e;");
-        else if (d == 0) cg_line(b, in, "const int d0 = e / %lld;", (long long)sb->sstride[0]);
-        else if (sb->sstride[d] == 1) cg_line(b, in, "const int d%d = e %% %lld;", d, (long long)sb->size[d]);
+        if (n == 1)
+            cg_line(b, in, "const int d0 = e;");
+        else if (d == 0)
+            cg_line(b, in, "const int d0 = e / %lld;", (long long)sb->cstride[0]);
+        else if (sb->cstride[d] == 1)
+            cg_line(b, in, "const int d%d = e %% %lld;", d, (long long)sb->size[d]);
         else
-            cg_line(b, in, "const int d%d = e / %lld %% %lld;", d, (long long)sb->sstride[d],
+            cg_line(b, in, "const int d%d = e / %lld %% %lld;", d, (long long)sb->cstride[d],
                     (long long)sb->size[d]);
     }
     for (int d = 0; d < n; d++) {
-        if (sb->size[d] == 1) cg_line(b, in, "const %s g%d = %s_o%d;", tg->ity, d, sb->name, d);
-        else cg_line(b, in, "const %s g%d = %s_o%d + d%d;", tg->ity, d, sb->name, d, d);
+        if (sb->size[d] == 1)
+            cg_line(b, in, "const %s g%d = %s_o%d;", tg->ity, d, sb->name, d);
+        else
+            cg_line(b, in, "const %s g%d = %s_o%d + d%d;", tg->ity, d, sb->name, d, d);
     }
     char cond[512] = "";
     size_t cl = 0;
@@ -705,29 +797,44 @@ static void emit_copy(tile_gen *tg, int ind, const staged *sb)
     size_t ol = 0;
     off[0] = 0;
     for (int d = 0; d < n; d++) {
-        if (st[d] == 1) ol += (size_t)snprintf(off + ol, sizeof off - ol, "%sg%d", ol ? " + " : "", d);
+        if (st[d] == 1)
+            ol += (size_t)snprintf(off + ol, sizeof off - ol, "%sg%d", ol ? " + " : "", d);
         else
             ol += (size_t)snprintf(off + ol, sizeof off - ol, "%sg%d * %lld", ol ? " + " : "", d,
                                    (long long)st[d]);
     }
+    /* where the element goes: e itself unless rows are padded */
+    char dst[256] = "e";
+    if (sb->pad) {
+        size_t dl = 0;
+        for (int d = 0; d < n; d++) {
+            if (sb->size[d] == 1) continue;
+            if (sb->sstride[d] == 1)
+                dl += (size_t)snprintf(dst + dl, sizeof dst - dl, "%sd%d", dl ? " + " : "", d);
+            else
+                dl += (size_t)snprintf(dst + dl, sizeof dst - dl, "%sd%d * %lld", dl ? " + " : "",
+                                       d, (long long)sb->sstride[d]);
+        }
+    }
     if (vec) {
         const char *vt = sb->vec == 4 ? "float4" : "float2";
-        const char *zero = sb->vec == 4 ? "make_float4(0.0f, 0.0f, 0.0f, 0.0f)"
-                                        : "make_float2(0.0f, 0.0f)";
+        const char *zero =
+            sb->vec == 4 ? "make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "make_float2(0.0f, 0.0f)";
         if (cl) {
             cg_line(b, in, "%s t4 = %s;", vt, zero);
             cg_line(b, in, "if (%s) t4 = *reinterpret_cast<const %s *>(%s + %s);", cond, vt,
                     tg->nm.tensor[sb->tensor], off);
             cg_line(b, in, "*reinterpret_cast<%s *>(%s + e) = t4;", vt, sb->name);
         } else {
-            cg_line(b, in, "*reinterpret_cast<%s *>(%s + e) = *reinterpret_cast<const %s *>(%s + %s);",
-                    vt, sb->name, vt, tg->nm.tensor[sb->tensor], off);
+            cg_line(b, in,
+                    "*reinterpret_cast<%s *>(%s + e) = *reinterpret_cast<const %s *>(%s + %s);", vt,
+                    sb->name, vt, tg->nm.tensor[sb->tensor], off);
         }
     } else if (cl) {
-        cg_line(b, in, "%s[e] = (%s) ? %s[%s] : 0.0f;", sb->name, cond, tg->nm.tensor[sb->tensor],
-                off);
+        cg_line(b, in, "%s[%s] = (%s) ? %s[%s] : 0.0f;", sb->name, dst, cond,
+                tg->nm.tensor[sb->tensor], off);
     } else {
-        cg_line(b, in, "%s[e] = %s[%s];", sb->name, tg->nm.tensor[sb->tensor], off);
+        cg_line(b, in, "%s[%s] = %s[%s];", sb->name, dst, tg->nm.tensor[sb->tensor], off);
     }
     if (w > 1 && !vec) cg_line(b, in - 1, "}");
     cg_line(b, ind, "}");
@@ -742,11 +849,14 @@ static void emit_staging(tile_gen *tg, int ind)
     for (int k = 0; k < tg->nbuf; k++) {
         const staged *sb = &tg->buf[k];
         const ir_expr *e = &tg->a->expr[sb->expr];
-        for (int i = 0; i < ind; i++) cg_printf(b, "    ");
+        for (int i = 0; i < ind; i++)
+            cg_printf(b, "    ");
         cg_printf(b, "/* %s: box", sb->name);
-        for (int d = 0; d < sb->ndim; d++) cg_printf(b, "[%lld]", (long long)sb->size[d]);
-        cg_printf(b, " of %s%s */\n", tg->g->tensor[sb->tensor].name,
-                  sb->vec > 1 ? (sb->vec == 4 ? ", float4 copies" : ", float2 copies") : "");
+        for (int d = 0; d < sb->ndim; d++)
+            cg_printf(b, "[%lld]", (long long)sb->size[d]);
+        cg_printf(b, " of %s%s%s */\n", tg->g->tensor[sb->tensor].name,
+                  sb->vec > 1 ? (sb->vec == 4 ? ", float4 copies" : ", float2 copies") : "",
+                  sb->pad ? ", rows padded by 1" : "");
         for (int d = 0; d < sb->ndim; d++) {
             /* lo = off + sum c * origin + sum_{c<0} c * (box-1) */
             char lo[512];
@@ -768,8 +878,8 @@ static void emit_staging(tile_gen *tg, int ind)
                 snprintf(lo + ll, sizeof lo - ll, ll ? " + (%lld)" : "%lld", (long long)lc);
             if (sb->clip[d]) {
                 cg_line(b, ind, "const %s %s_lo%d = %s;", tg->ity, sb->name, d, lo);
-                cg_line(b, ind, "const %s %s_o%d = %s_lo%d > 0 ? %s_lo%d : 0;", tg->ity, sb->name, d,
-                        sb->name, d, sb->name, d);
+                cg_line(b, ind, "const %s %s_o%d = %s_lo%d > 0 ? %s_lo%d : 0;", tg->ity, sb->name,
+                        d, sb->name, d, sb->name, d);
                 cg_line(b, ind, "const int %s_sh%d = (int)(%s_lo%d - %s_o%d);", sb->name, d,
                         sb->name, d, sb->name, d);
             } else {
@@ -807,10 +917,14 @@ static void emit_compute_point(tile_gen *tg, int ind)
     }
     char ai[900];
     tile_acc_index(tg, ai, sizeof ai);
-    for (int i = 0; i < ind; i++) cg_printf(b, "    ");
-    if (a->reduce == IR_RED_SUM) cg_printf(b, "acc[%s] += ", ai);
-    else if (a->reduce == IR_RED_MAX) cg_printf(b, "acc[%s] = fmaxf(acc[%s], ", ai, ai);
-    else cg_printf(b, "acc[%s] = ", ai);
+    for (int i = 0; i < ind; i++)
+        cg_printf(b, "    ");
+    if (a->reduce == IR_RED_SUM)
+        cg_printf(b, "acc[%s] += ", ai);
+    else if (a->reduce == IR_RED_MAX)
+        cg_printf(b, "acc[%s] = fmaxf(acc[%s], ", ai, ai);
+    else
+        cg_printf(b, "acc[%s] = ", ai);
     cu_expr(b, tg->g, a, a->body, &tg->nm, tg);
     cg_printf(b, a->reduce == IR_RED_MAX ? ");\n" : ";\n");
 }
@@ -844,8 +958,10 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
     for (int x = 0; x < naxes; x++) {
         int levels = x < ns ? 5 : 3;
         int64_t prod = 1;
-        for (int l = 0; l < 5; l++) tg->T[x][l] = l < levels ? space_tile(sp, s, x, l) : 1;
-        for (int l = 1; l < levels; l++) prod *= tg->T[x][l];
+        for (int l = 0; l < 5; l++)
+            tg->T[x][l] = l < levels ? space_tile(sp, s, x, l) : 1;
+        for (int l = 1; l < levels; l++)
+            prod *= tg->T[x][l];
         if (tg->T[x][0] < 1 || prod * tg->T[x][0] != a->extent[x]) {
             rc = tlm_err_set(err, TLM_EINVAL, "schedule",
                              "tile factors of axis %s do not divide its extent %lld", a->axis[x],
@@ -868,8 +984,9 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
         tg->nm.axis[x] = tg->full[x];
     }
     if (tg->nt < 1 || tg->nt > sp->tgt.gpu.max_threads_per_block) {
-        rc = tlm_err_set(err, TLM_EINVAL, "schedule", "%lld threads per block, the target allows %d",
-                         (long long)tg->nt, sp->tgt.gpu.max_threads_per_block);
+        rc =
+            tlm_err_set(err, TLM_EINVAL, "schedule", "%lld threads per block, the target allows %d",
+                        (long long)tg->nt, sp->tgt.gpu.max_threads_per_block);
         goto done;
     }
     tg->unroll = space_get(sp, s, SLOT_UNROLL, 0);
@@ -882,7 +999,8 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
 
     emit_prelude(&buf, sp, s);
     cg_line(&buf, 0, "/* Index names: <axis>_blk block origin, _v vthread, _t thread, _o/_i inner");
-    cg_line(&buf, 0, " * tiles (spatial); _o/_m/_i outer/middle/inner (reduction); _l block-local. */");
+    cg_line(&buf, 0,
+            " * tiles (spatial); _o/_m/_i outer/middle/inner (reduction); _l block-local. */");
     cg_printf(&buf, "extern \"C\" __global__ void __launch_bounds__(%lld) %s(", (long long)tg->nt,
               entry);
     cg_emit_params(&buf, g, &tg->nm, true);
@@ -904,7 +1022,9 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
                 const char *bt = gp.split ? "long long" : "int";
                 if (strcmp(tg->ity, "long long") == 0) bt = "long long";
                 if (div * G == nblk) {
-                    if (div == 1) cg_line(&buf, 1, "const %s %s_blk = blk * %lld;", bt, tg->av[x], (long long)tg->box[x]);
+                    if (div == 1)
+                        cg_line(&buf, 1, "const %s %s_blk = blk * %lld;", bt, tg->av[x],
+                                (long long)tg->box[x]);
                     else
                         cg_line(&buf, 1, "const %s %s_blk = (blk / %lld) * %lld;", bt, tg->av[x],
                                 (long long)div, (long long)tg->box[x]);
@@ -912,8 +1032,8 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
                     cg_line(&buf, 1, "const %s %s_blk = (blk %% %lld) * %lld;", bt, tg->av[x],
                             (long long)G, (long long)tg->box[x]);
                 } else {
-                    cg_line(&buf, 1, "const %s %s_blk = (blk / %lld %% %lld) * %lld;", bt, tg->av[x],
-                            (long long)div, (long long)G, (long long)tg->box[x]);
+                    cg_line(&buf, 1, "const %s %s_blk = (blk / %lld %% %lld) * %lld;", bt,
+                            tg->av[x], (long long)div, (long long)G, (long long)tg->box[x]);
                 }
             }
             div *= G;
@@ -923,8 +1043,10 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
             int64_t Tt = tg->T[x][2];
             if (Tt > 1) {
                 if (div * Tt == tg->nt) {
-                    if (div == 1) cg_line(&buf, 1, "const int %s_t = tid;", tg->av[x]);
-                    else cg_line(&buf, 1, "const int %s_t = tid / %lld;", tg->av[x], (long long)div);
+                    if (div == 1)
+                        cg_line(&buf, 1, "const int %s_t = tid;", tg->av[x]);
+                    else
+                        cg_line(&buf, 1, "const int %s_t = tid / %lld;", tg->av[x], (long long)div);
                 } else if (div == 1) {
                     cg_line(&buf, 1, "const int %s_t = tid %% %lld;", tg->av[x], (long long)Tt);
                 } else {
@@ -957,9 +1079,11 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
     if (tg->nbuf) emit_staging(tg, ind);
     /* r1 */
     int64_t inner_steps = tg->nacc; /* v * s3 * s4 */
-    for (int x = ns; x < naxes; x++) inner_steps *= tg->T[x][2];
+    for (int x = ns; x < naxes; x++)
+        inner_steps *= tg->T[x][2];
     int64_t r1_total = 1;
-    for (int x = ns; x < naxes; x++) r1_total *= tg->T[x][1];
+    for (int x = ns; x < naxes; x++)
+        r1_total *= tg->T[x][1];
     int64_t rem = r1_total;
     int opened = 0;
     for (int x = ns; x < naxes; x++) {
@@ -983,13 +1107,15 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
         }
     /* r2 */
     int64_t r2_total = 1;
-    for (int x = ns; x < naxes; x++) r2_total *= tg->T[x][2];
+    for (int x = ns; x < naxes; x++)
+        r2_total *= tg->T[x][2];
     rem = r2_total;
     for (int x = ns; x < naxes; x++) {
         if (tg->T[x][2] == 1) continue;
         char v[NAME_LEN + 4];
         snprintf(v, sizeof v, "%s_i", tg->av[x]);
-        emit_pragma_unroll(&buf, ind, rem * tg->p4, tg->unroll);
+        /* the enclosing v and s3 loops are unrolled too: count every copy */
+        emit_pragma_unroll(&buf, ind, rem * tg->nacc, tg->unroll);
         rem /= tg->T[x][2];
         emit_loop(&buf, ind++, v, tg->T[x][2]);
         opened++;
@@ -1003,13 +1129,20 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
         emit_loop(&buf, ind++, v, tg->T[x][4]);
         opened++;
     }
+    if (opened + r0_loops == 0) { /* a scope of its own: the write-back declares the same names */
+        cg_line(&buf, ind++, "{");
+        opened++;
+    }
     emit_compute_point(tg, ind);
-    for (int k = 0; k < opened; k++) cg_line(&buf, --ind, "}");
+    for (int k = 0; k < opened; k++)
+        cg_line(&buf, --ind, "}");
     if (tg->nbuf && r0_loops) cg_line(&buf, ind, "__syncthreads(); /* before the next copy */");
-    for (int k = 0; k < r0_loops; k++) cg_line(&buf, --ind, "}");
+    for (int k = 0; k < r0_loops; k++)
+        cg_line(&buf, --ind, "}");
 
     /* write-back */
-    cg_line(&buf, 1, "/* write-back%s */", g->n_stage > g->anchor + 1 ? " with the epilogue inlined" : "");
+    cg_line(&buf, 1, "/* write-back%s */",
+            g->n_stage > g->anchor + 1 ? " with the epilogue inlined" : "");
     opened = 0;
     for (int l = 1; l <= 4; l++) {
         if (l == 2) continue;
@@ -1022,6 +1155,10 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
             opened++;
         }
     }
+    if (!opened) {
+        cg_line(&buf, ind++, "{");
+        opened++;
+    }
     for (int x = 0; x < ns; x++) {
         char ex[256];
         tile_full_expr(tg, x, ex, sizeof ex);
@@ -1032,17 +1169,20 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
         tile_acc_index(tg, ai, sizeof ai);
         if (a->post_scale != 1.0) {
             char lit[64];
-            cg_line(&buf, ind, "float val = acc[%s] * %s;", ai, flit(a->post_scale, lit, sizeof lit));
+            cg_line(&buf, ind, "float val = acc[%s] * %s;", ai,
+                    flit(a->post_scale, lit, sizeof lit));
         } else {
             cg_line(&buf, ind, "float val = acc[%s];", ai);
         }
     }
     emit_epilogues(&buf, g, ind, &tg->nm);
-    for (int i = 0; i < ind; i++) cg_printf(&buf, "    ");
+    for (int i = 0; i < ind; i++)
+        cg_printf(&buf, "    ");
     cg_printf(&buf, "%s[", tg->nm.tensor[g->output]);
     emit_out_offset(&buf, g, &tg->nm);
     cg_printf(&buf, "] = val;\n");
-    for (int k = 0; k < opened; k++) cg_line(&buf, --ind, "}");
+    for (int k = 0; k < opened; k++)
+        cg_line(&buf, --ind, "}");
     cg_printf(&buf, "}\n");
 
     if (buf.oom) {
@@ -1073,10 +1213,13 @@ static void emit_block_reduce_helpers(cg_buf *b)
     static const char *kinds[2][3] = {{"sum", "v += o", "r += red[w]"},
                                       {"max", "v = fmaxf(v, o)", "r = fmaxf(r, red[w])"}};
     for (int k = 0; k < 2; k++) {
-        cg_line(b, 0, "/* Block-wide %s: every thread gets the same value (one summation order). */",
+        cg_line(b, 0,
+                "/* Block-wide %s: every thread gets the same value (one summation order). */",
                 kinds[k][0]);
-        cg_line(b, 0, "static __device__ __forceinline__ float tlm_block_%s(float v, float *red, int nwarps)",
-                kinds[k][0]);
+        cg_line(
+            b, 0,
+            "static __device__ __forceinline__ float tlm_block_%s(float v, float *red, int nwarps)",
+            kinds[k][0]);
         cg_line(b, 0, "{");
         cg_line(b, 1, "for (int m = 16; m > 0; m >>= 1) {");
         cg_line(b, 2, "const float o = __shfl_xor_sync(0xffffffffu, v, m);");
@@ -1100,12 +1243,16 @@ static void rows_inner_decl(cg_buf *b, int ind, const ir_stage *st, int first, i
 {
     int64_t div = 1;
     int64_t total = 1;
-    for (int x = first; x < last; x++) total *= st->extent[x];
+    for (int x = first; x < last; x++)
+        total *= st->extent[x];
     for (int x = last - 1; x >= first; x--) {
         int64_t e = st->extent[x];
-        if (e == 1) cg_line(b, ind, "const %s %s = 0;", ity, names[x]);
-        else if (div == 1 && e == total) cg_line(b, ind, "const %s %s = idx;", ity, names[x]);
-        else if (div == 1) cg_line(b, ind, "const %s %s = idx %% %lld;", ity, names[x], (long long)e);
+        if (e == 1)
+            cg_line(b, ind, "const %s %s = 0;", ity, names[x]);
+        else if (div == 1 && e == total)
+            cg_line(b, ind, "const %s %s = idx;", ity, names[x]);
+        else if (div == 1)
+            cg_line(b, ind, "const %s %s = idx %% %lld;", ity, names[x], (long long)e);
         else if (div * e == total)
             cg_line(b, ind, "const %s %s = idx / %lld;", ity, names[x], (long long)div);
         else
@@ -1173,11 +1320,13 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
     nm.subst_tensor = -1;
     nm.cuda = true;
     char rowv[IR_MAX_AXES][NAME_LEN];
-    for (int x = 0; x < nra; x++) axis_var(g, first, x, rowv[x]);
+    for (int x = 0; x < nra; x++)
+        axis_var(g, first, x, rowv[x]);
 
     emit_prelude(&buf, sp, s);
     emit_block_reduce_helpers(&buf);
-    cg_printf(&buf, "extern \"C\" __global__ void __launch_bounds__(%lld) %s(", (long long)nt, entry);
+    cg_printf(&buf, "extern \"C\" __global__ void __launch_bounds__(%lld) %s(", (long long)nt,
+              entry);
     cg_emit_params(&buf, g, &nm, true);
     cg_printf(&buf, ")\n{\n");
     cg_line(&buf, 1, "extern __shared__ float tlm_red[]; /* one partial per warp */");
@@ -1197,13 +1346,15 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
         for (int x = nra - 1; x >= 0; x--) {
             int64_t e = first->extent[x];
             if (div * e == sp->rows) {
-                if (div == 1) cg_line(&buf, ind, "const %s %s = row;", ity, rowv[x]);
-                else cg_line(&buf, ind, "const %s %s = row / %lld;", ity, rowv[x], (long long)div);
+                if (div == 1)
+                    cg_line(&buf, ind, "const %s %s = row;", ity, rowv[x]);
+                else
+                    cg_line(&buf, ind, "const %s %s = row / %lld;", ity, rowv[x], (long long)div);
             } else if (div == 1) {
                 cg_line(&buf, ind, "const %s %s = row %% %lld;", ity, rowv[x], (long long)e);
             } else {
-                cg_line(&buf, ind, "const %s %s = row / %lld %% %lld;", ity, rowv[x], (long long)div,
-                        (long long)e);
+                cg_line(&buf, ind, "const %s %s = row / %lld %% %lld;", ity, rowv[x],
+                        (long long)div, (long long)e);
             }
             div *= e;
         }
@@ -1213,29 +1364,37 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
         bool reduces = st->reduce != IR_RED_NONE;
         int lo = nra, hi = reduces ? nra + st->n_reduce : st->n_spatial;
         int64_t inner = 1;
-        for (int x = lo; x < hi; x++) inner *= st->extent[x];
+        for (int x = lo; x < hi; x++)
+            inner *= st->extent[x];
         char names[IR_MAX_AXES][NAME_LEN];
         for (int x = 0; x < st->n_spatial + st->n_reduce; x++) {
-            if (x < nra) snprintf(names[x], NAME_LEN, "%s", rowv[x]);
-            else axis_var(g, st, x, names[x]);
+            if (x < nra)
+                snprintf(names[x], NAME_LEN, "%s", rowv[x]);
+            else
+                axis_var(g, st, x, names[x]);
             nm.axis[x] = names[x];
         }
-        for (int x = st->n_spatial + st->n_reduce; x < IR_MAX_AXES; x++) nm.axis[x] = NULL;
+        for (int x = st->n_spatial + st->n_reduce; x < IR_MAX_AXES; x++)
+            nm.axis[x] = NULL;
         const char *var = si == g->anchor ? "acc" : g->tensor[st->out].name;
         cg_line(&buf, ind, "/* %s: %s over %lld points per row */", st->name,
                 reduces ? (st->reduce == IR_RED_MAX ? "max" : "sum") : "elementwise",
                 (long long)inner);
         if (reduces) {
-            cg_line(&buf, ind, "float %s = %s;", var, st->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f");
+            cg_line(&buf, ind, "float %s = %s;", var,
+                    st->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f");
         }
         if (unroll > 0) cg_line(&buf, ind, "#pragma unroll %lld", (long long)unroll);
         cg_line(&buf, ind, "for (%s idx = tid; idx < %lld; idx += %lld) {", ity, (long long)inner,
                 (long long)nt);
         rows_inner_decl(&buf, ind + 1, st, lo, hi, names, ity);
-        for (int i = 0; i < ind + 1; i++) cg_printf(&buf, "    ");
+        for (int i = 0; i < ind + 1; i++)
+            cg_printf(&buf, "    ");
         if (reduces) {
-            if (st->reduce == IR_RED_MAX) cg_printf(&buf, "%s = fmaxf(%s, ", var, var);
-            else cg_printf(&buf, "%s += ", var);
+            if (st->reduce == IR_RED_MAX)
+                cg_printf(&buf, "%s = fmaxf(%s, ", var, var);
+            else
+                cg_printf(&buf, "%s += ", var);
             cu_expr(&buf, g, st, st->body, &nm, NULL);
             cg_printf(&buf, st->reduce == IR_RED_MAX ? ");\n" : ";\n");
         } else {
@@ -1246,7 +1405,8 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
             if (st->post_scale != 1.0)
                 cg_line(&buf, ind + 1, "val *= %s;", flit(st->post_scale, lit, sizeof lit));
             emit_epilogues(&buf, g, ind + 1, &nm);
-            for (int i = 0; i < ind + 1; i++) cg_printf(&buf, "    ");
+            for (int i = 0; i < ind + 1; i++)
+                cg_printf(&buf, "    ");
             cg_printf(&buf, "%s[", nm.tensor[g->output]);
             emit_out_offset(&buf, g, &nm);
             cg_printf(&buf, "] = val;\n");
@@ -1266,10 +1426,13 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
             } else {
                 cg_line(&buf, ind, "if (tid == 0) {");
                 cg_line(&buf, ind + 1, "float val = acc;");
-                for (int x = 0; x < nra; x++) nm.axis[x] = rowv[x];
-                for (int x = nra; x < IR_MAX_AXES; x++) nm.axis[x] = NULL;
+                for (int x = 0; x < nra; x++)
+                    nm.axis[x] = rowv[x];
+                for (int x = nra; x < IR_MAX_AXES; x++)
+                    nm.axis[x] = NULL;
                 emit_epilogues(&buf, g, ind + 1, &nm);
-                for (int i = 0; i < ind + 1; i++) cg_printf(&buf, "    ");
+                for (int i = 0; i < ind + 1; i++)
+                    cg_printf(&buf, "    ");
                 cg_printf(&buf, "%s[", nm.tensor[g->output]);
                 emit_out_offset(&buf, g, &nm);
                 cg_printf(&buf, "] = val;\n");
@@ -1309,11 +1472,13 @@ int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, c
     if (sp->tgt.kind != TARGET_CUDA)
         return tlm_err_set(err, TLM_EINVAL, "target", "%s is not a CUDA target", sp->tgt.name);
     if (s->n != sp->n_slot)
-        return tlm_err_set(err, TLM_EINVAL, "schedule", "expected %d decisions, got %d",
-                           sp->n_slot, s->n);
+        return tlm_err_set(err, TLM_EINVAL, "schedule", "expected %d decisions, got %d", sp->n_slot,
+                           s->n);
     int rc;
-    if (sp->sketch == SKETCH_GPU_TILE) rc = gen_tile(sp, s, entry, out, err);
-    else if (sp->sketch == SKETCH_GPU_ROWS) rc = gen_rows(sp, s, entry, out, err);
+    if (sp->sketch == SKETCH_GPU_TILE)
+        rc = gen_tile(sp, s, entry, out, err);
+    else if (sp->sketch == SKETCH_GPU_ROWS)
+        rc = gen_rows(sp, s, entry, out, err);
     else
         rc = tlm_err_set(err, TLM_EINVAL, "sketch", "sketch %s is not a GPU sketch",
                          space_sketch_name(sp->sketch));
