@@ -4,6 +4,7 @@
 #   store/*.c      -> build/libtlmstore.a   (SQLite kernel cache)
 #   tools/tlm/*.c  -> build/tlm             (offline toolkit)
 #   daemon/*.c     -> build/tlmd            (the compile server)
+#   clients/tlmc/*.c -> build/tlmc          (the command-line client; libcurl, no compiler)
 #   tests/**/test_*.c -> one Criterion binary each, built with ASan+UBSan under build/san/
 #   bench/*.c      -> build/bench/<name>
 
@@ -42,6 +43,8 @@ TLM_SRC   := $(sort $(wildcard tools/tlm/*.c))
 DAEMON_SRC := $(sort $(wildcard daemon/*.c))
 TEST_SRC  := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
+TLMC_SRC  := $(sort $(wildcard clients/tlmc/*.c))
+TLMC_LIBS := $(shell pkg-config --libs libcurl jansson libcrypto 2>/dev/null)
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
@@ -62,7 +65,8 @@ BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: all deps test test-build run bench install clean format
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm $(BUILD)/tlmd
+all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm $(BUILD)/tlmd \
+    $(BUILD)/tlmc
 
 deps:
 	@./scripts/deps.sh
@@ -111,6 +115,15 @@ $(SAN)/tlmd: $(SAN_DAEMON_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a $(SAN)/
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_DAEMON_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a \
 	    $(SAN)/libtlm.a $(DAEMON_LIBS) $(LDLIBS)
 
+# tlmc links only libcurl, jansson and libcrypto: it is what users copy to their machines.
+$(BUILD)/tlmc: $(TLMC_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLMC_SRC) $(TLMC_LIBS)
+
+$(SAN)/tlmc: $(TLMC_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(TLMC_SRC) $(TLMC_LIBS)
+
 $(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a \
@@ -121,12 +134,13 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 	$(CC) $(BASEFLAGS) -O3 -march=native -o $@ $< $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a \
 	    $(LDLIBS) -ldnnl
 
-test-build: deps all $(SAN)/tlm $(SAN)/tlmd $(TEST_BIN)
+test-build: deps all $(SAN)/tlm $(SAN)/tlmd $(SAN)/tlmc $(TEST_BIN)
 
 # Each test binary runs on its own; Criterion forks every test. TLM_BIN points the
 # integration tests at the sanitized tools.
 test: test-build
-	@TLM_BIN=$(abspath $(SAN)/tlm) TLMD_BIN=$(abspath $(SAN)/tlmd) ./scripts/run-tests.sh $(TEST_BIN)
+	@TLM_BIN=$(abspath $(SAN)/tlm) TLMD_BIN=$(abspath $(SAN)/tlmd) TLMC_BIN=$(abspath $(SAN)/tlmc) \
+	    ./scripts/run-tests.sh $(TEST_BIN)
 
 # `make run`: dependencies, build, a small random model when none exists (then /v1/version
 # says weights_trained=false), and tlmd in the foreground on the defaults (127.0.0.1:8470).

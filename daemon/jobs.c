@@ -95,9 +95,21 @@ static void job_free_cb(uv_handle_t *h)
     for (int i = 0; i < j->p.n; i++)
         json_decref(j->kt[i].kernel);
     free(j->kt);
-    free(j->p.wl);
+    job_params_free(&j->p);
     json_decref(j->answer);
     free(j);
+}
+
+void job_params_free(job_params *p)
+{
+    free(p->wl);
+    free(p->occ);
+    free(p->node);
+    json_decref(p->model);
+    p->wl = NULL;
+    p->occ = NULL;
+    p->node = NULL;
+    p->model = NULL;
 }
 
 static void job_unref(job *j)
@@ -163,9 +175,15 @@ static job *job_find(const char *id)
 static json_t *job_stats(job *j)
 {
     double end = j->state == JOB_RUNNING ? tlmd_now() : j->t_end;
-    return json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "kernels", j->p.n, "hits", j->n_hit,
-                     "misses", j->n_miss, "wall_s", end - j->t_start, "decode_s", j->decode_s,
-                     "codegen_s", j->codegen_s, "compile_s", j->compile_s);
+    /* "subgraphs" and "seconds" repeat "kernels" and "wall_s" under the names of a network's
+     * summary (subgraphs, hits, misses, seconds), so clients read one shape for every kind */
+    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "kernels", j->p.n,
+                          "subgraphs", j->p.n, "hits", j->n_hit, "misses", j->n_miss, "wall_s",
+                          end - j->t_start, "seconds", end - j->t_start, "decode_s", j->decode_s,
+                          "codegen_s", j->codegen_s, "compile_s", j->compile_s);
+    json_t *launches = json_object_get(j->p.model, "launches");
+    if (o && launches) json_object_set(o, "launches", launches);
+    return o;
 }
 
 static json_t *target_obj(job *j)
@@ -191,6 +209,7 @@ static void job_finish(job *j, job_state st, const tlm_error *err, int status)
         j->answer = json_pack("{s:s, s:o, s:o, s:o, s:s}", "job", j->id, "target", target_obj(j),
                               "kernels", ks, "stats", job_stats(j), "mode",
                               j->p.mode == MODE_TOPK ? "topk" : "generate");
+        if (j->answer && j->p.model) json_object_set(j->answer, "model", j->p.model);
         j->err_status = 200;
     } else {
         int hs = 500;
@@ -218,10 +237,12 @@ static void job_finish(job *j, job_state st, const tlm_error *err, int status)
 static void job_answer(job *j, http_req *r, job_state st)
 {
     if (j->p.stream) {
-        if (st == JOB_DONE)
-            http_stream_line(r, json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats",
-                                          job_stats(j)));
-        else {
+        if (st == JOB_DONE) {
+            json_t *ev = json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats",
+                                   job_stats(j));
+            if (ev && j->p.model) json_object_set(ev, "model", j->p.model);
+            http_stream_line(r, ev);
+        } else {
             json_t *ev = json_deep_copy(j->answer);
             json_object_set_new(ev, "event", json_string("error"));
             json_object_set_new(ev, "job", json_string(j->id));
@@ -300,7 +321,25 @@ static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool share
                   k->format, "launch", launch ? launch : json_object(), "binary_sha256",
                   k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "url", url);
     if (o && shared) json_object_set_new(o, "single_flight", json_true());
+    if (o && t->j->p.occ) {
+        json_object_set_new(o, "occurrences", json_integer((json_int_t)t->j->p.occ[t->index]));
+        json_t *nm = json_string(t->j->p.node[t->index]); /* NULL: UTF-8 cut at 63 bytes */
+        json_object_set_new(o, "node", nm ? nm : json_string(""));
+    }
     if (o && f->selection && !hit) json_object_set_new(o, "selection", json_string(f->selection));
+    if (o && !hit) {
+        /* where this kernel's cold latency went (bench/server.sh reads it): lookup_s is the
+         * pool wait + store miss + subgraph and space, queue_s the wait for a decoder slot,
+         * decode_s the decoding itself, codegen_s + compile_s summed over the candidates built,
+         * total_s the flight from its start to now (its end) */
+        const dec_item *d = &f->dec;
+        json_object_set_new(
+            o, "timing",
+            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "lookup_s", d->t_submit - f->t_start,
+                      "queue_s", d->t_start - d->t_submit, "decode_s", d->t_done - d->t_start,
+                      "codegen_s", f->codegen_s, "compile_s", f->compile_s, "total_s",
+                      tlmd_now() - f->t_start));
+    }
     if (o && isfinite(k->measured_time_s) && k->measured_time_s > 0)
         json_object_set_new(o, "measured_time_s", json_real(k->measured_time_s));
     return o;
@@ -572,12 +611,15 @@ void job_start(http_req *r, job_params *p)
     ktask *kt = j ? calloc((size_t)p->n, sizeof *kt) : NULL;
     if (!kt) {
         free(j);
-        free(p->wl);
+        job_params_free(p);
         http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
         return;
     }
     j->p = *p;
     p->wl = NULL;
+    p->occ = NULL;
+    p->node = NULL;
+    p->model = NULL;
     j->kt = kt;
     snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++g_srv.next_job_id);
     j->t_start = tlmd_now();
@@ -600,7 +642,7 @@ void job_start(http_req *r, job_params *p)
             ir_workload_hash_hex(&t->wl, t->whash) ||
             store_cache_key(t->canon, j->target_hash, toolchain, g_srv.model_id, j->options, t->key,
                             &e)) {
-            free(j->p.wl);
+            job_params_free(&j->p);
             free(kt);
             free(j);
             http_reply_error(r, 500, PROTO_CODE_INTERNAL, "cannot form a cache key", "");
@@ -622,8 +664,10 @@ void job_start(http_req *r, job_params *p)
              j->p.stream ? "true" : "false");
     if (j->p.stream) {
         http_stream_start(r);
-        http_stream_line(r, json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id,
-                                      "kernels", j->p.n, "target", target_obj(j)));
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id,
+                               "kernels", j->p.n, "target", target_obj(j));
+        if (ev && j->p.model) json_object_set(ev, "model", j->p.model);
+        http_stream_line(r, ev);
     } else {
         http_suspend(r);
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/frontend/frontend.h"
 #include "compiler/lang/lang.h"
 #include "daemon/tlmd.h"
 #include "proto/error.h"
@@ -23,6 +24,7 @@ enum {
     R_HEALTHZ,
     R_READYZ,
     R_METRICS,
+    R_MODELS,
     R_UNKNOWN,
     R_COUNT
 };
@@ -37,6 +39,7 @@ static const char *const labels[R_COUNT] = {"/v1/compile",
                                             "/healthz",
                                             "/readyz",
                                             "/metrics",
+                                            "/v1/models",
                                             "unknown"};
 
 int routes_label_count(void)
@@ -65,7 +68,7 @@ static int route_of(const char *url, const char **arg, size_t *arg_len)
     } fixed[] = {{"/v1/compile", R_COMPILE}, {"/v1/targets", R_TARGETS},
                  {"/v1/version", R_VERSION}, {"/v1/cache/stats", R_CACHE_STATS},
                  {"/healthz", R_HEALTHZ},    {"/readyz", R_READYZ},
-                 {"/metrics", R_METRICS}};
+                 {"/metrics", R_METRICS},    {"/v1/models", R_MODELS}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (!strcmp(url, fixed[i].path)) return fixed[i].route;
     if (!strncmp(url, "/v1/kernels/", 12)) {
@@ -209,6 +212,100 @@ static int bad(tlm_error *e, int code, const char *field, const char *msg)
     return tlm_err_set(e, code, field, "%s", msg);
 }
 
+/* A network has many more kernels than a hand-written request: its unique subgraphs may
+ * number 16 x max_workloads (1024 at the defaults; LLaMA-7B has 14, EfficientNet-B0 68). */
+#define NET_WORKLOADS_FACTOR 16
+
+/* "graph" or "model" → fused, deduplicated subgraphs as the job's workloads, with their
+ * occurrence counts, anchor names and the network's summary. Building and fusing a zoo model
+ * takes milliseconds (LLaMA-7B is ~1,000 nodes), so it runs here on the loop thread. */
+static int decode_network(const json_t *j, job_params *p, tlm_error *e)
+{
+    const json_t *gj = json_object_get(j, "graph");
+    const char *kind = gj ? "graph" : "model";
+    double t0 = tlmd_now();
+    fe_graph *g = NULL;
+    int rc;
+    if (gj) {
+        if (!json_is_object(gj))
+            return bad(e, TLM_EINVAL, "graph",
+                       "must be a graph object {\"inputs\", \"nodes\", \"outputs\"} "
+                       "(proto/graph.md)");
+        rc = fe_graph_from_json(gj, &g, e);
+    } else {
+        /* fields come back as "model.name", "model.batch", ... */
+        rc = fe_zoo_from_json(json_object_get(j, "model"), &g, e);
+        /* an unknown name is a name outside our list, like an unknown op: not a missing
+         * resource (404 would read as "no such route") */
+        if (rc == TLM_ENOTFOUND) e->code = rc = TLM_EUNSUPPORTED;
+    }
+    if (rc) {
+        if (gj) proto_error_prefix(e, "graph");
+        return rc;
+    }
+    fe_fused fu;
+    rc = fe_fuse(g, &fu, e);
+    if (rc) {
+        proto_error_prefix(e, kind);
+        fe_graph_free(g);
+        return rc;
+    }
+    int limit = g_srv.cfg.max_workloads * NET_WORKLOADS_FACTOR;
+    if (fu.n > limit) {
+        rc = tlm_err_set(e, TLM_ELIMIT, kind, "the %s fuses into %d unique subgraphs; at most %d",
+                         kind, fu.n, limit);
+        goto out;
+    }
+    if (fu.n == 0) {
+        rc = tlm_err_set(e, TLM_EINVAL, gj ? "graph.nodes" : "model",
+                         "the %s has no kernel to compile (only views)", kind);
+        goto out;
+    }
+    p->n = fu.n;
+    p->wl = calloc((size_t)fu.n, sizeof *p->wl);
+    p->occ = calloc((size_t)fu.n, sizeof *p->occ);
+    p->node = calloc((size_t)fu.n, sizeof *p->node);
+    if (!p->wl || !p->occ || !p->node) {
+        rc = bad(e, TLM_ENOMEM, "", "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < fu.n; i++) {
+        p->wl[i] = fu.sub[i].wl;
+        p->occ[i] = fu.sub[i].count;
+        snprintf(p->node[i], sizeof p->node[i], "%s", fu.sub[i].name);
+    }
+    json_t *name = g->name ? json_string(g->name) : NULL;
+    p->model = json_pack("{s:s, s:o, s:i, s:I, s:I, s:I, s:f}", "kind", kind, "name",
+                         name ? name : json_null(), "subgraphs", fu.n, "launches",
+                         (json_int_t)fu.launches, "flops", (json_int_t)fu.flops, "macs",
+                         (json_int_t)fu.macs, "fuse_s", tlmd_now() - t0);
+    if (!p->model) rc = bad(e, TLM_ENOMEM, "", "out of memory");
+    if (!gj && p->model) {
+        /* the options as built, defaults filled in */
+        const fe_zoo_info *zi = fe_zoo_find(g->name);
+        json_t *mj = json_object_get(j, "model");
+        static const struct {
+            const char *key;
+            unsigned bit;
+        } opts[] = {{"batch", FE_ZOO_BATCH},
+                    {"image_size", FE_ZOO_IMAGE_SIZE},
+                    {"seq_len", FE_ZOO_SEQ_LEN}};
+        for (int i = 0; zi && i < 3; i++) {
+            if (!(zi->options & opts[i].bit)) continue;
+            json_t *v = json_object_get(mj, opts[i].key);
+            int64_t d = i == 0 ? zi->defaults.batch
+                               : i == 1 ? zi->defaults.image_size : zi->defaults.seq_len;
+            json_object_set_new(p->model, opts[i].key,
+                                v ? json_incref(v) : json_integer((json_int_t)d));
+        }
+    }
+out:
+    fe_fused_free(&fu);
+    fe_graph_free(g);
+    if (rc) job_params_free(p);
+    return rc;
+}
+
 static int decode_compile(http_req *r, job_params *p, tlm_error *e)
 {
     if (!r->body || !r->len) return bad(e, PROTO_EJSON, "", "the request body is empty");
@@ -317,9 +414,7 @@ static int decode_compile(http_req *r, job_params *p, tlm_error *e)
         goto out;
     }
     if (!wls) {
-        const char *f = json_object_get(j, "graph") ? "graph" : "model";
-        rc = tlm_err_set(e, TLM_EUNSUPPORTED, f,
-                         "\"%s\" requests are not yet supported; send \"workloads\"", f);
+        rc = decode_network(j, p, e);
         goto out;
     }
     if (!json_is_array(wls) || json_array_size(wls) == 0) {
@@ -348,10 +443,7 @@ static int decode_compile(http_req *r, job_params *p, tlm_error *e)
     }
 out:
     json_decref(j);
-    if (rc) {
-        free(p->wl);
-        p->wl = NULL;
-    }
+    if (rc) job_params_free(p);
     return rc;
 }
 
@@ -370,7 +462,7 @@ static void do_compile(http_req *r)
         return;
     }
     if (g_srv.jobs_in_flight >= g_srv.cfg.max_jobs) {
-        free(p.wl);
+        job_params_free(&p);
         char msg[128];
         snprintf(msg, sizeof msg, "%d jobs are in flight (the limit); retry later",
                  g_srv.jobs_in_flight);
@@ -588,6 +680,14 @@ void routes_dispatch(http_req *r)
     case R_METRICS:
         start_kop(r, r->route, NULL);
         return;
+    case R_MODELS: {
+        json_t *models = fe_zoo_list_json();
+        if (models)
+            http_reply_json(r, 200, json_pack("{s:o}", "models", models));
+        else
+            http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
+        return;
+    }
     case R_HEALTHZ:
         http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
         return;

@@ -173,9 +173,19 @@ typedef struct job_params {
     bool stream, include_binary;
     int n;
     ir_workload *wl; /* n, owned by the job after job_start */
+    /* graph and model requests (NULL for "workloads"): per workload, its kernel launches in
+     * the network and the anchor node of its first occurrence; and the summary of the network
+     * {"kind": "graph"|"model", "name", "subgraphs", "launches", "flops", "macs", "fuse_s"}
+     * that the answer, the accepted and the done events carry. Owned like wl. */
+    int64_t *occ;
+    char (*node)[64];
+    json_t *model;
 } job_params;
-/* Starts a compile job answering r; takes p->wl. Replies itself on errors. */
+/* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model. Replies itself
+ * on errors. */
 void job_start(http_req *r, job_params *p);
+/* Frees what p owns (for a request that never reaches job_start). */
+void job_params_free(job_params *p);
 json_t *job_lookup_json(const char *id, bool *found);
 int job_cancel(const char *id); /* 0, TLM_ENOTFOUND */
 void jobs_fail_all(const char *why);

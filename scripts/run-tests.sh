@@ -20,6 +20,20 @@ for t in "$@"; do
         failed+=("$t"); [ -z "$line" ] && { echo "$out" | tail -n 30; fail=$((fail + 1)); }
     fi
 done
+# The Python client's tests (unittest) against the same sanitized tlmd; counted like the rest.
+py=clients/python/test_client.py
+if [ -f "$py" ] && [ -x /usr/bin/python3 ]; then
+    echo "== $py"
+    out=$(/usr/bin/python3 "$py" 2>&1); rc=$?
+    n=$(echo "$out" | sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' | tail -1); n=${n:-0}
+    bad=$(echo "$out" | grep -E '^FAILED \(' | grep -oE '(failures|errors)=[0-9]+' | cut -d= -f2 |
+          awk '{s += $1} END {print s + 0}')
+    echo "$out" | grep -E '^(Ran|OK|FAILED)|\.\.\. (FAIL|ERROR)' || true
+    pass=$((pass + n - bad)); fail=$((fail + bad))
+    if [ $rc -ne 0 ]; then
+        failed+=("$py"); [ "$n" -eq 0 ] && { echo "$out" | tail -n 30; fail=$((fail + 1)); }
+    fi
+fi
 echo
 if [ ${#failed[@]} -gt 0 ]; then echo "failed binaries: ${failed[*]}"; fi
 echo "$pass passed, $fail failed"

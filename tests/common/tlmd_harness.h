@@ -1,0 +1,285 @@
+/* tlmd_harness.h — the real tlmd on loopback for client tests: a free port, a temporary
+ * store and a tiny random model, libcurl helpers. The same protocol as
+ * tests/daemon/test_integration.c (which keeps its own copy). TLMD_BIN names the daemon
+ * (default build/san/tlmd). Every wait is bounded (curl 120 s, start-up 60 s, exit 60 s);
+ * no Criterion .timeout (it leaks under --jobs in Criterion 2.4). Header-only: every
+ * function is static inline so a test includes what it uses without warnings. */
+#ifndef TLMD_HARNESS_H
+#define TLMD_HARNESS_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "compiler/lang/lang.h"
+#include "compiler/tlm/tlm.h"
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char store[320];
+    char weights[320];
+    char log[320];
+} tlmd;
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- HTTP through libcurl ---- */
+
+typedef struct {
+    char *p;
+    size_t n;
+} buf;
+
+static inline size_t on_data(char *d, size_t sz, size_t nm, void *u)
+{
+    buf *b = u;
+    size_t n = sz * nm;
+    char *p = realloc(b->p, b->n + n + 1);
+    if (!p) return 0;
+    memcpy(p + b->n, d, n);
+    b->p = p;
+    b->n += n;
+    b->p[b->n] = 0;
+    return n;
+}
+
+typedef struct {
+    long status; /* 0: no answer (connection refused or reset) */
+    buf body, headers;
+} resp;
+
+static inline void resp_free(resp *r)
+{
+    free(r->body.p);
+    free(r->headers.p);
+    memset(r, 0, sizeof *r);
+}
+
+/* hdrs: NULL-terminated "Name: value" lines; body NULL for no body. */
+static inline resp http(const tlmd *d, const char *method, const char *path, const char *body,
+                        size_t body_len, const char *const *hdrs)
+{
+    resp r;
+    memset(&r, 0, sizeof r);
+    CURL *c = curl_easy_init();
+    char url[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", d->port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *hl = NULL;
+    for (int i = 0; hdrs && hdrs[i]; i++)
+        hl = curl_slist_append(hl, hdrs[i]);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body_len);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+static inline resp post(const tlmd *d, const char *body)
+{
+    const char *const json_hdr[] = {"Content-Type: application/json", NULL};
+    return http(d, "POST", "/v1/compile", body, strlen(body), json_hdr);
+}
+
+static inline resp get(const tlmd *d, const char *path)
+{
+    return http(d, "GET", path, NULL, 0, NULL);
+}
+
+static inline json_t *body_json(const resp *r)
+{
+    json_error_t e;
+    json_t *j = r->body.p ? json_loads(r->body.p, 0, &e) : NULL;
+    cr_assert(j, "not JSON (status %ld): %.300s", r->status, r->body.p ? r->body.p : "(none)");
+    return j;
+}
+
+/* A Prometheus sample value (the first line starting with `name`). */
+static inline double metric(const tlmd *d, const char *name)
+{
+    resp r = get(d, "/metrics");
+    cr_assert_eq(r.status, 200);
+    double v = -1;
+    size_t nl = strlen(name);
+    for (char *l = r.body.p; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (!strncmp(l, name, nl) && l[nl] == ' ') {
+            v = strtod(l + nl + 1, NULL);
+            break;
+        }
+        l = e ? e + 1 : NULL;
+    }
+    resp_free(&r);
+    cr_assert(v >= 0, "metric %s missing", name);
+    return v;
+}
+
+static inline json_int_t cache_stat(const tlmd *d, const char *key)
+{
+    resp r = get(d, "/v1/cache/stats");
+    cr_assert_eq(r.status, 200);
+    json_t *j = body_json(&r);
+    json_int_t v = json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    resp_free(&r);
+    return v;
+}
+
+/* ---- the daemon's life ---- */
+
+static inline int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+    getsockname(s, (struct sockaddr *)&a, &len);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+static inline void make_weights(const char *path)
+{
+    tlm_config cfg = {2, 2, 64, 512, lang_vocab_size()};
+    uint8_t vh[32];
+    lang_vocab_hash(vh);
+    tlm_model *m = NULL;
+    tlm_error e;
+    cr_assert_eq(tlm_model_init_random(&cfg, vh, 7, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(tlm_model_save(m, path, &e), 0, "%s", e.msg);
+    tlm_model_free(m);
+}
+
+static inline void setup_dir(tlmd *d)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "/tmp/tlmd-test-XXXXXX");
+    cr_assert(mkdtemp(d->dir));
+    snprintf(d->store, sizeof d->store, "%s/tlmd.db", d->dir);
+    snprintf(d->weights, sizeof d->weights, "%s/tlm.bin", d->dir);
+    snprintf(d->log, sizeof d->log, "%s/tlmd.log", d->dir);
+    make_weights(d->weights);
+}
+
+static inline bool healthy(const tlmd *d)
+{
+    resp r = get(d, "/healthz");
+    bool ok = r.status == 200;
+    resp_free(&r);
+    return ok;
+}
+
+/* Starts tlmd (extra: NULL-terminated extra arguments); retries on another port if the
+ * chosen one was taken meanwhile. */
+static inline void start(tlmd *d, const char *const *extra)
+{
+    const char *bin = getenv("TLMD_BIN");
+    if (!bin || !bin[0]) bin = "build/san/tlmd";
+    for (int attempt = 0; attempt < 5; attempt++) {
+        d->port = free_port();
+        char listen[64];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
+        const char *argv[32] = {bin,         "--listen", listen,        "--store", d->store,
+                                "--weights", d->weights, "--log-level", "debug"};
+        int n = 9;
+        for (int i = 0; extra && extra[i] && n < 30; i++)
+            argv[n++] = extra[i];
+        argv[n] = NULL;
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
+            execv(bin, (char *const *)argv);
+            _exit(127);
+        }
+        d->pid = pid;
+        double t0 = now_s();
+        while (now_s() - t0 < 60) {
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                d->pid = 0;
+                break;
+            }
+            if (healthy(d)) return;
+            usleep(50000);
+        }
+        if (d->pid) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, NULL, 0);
+            d->pid = 0;
+        }
+    }
+    cr_assert_fail("tlmd (%s) did not start; see %s", bin, d->log);
+}
+
+/* Sends sig and waits (up to limit_s) for the exit; returns the wait status, -1 on timeout. */
+static inline int stop_with(tlmd *d, int sig, double limit_s)
+{
+    if (!d->pid) return -1;
+    kill(d->pid, sig);
+    double t0 = now_s();
+    int st = -1;
+    while (now_s() - t0 < limit_s) {
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return st;
+        }
+        usleep(20000);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+    return -1;
+}
+
+static inline void teardown(tlmd *d)
+{
+    if (d->pid) {
+        int st = stop_with(d, SIGTERM, 60);
+        cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "tlmd did not exit cleanly (status %d); see %s", st, d->log);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+    if (system(cmd)) {
+    }
+}
+
+#endif

@@ -1,0 +1,239 @@
+/* test_models.c — "graph" and "model" requests on the real tlmd (loopback, temporary store):
+ * fusion and deduplication reach the answer as one kernel per unique subgraph with its
+ * occurrence count and anchor node, the summary adds up, a repeat is all cache hits, and bad
+ * graphs or model options get field-level errors. GET /v1/models lists the zoo.
+ * ResNet-50 runs at image_size 32: the same 27 unique subgraphs and 56 launches as at 224
+ * (the topology does not depend on the image size), at a fraction of the compile time. */
+#include "tests/common/tlmd_harness.h"
+
+/* x[8,64] → dense+relu → dense+relu → dense: the first two are the same workload. */
+static const char mlp_graph[] =
+    "{\"name\":\"mlp3\",\"inputs\":["
+    "{\"name\":\"x\",\"shape\":[8,64]},"
+    "{\"name\":\"w1\",\"shape\":[64,64],\"param\":true},"
+    "{\"name\":\"w2\",\"shape\":[64,64],\"param\":true},"
+    "{\"name\":\"w3\",\"shape\":[64,16],\"param\":true},"
+    "{\"name\":\"b3\",\"shape\":[16],\"param\":true}],"
+    "\"nodes\":["
+    "{\"name\":\"fc1\",\"op\":\"dense\",\"inputs\":[\"x\",\"w1\"]},"
+    "{\"name\":\"r1\",\"op\":\"relu\",\"inputs\":[\"fc1\"]},"
+    "{\"name\":\"fc2\",\"op\":\"dense\",\"inputs\":[\"r1\",\"w2\"]},"
+    "{\"name\":\"r2\",\"op\":\"relu\",\"inputs\":[\"fc2\"]},"
+    "{\"name\":\"fc3\",\"op\":\"dense\",\"inputs\":[\"r2\",\"w3\"]},"
+    "{\"name\":\"out\",\"op\":\"bias_add\",\"inputs\":[\"fc3\",\"b3\"]}],"
+    "\"outputs\":[\"out\"]}";
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static json_int_t jint(const json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+Test(models, small_graph_streams_unique_subgraphs_with_counts)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    char body[4096];
+    snprintf(body, sizeof body, "{\"target\":\"cpu\",\"stream\":true,\"graph\":%s}", mlp_graph);
+    resp r = post(&d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    int kernels = 0;
+    bool seen[2] = {0}, accepted = false, done = false;
+    for (char *l = r.body.p; l && *l;) {
+        char *e = strchr(l, '\n');
+        cr_assert(e);
+        *e = 0;
+        json_t *ev = json_loads(l, 0, NULL);
+        cr_assert(ev, "not JSON: %s", l);
+        const char *type = jstr(ev, "event");
+        json_t *model = json_object_get(ev, "model");
+        if (!strcmp(type, "accepted")) {
+            accepted = true;
+            cr_assert_eq(jint(ev, "kernels"), 2);
+            cr_assert_str_eq(jstr(model, "kind"), "graph");
+            cr_assert_str_eq(jstr(model, "name"), "mlp3");
+            cr_assert_eq(jint(model, "launches"), 3);
+        } else if (!strcmp(type, "kernel")) {
+            int idx = (int)jint(ev, "index");
+            cr_assert(idx == 0 || idx == 1);
+            cr_assert(!seen[idx]);
+            seen[idx] = true;
+            kernels++;
+            json_t *k = json_object_get(ev, "kernel");
+            json_t *wl = json_object_get(k, "workload");
+            json_t *epi = json_object_get(wl, "epilogue");
+            if (idx == 0) {
+                /* fc1 and fc2: one workload, two launches, named after its first anchor */
+                cr_assert_eq(jint(k, "occurrences"), 2);
+                cr_assert_str_eq(jstr(k, "node"), "fc1");
+                cr_assert_eq(jint(json_object_get(wl, "shape"), "N"), 64);
+                cr_assert_str_eq(json_string_value(json_array_get(epi, 0)), "relu");
+            } else {
+                cr_assert_eq(jint(k, "occurrences"), 1);
+                cr_assert_str_eq(jstr(k, "node"), "fc3");
+                cr_assert_eq(jint(json_object_get(wl, "shape"), "N"), 16);
+                cr_assert_str_eq(json_string_value(json_array_get(epi, 0)), "bias_add");
+            }
+            cr_assert_str_eq(jstr(k, "cache"), "miss");
+            cr_assert_str_eq(jstr(k, "format"), "elf-so");
+        } else {
+            cr_assert_str_eq(type, "done", "%s", l);
+            done = true;
+            json_t *st = json_object_get(ev, "stats");
+            cr_assert_eq(jint(st, "subgraphs"), 2);
+            cr_assert_eq(jint(st, "misses"), 2);
+            cr_assert_eq(jint(st, "hits"), 0);
+            cr_assert_eq(jint(st, "launches"), 3);
+            cr_assert(json_real_value(json_object_get(st, "seconds")) > 0);
+            cr_assert_str_eq(jstr(model, "name"), "mlp3");
+        }
+        json_decref(ev);
+        l = e + 1;
+    }
+    cr_assert(accepted && done);
+    cr_assert_eq(kernels, 2);
+    resp_free(&r);
+    teardown(&d);
+}
+
+Test(models, resnet50_cpu_unique_subgraphs_then_all_hits)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    resp m = get(&d, "/v1/models");
+    cr_assert_eq(m.status, 200);
+    json_t *mj = body_json(&m);
+    json_t *list = json_object_get(mj, "models");
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        json_t *e = json_array_get(list, i);
+        if (strcmp(jstr(e, "name"), "resnet50")) continue;
+        found = true;
+        json_t *batch = json_object_get(json_object_get(e, "options"), "batch");
+        cr_assert_eq(jint(batch, "default"), 1);
+        cr_assert(!json_object_get(json_object_get(e, "options"), "seq_len"));
+    }
+    cr_assert(found, "resnet50 is not in /v1/models: %s", m.body.p);
+    cr_assert(json_array_size(list) >= 6);
+    json_decref(mj);
+    resp_free(&m);
+
+    const char *body = "{\"target\":\"cpu\",\"model\":{\"name\":\"resnet50\",\"batch\":1,"
+                       "\"image_size\":32}}";
+    for (int pass = 0; pass < 2; pass++) {
+        resp r = post(&d, body);
+        cr_assert_eq(r.status, 200, "%s", r.body.p);
+        json_t *a = body_json(&r);
+        json_t *model = json_object_get(a, "model");
+        cr_assert_str_eq(jstr(model, "name"), "resnet50");
+        cr_assert_eq(jint(model, "subgraphs"), 27);
+        cr_assert_eq(jint(model, "launches"), 56);
+        cr_assert_eq(jint(model, "image_size"), 32);
+        json_t *ks = json_object_get(a, "kernels");
+        cr_assert_eq(json_array_size(ks), 27);
+        json_int_t launches = 0;
+        int conv = 0;
+        for (size_t i = 0; i < json_array_size(ks); i++) {
+            json_t *k = json_array_get(ks, i);
+            json_int_t occ = jint(k, "occurrences");
+            cr_assert(occ >= 1);
+            launches += occ;
+            cr_assert(jstr(k, "node")[0]);
+            cr_assert_str_eq(jstr(k, "cache"), pass ? "hit" : "miss");
+            if (!strcmp(jstr(json_object_get(k, "workload"), "op"), "conv2d")) conv++;
+            /* the stage-3 1x1 expansion with the residual add runs in all six blocks */
+            if (!strcmp(jstr(k, "node"), "layer3.0.conv3")) cr_assert_eq(occ, 6);
+            if (i == 0) cr_assert_str_eq(jstr(k, "node"), "conv1");
+        }
+        cr_assert_eq(launches, 56);
+        cr_assert_eq(conv, 24);
+        json_t *st = json_object_get(a, "stats");
+        cr_assert_eq(jint(st, "subgraphs"), 27);
+        cr_assert_eq(jint(st, "hits"), pass ? 27 : 0);
+        cr_assert_eq(jint(st, "misses"), pass ? 0 : 27);
+        json_decref(a);
+        resp_free(&r);
+    }
+    cr_assert_eq(cache_stat(&d, "compiles"), 27);
+    teardown(&d);
+}
+
+typedef struct {
+    const char *name;
+    const char *body; /* the request body */
+    long status;
+    const char *code, *field;
+} bad_case;
+
+Test(models, bad_graphs_and_models_name_the_field)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+#define G(inputs, nodes)                                                                           \
+    "{\"target\":\"cpu\",\"graph\":{\"inputs\":[" inputs "],\"nodes\":[" nodes "]}}"
+#define X "{\"name\":\"x\",\"shape\":[4,8]}"
+#define W "{\"name\":\"w\",\"shape\":[8,8]}"
+    const bad_case cases[] = {
+        {"graph not an object", "{\"target\":\"cpu\",\"graph\":[1]}", 400, "invalid_field",
+         "graph"},
+        {"unknown input name", G(X, "{\"name\":\"y\",\"op\":\"dense\",\"inputs\":[\"x\",\"w\"]}"),
+         400, "invalid_field", "graph.nodes[0].inputs[1]"},
+        {"cycle",
+         G(X, "{\"name\":\"a\",\"op\":\"relu\",\"inputs\":[\"b\"]},"
+              "{\"name\":\"b\",\"op\":\"relu\",\"inputs\":[\"a\"]}"),
+         400, "invalid_field", NULL},
+        {"shape mismatch",
+         G(X ",{\"name\":\"w\",\"shape\":[5,8]}",
+           "{\"name\":\"y\",\"op\":\"dense\",\"inputs\":[\"x\",\"w\"]}"),
+         400, "invalid_field", "graph.nodes[0].inputs[1]"},
+        {"unknown op", G(X "," W, "{\"name\":\"y\",\"op\":\"conv3d\",\"inputs\":[\"x\",\"w\"]}"),
+         422, "unsupported", "graph.nodes[0].op"},
+        {"bad input shape",
+         G("{\"name\":\"x\",\"shape\":[4,0]}",
+           "{\"name\":\"y\",\"op\":\"relu\",\"inputs\":[\"x\"]}"),
+         400, "invalid_field", "graph.inputs[0].shape"},
+        {"unknown key in graph",
+         "{\"target\":\"cpu\",\"graph\":{\"inputs\":[" X "],\"nodes\":[],"
+         "\"weights\":1}}",
+         400, "invalid_field", NULL},
+        {"model not an object", "{\"target\":\"cpu\",\"model\":\"resnet50\"}", 400, "invalid_field",
+         "model"},
+        {"unknown model", "{\"target\":\"cpu\",\"model\":{\"name\":\"vgg16\"}}", 422, "unsupported",
+         "model.name"},
+        {"option the model lacks",
+         "{\"target\":\"cpu\",\"model\":{\"name\":\"resnet50\",\"seq_len\":64}}", 400,
+         "invalid_field", "model.seq_len"},
+        {"option out of range",
+         "{\"target\":\"cpu\",\"model\":{\"name\":\"bert_base\",\"batch\":0}}", 400,
+         "invalid_field", "model.batch"},
+        {"graph and model", "{\"target\":\"cpu\",\"model\":{\"name\":\"gpt2\"},\"graph\":{}}", 400,
+         "invalid_field", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *c = &cases[i];
+        resp r = post(&d, c->body);
+        cr_expect_eq(r.status, c->status, "%s: status %ld: %s", c->name, r.status, r.body.p);
+        json_t *j = body_json(&r);
+        json_t *e = json_object_get(j, "error");
+        cr_expect_str_eq(jstr(e, "code"), c->code, "%s: %s", c->name, r.body.p);
+        if (c->field) cr_expect_str_eq(jstr(e, "field"), c->field, "%s: %s", c->name, r.body.p);
+        /* the graph cases all name a field inside the graph */
+        if (!c->field && strstr(c->body, "\"graph\":{\"inputs")) {
+            cr_expect(!strncmp(jstr(e, "field"), "graph.", 6), "%s: %s", c->name, r.body.p);
+        }
+        cr_expect(jstr(e, "message")[0]);
+        json_decref(j);
+        resp_free(&r);
+    }
+    /* nothing was compiled */
+    cr_assert_eq(cache_stat(&d, "compiles"), 0);
+    teardown(&d);
+}
