@@ -10,4 +10,6 @@ B=${BUILD:-build}/bench
 run() { echo "== $*"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
 run "$B/kernels" --out bench/results/kernels.md
 [ -x "$B/tlm_decode" ] && run "$B/tlm_decode"
+# tlmd on loopback: cache hits, cold compiles, decoder batch sizes (bench/server.sh)
+[ -x "$B/server_load" ] && run bench/server.sh bench/results/server.md
 echo "tables in bench/results/"

@@ -16,6 +16,7 @@
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -118,6 +119,44 @@ static const char *signal_name(int sig)
         return "SIGPIPE";
     }
     return "a signal";
+}
+
+/* The reference for an explicit seed is a pure function of (workload, seed): tuning measures
+ * many candidates of one workload on the same inputs, and the double-precision interpreter can
+ * take far longer than the kernel (dense 1024^3: tens of seconds), so the last one is kept. */
+static pthread_mutex_t ref_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t ref_hash[32];
+static uint64_t ref_seed;
+static uint64_t ref_n;
+static double *ref_vals;
+
+static int ref_cached(const ir_subgraph *g, uint64_t seed, uint64_t n_out, double *out,
+                      const float *const *inputs, tlm_error *err)
+{
+    uint8_t h[32];
+    bool cacheable = seed != 0 && ir_workload_hash(&g->wl, h) == 0;
+    if (cacheable) {
+        pthread_mutex_lock(&ref_mu);
+        bool hit = ref_vals && ref_seed == seed && ref_n == n_out && !memcmp(h, ref_hash, 32);
+        if (hit) memcpy(out, ref_vals, sizeof(double) * n_out);
+        pthread_mutex_unlock(&ref_mu);
+        if (hit) return 0;
+    }
+    int rc = ir_interp_run_f64(g, inputs, out, err);
+    if (rc == 0 && cacheable) {
+        double *copy = malloc(sizeof(double) * n_out);
+        if (copy) {
+            memcpy(copy, out, sizeof(double) * n_out);
+            pthread_mutex_lock(&ref_mu);
+            free(ref_vals);
+            ref_vals = copy;
+            ref_seed = seed;
+            ref_n = n_out;
+            memcpy(ref_hash, h, 32);
+            pthread_mutex_unlock(&ref_mu);
+        }
+    }
+    return rc;
 }
 
 /* splitmix64: tiny, good enough for test data, and identical everywhere for a given seed. */
@@ -575,7 +614,7 @@ int measure__prepare(const ir_subgraph *g, const measure_opts *opts, int kind, s
         measure__job_free(j);
         return tlm_err_set(err, TLM_ENOMEM, "", "no memory for the reference output");
     }
-    rc = ir_interp_run_f64(g, inputs, j->ref, err);
+    rc = ref_cached(g, o.seed, n_out, j->ref, inputs, err);
     if (rc) {
         measure__job_free(j);
         return rc;
