@@ -189,7 +189,9 @@ int main(int argc, char **argv)
             continue;
         }
         double flops = (double)ir_subgraph_flops(g), bytes = (double)ir_subgraph_bytes(g);
-        double naive = g_quick ? 0 : run_sched(&sp, NULL, g, NULL, true);
+        fprintf(stderr, "[%s] naive...\n", c->name);
+        double naive = run_sched(&sp, NULL, g, NULL, true);
+        fprintf(stderr, "[%s] naive %.2f GFLOP/s; default and %d random...\n", c->name, naive, nrand);
         space_sched s, best_s;
         space_default(&sp, &s);
         double sec = 0, best_sec = 0;
@@ -206,6 +208,7 @@ int main(int argc, char **argv)
             if (gf > best_rand) best_rand = gf;
             if (gf > best) best = gf, best_s = s, best_sec = sec;
         }
+        fprintf(stderr, "[%s] random best %.2f; hand-picked and local search...\n", c->name, best_rand);
         for (int h = 0; h < 4 && c->hand[h]; h++) {
             if (space_parse(&sp, c->hand[h], &s, &e)) {
                 fprintf(stderr, "%s: hand schedule %d: %s %s\n", c->name, h, e.field, e.msg);
