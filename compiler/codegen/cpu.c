@@ -610,7 +610,7 @@ static int gen_rows(cgc *c, const char *entry)
     }
     cg_line(b, ind, "(void)rem;");
     cg_names base = c->nm;
-    static char svar[IR_MAX_STAGES][24];
+    char svar[IR_MAX_STAGES][24]; /* per call: pool threads generate concurrently */
     for (int si = 0; si <= g->anchor; si++) {
         const ir_stage *st = &g->stage[si];
         cg_names nm = base;

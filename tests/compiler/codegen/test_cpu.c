@@ -302,3 +302,68 @@ Test(codegen_cpu, generated_source_reads_well)
     free(b.g);
     free(b.sp);
 }
+
+/* Pool threads generate code concurrently (tlmd): generation must not share state between
+ * calls. Regression: a static buffer in the rows generator let one thread's per-row variable
+ * names leak into another thread's softmax source. */
+#include <pthread.h>
+
+typedef struct {
+    const space *sp;
+    const space_sched *s;
+    char *src;
+} gen_job;
+
+static void *gen_many(void *arg)
+{
+    gen_job *j = arg;
+    for (int i = 0; i < 200; i++) {
+        cg_kernel k;
+        tlm_error e;
+        if (cg_generate(j->sp, j->s, NULL, &k, &e)) return NULL;
+        if (!j->src) j->src = k.source;
+        else {
+            if (strcmp(j->src, k.source) != 0) {
+                cg_kernel_free(&k);
+                free(j->src);
+                j->src = NULL;
+                return NULL;
+            }
+            cg_kernel_free(&k);
+        }
+    }
+    return j;
+}
+
+Test(codegen_cpu, concurrent_generation_is_independent)
+{
+    static const char *wls[] = {"{\"op\":\"softmax\",\"shape\":{\"R\":8,\"C\":16}}",
+                                "{\"op\":\"layer_norm\",\"shape\":{\"R\":8,\"C\":16}}",
+                                "{\"op\":\"rms_norm\",\"shape\":{\"R\":4,\"C\":32}}",
+                                "{\"op\":\"reduce_mean\",\"shape\":{\"R\":4,\"C\":32}}"};
+    ir_subgraph *g = calloc(4, sizeof *g);
+    space *sp = calloc(4, sizeof *sp);
+    space_sched s[4];
+    gen_job jobs[4];
+    pthread_t th[4];
+    target t;
+    tlm_error e;
+    cr_assert_eq(target_parse("cpu", &t, &e), 0);
+    for (int i = 0; i < 4; i++) {
+        ir_workload w;
+        cr_assert_eq(proto_workload_from_string(wls[i], strlen(wls[i]), &w, &e), 0);
+        cr_assert_eq(ir_subgraph_build(&w, &g[i], &e), 0);
+        cr_assert_eq(space_build(&g[i], &t, &sp[i], &e), 0);
+        space_default(&sp[i], &s[i]);
+        jobs[i] = (gen_job){&sp[i], &s[i], NULL};
+    }
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, gen_many, &jobs[i]);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        cr_expect_not_null(r, "thread %d produced differing or failing sources", i);
+        free(jobs[i].src);
+    }
+    free(g);
+    free(sp);
+}
