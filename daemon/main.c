@@ -606,6 +606,9 @@ int main(int argc, char **argv)
     store_close(g_srv.st);
     tlm_model_free(g_srv.model);
     uv_loop_close(g_srv.loop);
+    /* Join the thread pool's idle workers: threads left running at exit race with the
+     * process' own teardown (LeakSanitizer's stop-the-world dies on them now and then). */
+    uv_library_shutdown();
     free(g_srv.targets_json);
     for (int i = 0; i < g_srv.n_tokens; i++)
         free(g_srv.tokens[i]);

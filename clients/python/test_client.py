@@ -53,17 +53,12 @@ class TlmdClientTest(unittest.TestCase):
                         "--ctx", "512", "-o", weights], check=True, stdout=subprocess.DEVNULL,
                        timeout=120)
         cls.log = open(os.path.join(cls.dir, "tlmd.log"), "wb")
-        # LeakSanitizer intermittently dies at exit in this many-threaded process ("LeakSanitizer
-        # has encountered a fatal error" after tlmd logged exit status=0), which would read as a
-        # failed shutdown; leaks are covered by the C integration tests.
-        env = dict(os.environ)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
         for _ in range(5):
             cls.port = free_port()
             cls.proc = subprocess.Popen(
                 [tlmd, "--listen", f"127.0.0.1:{cls.port}", "--store",
                  os.path.join(cls.dir, "tlmd.db"), "--weights", weights],
-                stdout=cls.log, stderr=subprocess.STDOUT, env=env)
+                stdout=cls.log, stderr=subprocess.STDOUT)
             cls.client = Client(f"127.0.0.1:{cls.port}", timeout=300)
             t0 = time.monotonic()
             while time.monotonic() - t0 < 60 and cls.proc.poll() is None:

@@ -79,7 +79,14 @@ typedef struct {
     int subst_tensor;
     const char *subst_var;
     bool cuda; /* float literals and math function spelling */
+    /* Optional: emits load `id` itself (e.g. from shared memory) and returns true, or returns
+     * false to let the printer emit the load from the tensor. */
+    bool (*load_hook)(const void *ctx, cg_buf *b, const ir_stage *s, int id);
+    const void *load_ctx;
 } cg_names;
+
+/* A float literal valid in C and C++ for every value ("0.0f", "(-1.5f)", "INFINITY"). */
+const char *cg_float_literal(double v, char *buf, size_t cap);
 
 /* Row-major strides of tensor t. */
 void cg_strides(const ir_tensor *t, int64_t *strides);

@@ -137,15 +137,20 @@ static const char *unop_fn(ir_unop op)
     }
 }
 
-static void emit_const(cg_buf *b, double v)
+const char *cg_float_literal(double v, char *buf, size_t cap)
 {
-    if (v == __builtin_inf()) cg_printf(b, "INFINITY");
-    else if (v == -__builtin_inf()) cg_printf(b, "(-INFINITY)");
-    else {
-        char t[40];
+    if (v == __builtin_inf()) {
+        snprintf(buf, cap, "INFINITY");
+    } else if (v == -__builtin_inf()) {
+        snprintf(buf, cap, "(-INFINITY)");
+    } else {
+        /* "%.9g" alone prints 0 as "0", and "0f" does not parse */
+        char t[48];
         snprintf(t, sizeof t, "%.9g", v);
-        cg_printf(b, "%s%sf", t, strpbrk(t, ".en") ? "" : ".0");
+        snprintf(buf, cap, "%s%s%sf%s", v < 0 ? "(" : "", t, strpbrk(t, ".eEn") ? "" : ".0",
+                 v < 0 ? ")" : "");
     }
+    return buf;
 }
 
 void cg_emit_scalar(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
@@ -153,11 +158,16 @@ void cg_emit_scalar(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
 {
     const ir_expr *e = &s->expr[id];
     switch (e->kind) {
-    case IR_E_CONST: emit_const(b, e->value); break;
+    case IR_E_CONST: {
+        char lit[64];
+        cg_printf(b, "%s", cg_float_literal(e->value, lit, sizeof lit));
+        break;
+    }
     case IR_E_LOAD:
         if (e->tensor == nm->subst_tensor) cg_printf(b, "%s", nm->subst_var);
         else if (nm->scalar_tensor[e->tensor]) cg_printf(b, "%s", nm->scalar_tensor[e->tensor]);
-        else {
+        else if (nm->load_hook && nm->load_hook(nm->load_ctx, b, s, id)) {
+        } else {
             cg_printf(b, "%s[", nm->tensor[e->tensor]);
             cg_emit_offset(b, g, s, e, nm);
             cg_printf(b, "]");

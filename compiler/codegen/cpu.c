@@ -318,6 +318,28 @@ static void loop(cg_buf *b, int ind, const char *var, int64_t n)
     cg_line(b, ind, "for (int64_t %s = 0; %s < %lld; %s++) {", var, var, (long long)n, var);
 }
 
+/* The s2 and s3 loops over every spatial axis (the last one vectorised) down to one output
+ * point, with each axis' full index declared; returns the new indent and fills nm. */
+static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm)
+{
+    const ir_stage *a = c->a;
+    int ns = c->ns;
+    for (int i = 0; i < ns; i++) {
+        char v[16];
+        for (int l = 2; l <= 3; l++) {
+            snprintf(v, sizeof v, "%s%d", a->axis[i], l);
+            if (vec && i == ns - 1 && l == 3) cg_line(&c->b, ind, "#pragma omp simd");
+            loop(&c->b, ind++, v, c->T[i][l]);
+        }
+    }
+    *nm = c->nm;
+    for (int i = 0; i < ns; i++) {
+        cg_line(&c->b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
+        nm->axis[i] = a->axis[i];
+    }
+    return ind;
+}
+
 static int gen_tile(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -365,19 +387,8 @@ static int gen_tile(cgc *c, const char *entry)
 
     if (nr == 0) {
         /* no reduction: compute each output point directly */
-        for (int i = 0; i < ns; i++) {
-            char v[16];
-            for (int l = 2; l <= 3; l++) {
-                snprintf(v, sizeof v, "%s%d", a->axis[i], l);
-                if (vec && i == ns - 1 && l == 3) cg_line(b, ind, "#pragma omp simd");
-                loop(b, ind++, v, c->T[i][l]);
-            }
-        }
-        cg_names nm = c->nm;
-        for (int i = 0; i < ns; i++) {
-            cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-            nm.axis[i] = a->axis[i];
-        }
+        cg_names nm;
+        ind = output_loops(c, ind, vec, fb, &nm);
         cg_printf(b, "%*sfloat v = ", ind * 4, "");
         cg_emit_scalar(b, c->g, a, a->body, &nm);
         cg_printf(b, ";\n");
@@ -556,19 +567,8 @@ static int gen_tile(cgc *c, const char *entry)
         /* close s2 and r0 loops */
         for (int i = 0; i < ns + nr; i++) cg_line(b, --ind, "}");
         /* write-back with the fused epilogue */
-        for (int i = 0; i < ns; i++) {
-            char v[16];
-            for (int l = 2; l <= 3; l++) {
-                snprintf(v, sizeof v, "%s%d", a->axis[i], l);
-                if (vec && i == ns - 1 && l == 3) cg_line(b, ind, "#pragma omp simd");
-                loop(b, ind++, v, c->T[i][l]);
-            }
-        }
-        cg_names nm = c->nm;
-        for (int i = 0; i < ns; i++) {
-            cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-            nm.axis[i] = a->axis[i];
-        }
+        cg_names nm;
+        ind = output_loops(c, ind, vec, fb, &nm);
         cg_printf(b, "%*sfloat v = acc[", ind * 4, "");
         for (int i = 0; i < ns; i++)
             cg_printf(b, "%s(%s2 * %lld + %s3) * %lld", i ? " + " : "", a->axis[i],

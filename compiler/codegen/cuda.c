@@ -113,120 +113,30 @@ static void axis_var(const ir_subgraph *g, const ir_stage *st, int x, char *out)
         snprintf(out, NAME_LEN, "ax%d", x);
 }
 
-/* A float literal that is valid C++ for every value ("%.9g" alone prints 0 as "0", and
- * "0f" does not parse). */
-static const char *flit(double v, char *buf, size_t cap)
-{
-    if (v == __builtin_inf())
-        snprintf(buf, cap, "INFINITY");
-    else if (v == -__builtin_inf())
-        snprintf(buf, cap, "(-INFINITY)");
-    else {
-        char t[48];
-        snprintf(t, sizeof t, "%.9g", v);
-        bool dot = strpbrk(t, ".eEn") != NULL;
-        snprintf(buf, cap, "%s%s%sf", v < 0 ? "(" : "", t, dot ? "" : ".0");
-        if (v < 0) snprintf(buf + strlen(buf), cap - strlen(buf), ")");
-    }
-    return buf;
-}
-
-static const char *unop_fn(ir_unop op)
-{
-    switch (op) {
-    case IR_U_EXP:
-        return "expf";
-    case IR_U_SQRT:
-        return "sqrtf";
-    case IR_U_RSQRT:
-        return "tlm_rsqrt";
-    case IR_U_RECIP:
-        return "tlm_recip";
-    case IR_U_RELU:
-        return "tlm_relu";
-    case IR_U_RELU6:
-        return "tlm_relu6";
-    case IR_U_GELU:
-        return "tlm_gelu";
-    case IR_U_SILU:
-        return "tlm_silu";
-    case IR_U_SIGMOID:
-        return "tlm_sigmoid";
-    case IR_U_TANH:
-        return "tanhf";
-    default:
-        return "-";
-    }
-}
-
 typedef struct tile_gen tile_gen;
 static bool staged_load(const tile_gen *tg, const ir_stage *s, int id);
 static void emit_staged_load(const tile_gen *tg, cg_buf *b, int id);
 
-/* Scalar expression s->expr[id]; the same language as cg_emit_scalar, plus loads that the
- * tile generator staged in shared memory (tg may be NULL). */
+static bool staged_hook(const void *ctx, cg_buf *b, const ir_stage *s, int id)
+{
+    const tile_gen *tg = ctx;
+    if (!staged_load(tg, s, id)) return false;
+    emit_staged_load(tg, b, id);
+    return true;
+}
+
+/* cg_emit_scalar in CUDA spelling, with the loads the tile generator staged in shared memory
+ * read from there (tg may be NULL). */
 static void cu_expr(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id, const cg_names *nm,
                     const tile_gen *tg)
 {
-    const ir_expr *e = &s->expr[id];
-    char lit[64];
-    switch (e->kind) {
-    case IR_E_CONST:
-        cg_printf(b, "%s", flit(e->value, lit, sizeof lit));
-        break;
-    case IR_E_LOAD:
-        if (e->tensor == nm->subst_tensor)
-            cg_printf(b, "%s", nm->subst_var);
-        else if (nm->scalar_tensor[e->tensor])
-            cg_printf(b, "%s", nm->scalar_tensor[e->tensor]);
-        else if (staged_load(tg, s, id))
-            emit_staged_load(tg, b, id);
-        else {
-            cg_printf(b, "%s[", nm->tensor[e->tensor]);
-            cg_emit_offset(b, g, s, e, nm);
-            cg_printf(b, "]");
-        }
-        break;
-    case IR_E_UNARY:
-        if (e->op == IR_U_NEG)
-            cg_printf(b, "(-");
-        else
-            cg_printf(b, "%s(", unop_fn((ir_unop)e->op));
-        cu_expr(b, g, s, e->a, nm, tg);
-        cg_printf(b, ")");
-        break;
-    case IR_E_BINARY: {
-        static const char *sym[] = {"+", "-", "*", "/"};
-        if (e->op <= IR_B_DIV) {
-            cg_printf(b, "(");
-            cu_expr(b, g, s, e->a, nm, tg);
-            cg_printf(b, " %s ", sym[e->op]);
-            cu_expr(b, g, s, e->b, nm, tg);
-            cg_printf(b, ")");
-        } else {
-            cg_printf(b, "%s(", e->op == IR_B_MAX ? "fmaxf" : "fminf");
-            cu_expr(b, g, s, e->a, nm, tg);
-            cg_printf(b, ", ");
-            cu_expr(b, g, s, e->b, nm, tg);
-            cg_printf(b, ")");
-        }
-        break;
+    cg_names n = *nm;
+    n.cuda = true;
+    if (tg) {
+        n.load_hook = staged_hook;
+        n.load_ctx = tg;
     }
-    case IR_E_SELECT:
-        cg_printf(b, "((");
-        for (int i = 0; i < e->ncond; i++) {
-            if (i) cg_printf(b, " && ");
-            cg_printf(b, "(uint64_t)");
-            cg_emit_affine(b, s, &e->cond[i], nm);
-            cg_printf(b, " < %lluu", (unsigned long long)e->cond_hi[i]);
-        }
-        cg_printf(b, ") ? ");
-        cu_expr(b, g, s, e->a, nm, tg);
-        cg_printf(b, " : ");
-        cu_expr(b, g, s, e->b, nm, tg);
-        cg_printf(b, ")");
-        break;
-    }
+    cg_emit_scalar(b, g, s, id, &n);
 }
 
 static void emit_prelude(cg_buf *b, const space *sp, const space_sched *s)
@@ -1170,7 +1080,7 @@ static int gen_tile(const space *sp, const space_sched *s, const char *entry, cg
         if (a->post_scale != 1.0) {
             char lit[64];
             cg_line(&buf, ind, "float val = acc[%s] * %s;", ai,
-                    flit(a->post_scale, lit, sizeof lit));
+                    cg_float_literal(a->post_scale, lit, sizeof lit));
         } else {
             cg_line(&buf, ind, "float val = acc[%s];", ai);
         }
@@ -1403,7 +1313,7 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
             cg_printf(&buf, ";\n");
             char lit[64];
             if (st->post_scale != 1.0)
-                cg_line(&buf, ind + 1, "val *= %s;", flit(st->post_scale, lit, sizeof lit));
+                cg_line(&buf, ind + 1, "val *= %s;", cg_float_literal(st->post_scale, lit, sizeof lit));
             emit_epilogues(&buf, g, ind + 1, &nm);
             for (int i = 0; i < ind + 1; i++)
                 cg_printf(&buf, "    ");
@@ -1417,7 +1327,7 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
             if (st->post_scale != 1.0)
                 cg_line(&buf, ind, "%s = tlm_block_%s(%s, tlm_red, %lld) * %s;", var,
                         st->reduce == IR_RED_MAX ? "max" : "sum", var, (long long)nw,
-                        flit(st->post_scale, lit, sizeof lit));
+                        cg_float_literal(st->post_scale, lit, sizeof lit));
             else
                 cg_line(&buf, ind, "%s = tlm_block_%s(%s, tlm_red, %lld);", var,
                         st->reduce == IR_RED_MAX ? "max" : "sum", var, (long long)nw);

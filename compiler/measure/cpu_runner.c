@@ -190,6 +190,15 @@ void measure__send_msg(int fd, measure__msg *m)
     }
 }
 
+void measure__send_checked(int fd, double t_check)
+{
+    measure__msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = MEASURE__MSG_CHECKED;
+    m.t_check = t_check;
+    measure__send_msg(fd, &m);
+}
+
 void measure__send(int fd, int kind, int code, const char *fmt, ...)
 {
     measure__msg m;
@@ -348,11 +357,7 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     double t_check = (double)(measure__now_ns() - t0) * 1e-9;
     /* Freeze the checked output: nothing in the timing phase may change what the parent reads. */
     mprotect(out_seg, h->arg[n - 1].seg_size, PROT_READ);
-    measure__msg m;
-    memset(&m, 0, sizeof m);
-    m.kind = MEASURE__MSG_CHECKED;
-    m.t_check = t_check;
-    measure__send_msg(pfd, &m);
+    measure__send_checked(pfd, t_check);
     if (h->check_only) return 0;
 
     /* Timing buffers are private copies, 64-byte aligned like the check buffers. */
@@ -384,6 +389,7 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
         }
     }
     cpu_ctx ctx = {.fn = fn, .k = k, .next = 0, .args = cargs};
+    measure__msg m;
     memset(&m, 0, sizeof m);
     m.kind = MEASURE__MSG_TIMED;
     m.t_check = t_check;

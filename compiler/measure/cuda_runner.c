@@ -195,11 +195,7 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
             return 0;
         }
     }
-    measure__msg m;
-    memset(&m, 0, sizeof m);
-    m.kind = MEASURE__MSG_CHECKED;
-    m.t_check = t_check;
-    measure__send_msg(pfd, &m);
+    measure__send_checked(pfd, t_check);
     if (h->check_only) return 0;
 
     r = cu->event_create(&cx.ev0, 0);
@@ -209,6 +205,7 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
                       cu_text(cu, r, "cuEventCreate", buf, sizeof buf));
         return 0;
     }
+    measure__msg m;
     memset(&m, 0, sizeof m);
     m.kind = MEASURE__MSG_TIMED;
     m.t_check = t_check;

@@ -101,6 +101,8 @@ int64_t measure__now_ns(void);
 void measure__send(int fd, int kind, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void measure__send_msg(int fd, measure__msg *m);
+/* The check run finished in t_check seconds: the parent may compare the output now. */
+void measure__send_checked(int fd, double t_check);
 
 /* Timing policy (see measure.h): runs `batch(ctx, inner, &seconds)` for warm-up, then for up
  * to h->repeats samples, keeping a reserve before the deadline. Fills m's timing fields.

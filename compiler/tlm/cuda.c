@@ -11,6 +11,7 @@
  * (N, R) = (N, K) * (K, R): sgemm(N, N, m=N, n=R, k=K, A=w lda=N, B=inp ldb=K, C=out ldc=N).
  * The tied lm head reads wte (V, C) row-major as (C, V) column-major, hence op T on A.
  */
+#include "compiler/tlm/internal.h"
 #include "compiler/tlm/tlm_cuda.h"
 
 #include <dlfcn.h>
@@ -747,70 +748,22 @@ int tlm_kv_copy_dev(tlm_kv *dst, const tlm_kv *src, tlm_error *err)
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-static size_t round_up(size_t n, size_t k)
+/* Where each cache lives must match the forward pass: on the device d (d NULL: the host).
+ * The shape checks common to both are tlm__check_batch's. */
+static int check_owner(const tlm_device *d, const tlm_seq *seqs, int n_seqs, tlm_error *err)
 {
-    return (n + k - 1) / k * k;
-}
-
-static int cmp_ptr(const void *a, const void *b)
-{
-    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* forward.c's validation, plus where each cache lives: on the device d (d NULL: the host).
- * T_out: the longest sequence after this call. */
-static int check_batch(const tlm_device *d, const tlm_model *m, const tlm_seq *seqs, int n_seqs,
-                       size_t *R_out, size_t *Rl_out, int *T_out, tlm_error *err)
-{
-    if (!m || !seqs || n_seqs < 1)
-        return tlm_err_set(err, TLM_EINVAL, "seqs", "no model or no sequences given");
-    size_t R = 0, Rl = 0;
-    int T = 0;
-    for (int s = 0; s < n_seqs; s++) {
+    for (int s = 0; s < n_seqs && seqs; s++) {
         const tlm_seq *q = &seqs[s];
-        char field[48];
-        snprintf(field, sizeof field, "seqs[%d]", s);
-        if (!q->kv || !q->tokens)
-            return tlm_err_set(err, TLM_EINVAL, field, "sequence without KV cache or tokens");
+        if (!q->kv) continue;
         const dev_kv *k = as_dev_kv(q->kv);
-        if (d ? (!k || k->dev != d) : (k || !q->kv->k))
+        if (d ? (!k || k->dev != d) : (k || !q->kv->k)) {
+            char field[48];
+            snprintf(field, sizeof field, "seqs[%d]", s);
             return tlm_err_set(err, TLM_EINVAL, field,
                                "KV cache made for another device (use tlm_kv_new_dev with the "
                                "device of the forward pass)");
-        if (q->kv->n_layer != m->cfg.n_layer || q->kv->n_embd != m->cfg.n_embd ||
-            q->kv->capacity > m->cfg.n_ctx)
-            return tlm_err_set(err, TLM_EINVAL, field, "KV cache belongs to another model");
-        if (q->n_tokens < 1)
-            return tlm_err_set(err, TLM_EINVAL, field, "n_tokens is %d; at least 1 needed",
-                               q->n_tokens);
-        if (q->n_tokens > q->kv->capacity - q->kv->len)
-            return tlm_err_set(err, TLM_ELIMIT, field,
-                               "%d new tokens do not fit: the KV cache holds %d of %d positions",
-                               q->n_tokens, q->kv->len, q->kv->capacity);
-        for (int i = 0; i < q->n_tokens; i++)
-            if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.vocab_size)
-                return tlm_err_set(err, TLM_EINVAL, field, "token %d at %d outside 0..%d",
-                                   q->tokens[i], i, m->cfg.vocab_size - 1);
-        R += (size_t)q->n_tokens;
-        if (q->logits) Rl += q->all_logits ? (size_t)q->n_tokens : 1;
-        if (q->kv->len + q->n_tokens > T) T = q->kv->len + q->n_tokens;
+        }
     }
-    const void **kvs = malloc((size_t)n_seqs * sizeof *kvs);
-    if (!kvs) return tlm_err_set(err, TLM_ENOMEM, "seqs", "out of memory");
-    for (int s = 0; s < n_seqs; s++)
-        kvs[s] = seqs[s].kv;
-    qsort(kvs, (size_t)n_seqs, sizeof *kvs, cmp_ptr);
-    int dup = 0;
-    for (int s = 1; s < n_seqs; s++)
-        dup |= kvs[s] == kvs[s - 1];
-    free(kvs);
-    if (dup) return tlm_err_set(err, TLM_EINVAL, "seqs", "one KV cache appears twice in a batch");
-    if (R > (size_t)INT32_MAX / 4)
-        return tlm_err_set(err, TLM_ELIMIT, "seqs", "%zu rows in one call; too many", R);
-    *R_out = R;
-    *Rl_out = Rl;
-    *T_out = T;
     return 0;
 }
 
@@ -865,7 +818,7 @@ typedef struct layout {
 static size_t take(size_t *at, size_t bytes)
 {
     size_t off = *at;
-    *at = round_up(off + bytes, 256);
+    *at = tlm__round_up(off + bytes, 256);
     return off;
 }
 
@@ -874,15 +827,15 @@ static int cuda_forward(tlm_device *d, const tlm_model *m, const tlm_seq *seqs, 
 {
     size_t R, Rl;
     int Tmax;
-    int rc = check_batch(d, m, seqs, n_seqs, &R, &Rl, &Tmax, err);
-    if (rc) return rc;
+    int rc = tlm__check_batch(m, seqs, n_seqs, &R, &Rl, &Tmax, err);
+    if (rc || (rc = check_owner(d, seqs, n_seqs, err))) return rc;
     if ((rc = make_current(d, err))) return rc;
     dev_model *dm;
     if ((rc = model_get(d, m, &dm, err))) return rc;
 
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, NH = m->cfg.n_head;
-    const size_t Rp = round_up(R, TLM_CUDA_ROW_TILE);
-    const size_t Rlp = round_up(Rl ? Rl : 1, TLM_CUDA_ROW_TILE);
+    const size_t Rp = tlm__round_up(R, TLM_CUDA_ROW_TILE);
+    const size_t Rlp = tlm__round_up(Rl ? Rl : 1, TLM_CUDA_ROW_TILE);
     const size_t F = sizeof(float);
     layout L = {0};
     size_t at = 0;
@@ -899,7 +852,7 @@ static int cuda_forward(tlm_device *d, const tlm_model *m, const tlm_seq *seqs, 
     L.meta_bytes = Rp * 16 + (Rp * 3 + Rlp) * 4;
     L.meta = take(&at, L.meta_bytes);
     L.total = at;
-    size_t host_bytes = round_up(L.meta_bytes, 64) + Rl * (size_t)V * F;
+    size_t host_bytes = tlm__round_up(L.meta_bytes, 64) + Rl * (size_t)V * F;
     if ((rc = grow_buffers(d, L.total, host_bytes, err))) return rc;
 
     /* Row metadata on the host, then one copy. */
@@ -979,7 +932,7 @@ static int cuda_forward(tlm_device *d, const tlm_model *m, const tlm_seq *seqs, 
         void *a_lnf[] = {&lm_in, &x, &d_lmrow, &lnf_w, &lnf_b, (void *)&C};
         if ((rc = launch(d, K_LAYERNORM, (unsigned)Rlp, 1, a_lnf, err))) return rc;
         if ((rc = gemm(d, lm_out, lm_in, wte, Rlp, C, V, 1, err))) return rc;
-        float *hl = (float *)(d->host + round_up(L.meta_bytes, 64));
+        float *hl = (float *)(d->host + tlm__round_up(L.meta_bytes, 64));
         cr = d->cu->memcpy_dtoh(hl, lm_out, Rl * (size_t)V * F);
         if ((rc = tc_cuda_check(d->cu, cr, "the forward pass on the GPU", err))) return rc;
         lr = 0;
@@ -1006,9 +959,7 @@ int tlm_forward_batch_dev(tlm_device *d, const tlm_model *m, const tlm_seq *seqs
     if (is_cuda(d)) return cuda_forward(d, m, seqs, n_seqs, err);
     /* The CPU: tlm_forward_batch itself, once device caches are ruled out (their host k and v
      * are NULL). */
-    size_t R, Rl;
-    int T;
-    int rc = check_batch(NULL, m, seqs, n_seqs, &R, &Rl, &T, err);
+    int rc = check_owner(NULL, seqs, n_seqs, err);
     if (rc) return rc;
     if (d) return tlm_forward_batch(m, d->ws, seqs, n_seqs, err);
     tlm_workspace *ws = tlm_workspace_new();

@@ -13,6 +13,7 @@
  * length (the *_fixed helpers), compiled without -ffast-math so the compiler may not
  * reassociate.
  */
+#include "compiler/tlm/internal.h"
 #include "compiler/tlm/tlm.h"
 
 #include <cblas.h>
@@ -293,7 +294,7 @@ static void attention_forward(float *out, const float *qkv, const tlm_seq *seqs,
     }
 }
 
-static size_t round_up(size_t n, size_t k)
+size_t tlm__round_up(size_t n, size_t k)
 {
     return (n + k - 1) / k * k;
 }
@@ -304,12 +305,13 @@ static int cmp_ptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int check_batch(const tlm_model *m, const tlm_seq *seqs, int n_seqs, size_t *R_out,
-                       size_t *Rl_out, tlm_error *err)
+int tlm__check_batch(const tlm_model *m, const tlm_seq *seqs, int n_seqs, size_t *R_out,
+                     size_t *Rl_out, int *T_out, tlm_error *err)
 {
     if (!m || !seqs || n_seqs < 1)
         return tlm_err_set(err, TLM_EINVAL, "seqs", "no model or no sequences given");
     size_t R = 0, Rl = 0;
+    int T = 0;
     for (int s = 0; s < n_seqs; s++) {
         const tlm_seq *q = &seqs[s];
         char field[48];
@@ -332,6 +334,7 @@ static int check_batch(const tlm_model *m, const tlm_seq *seqs, int n_seqs, size
                                    q->tokens[i], i, m->cfg.vocab_size - 1);
         R += (size_t)q->n_tokens;
         if (q->logits) Rl += q->all_logits ? (size_t)q->n_tokens : 1;
+        if (q->kv->len + q->n_tokens > T) T = q->kv->len + q->n_tokens;
     }
     const void **kvs = malloc((size_t)n_seqs * sizeof *kvs);
     if (!kvs) return tlm_err_set(err, TLM_ENOMEM, "seqs", "out of memory");
@@ -343,8 +346,11 @@ static int check_batch(const tlm_model *m, const tlm_seq *seqs, int n_seqs, size
         dup |= kvs[s] == kvs[s - 1];
     free(kvs);
     if (dup) return tlm_err_set(err, TLM_EINVAL, "seqs", "one KV cache appears twice in a batch");
+    if (R > (size_t)INT32_MAX / 4)
+        return tlm_err_set(err, TLM_ELIMIT, "seqs", "%zu rows in one call; too many", R);
     *R_out = R;
     *Rl_out = Rl;
+    if (T_out) *T_out = T;
     return 0;
 }
 
@@ -352,11 +358,11 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
                       tlm_error *err)
 {
     size_t R = 0, Rl = 0;
-    int rc = check_batch(m, seqs, n_seqs, &R, &Rl, err);
+    int rc = tlm__check_batch(m, seqs, n_seqs, &R, &Rl, NULL, err);
     if (rc) return rc;
     if (!ws) return tlm_err_set(err, TLM_EINVAL, "workspace", "no workspace given");
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, NH = m->cfg.n_head, T = m->cfg.n_ctx;
-    const size_t Rp = round_up(R, TLM_ROW_TILE), Rlp = round_up(Rl ? Rl : 1, TLM_ROW_TILE);
+    const size_t Rp = tlm__round_up(R, TLM_ROW_TILE), Rlp = tlm__round_up(Rl ? Rl : 1, TLM_ROW_TILE);
     const int nthr = omp_get_max_threads();
     const size_t pm = ws->par_min;
 

@@ -1,6 +1,5 @@
-/* tlmd_harness.h — the real tlmd on loopback for client tests: a free port, a temporary
- * store and a tiny random model, libcurl helpers. The same protocol as
- * tests/daemon/test_integration.c (which keeps its own copy). TLMD_BIN names the daemon
+/* tlmd_harness.h — the real tlmd on loopback for daemon and client tests: a free port, a temporary
+ * store and a tiny random model, libcurl helpers. TLMD_BIN names the daemon
  * (default build/san/tlmd). Every wait is bounded (curl 120 s, start-up 60 s, exit 60 s);
  * no Criterion .timeout (it leaks under --jobs in Criterion 2.4). Header-only: every
  * function is static inline so a test includes what it uses without warnings. */
@@ -107,9 +106,10 @@ static inline resp http(const tlmd *d, const char *method, const char *path, con
     return r;
 }
 
+static const char *const json_hdr[] = {"Content-Type: application/json", NULL};
+
 static inline resp post(const tlmd *d, const char *body)
 {
-    const char *const json_hdr[] = {"Content-Type: application/json", NULL};
     return http(d, "POST", "/v1/compile", body, strlen(body), json_hdr);
 }
 

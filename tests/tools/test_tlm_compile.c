@@ -21,8 +21,6 @@
 #include "compiler/toolchain/toolchain.h"
 #include "proto/workload.h"
 
-extern char **environ;
-
 static char g_dir[64];
 
 static void setup(void)
@@ -41,89 +39,7 @@ static void teardown(void)
 TestSuite(tlm_space, .init = setup, .fini = teardown, .timeout = 120);
 TestSuite(tlm_compile, .init = setup, .fini = teardown, .timeout = 120);
 
-typedef struct {
-    int status; /* exit status, or -1 if it did not exit normally */
-    char *out, *err;
-} run_result;
-
-static const char *tlm_bin(void)
-{
-    const char *b = getenv("TLM_BIN");
-    return b && *b ? b : "build/san/tlm";
-}
-
-static char *slurp_len(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
-static char *slurp(const char *path)
-{
-    return slurp_len(path, NULL);
-}
-
-/* Runs tlm with args (NULL-terminated, without argv[0]); stdout and stderr are captured
- * through temporary files so neither pipe can fill up. */
-static run_result run_tlm(const char *const *args)
-{
-    const char *bin = tlm_bin();
-    cr_assert_eq(access(bin, X_OK), 0,
-                 "tlm binary %s not found: build it (make build/san/tlm) or set TLM_BIN", bin);
-    char out_path[128], err_path[128];
-    snprintf(out_path, sizeof out_path, "%s/.stdout", g_dir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", g_dir);
-    char *argv[32];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0, "posix_spawn %s: %s", bin, strerror(rc));
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    run_result r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    unlink(out_path);
-    unlink(err_path);
-    return r;
-}
-
-#define RUN(...) run_tlm((const char *const[]){__VA_ARGS__, NULL})
-
-static void free_result(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+#include "tests/common/run_tool.h"
 
 /* Bad input: exit 2, nothing on stdout, one line on stderr containing must_contain. */
 static void expect_one_line_error(const run_result *r, int status, const char *must_contain)
@@ -656,7 +572,7 @@ Test(tlm_compile, usage_errors)
     };
     const char *expect[] = {"--workload", "--target", "--frob", "extra", "target", "--weights"};
     for (size_t i = 0; i < sizeof argsets / sizeof argsets[0]; i++) {
-        run_result r = run_tlm(argsets[i]);
+        run_result r = run_tlm_in(NULL, argsets[i]);
         expect_one_line_error(&r, 2, expect[i]);
         free_result(&r);
     }
