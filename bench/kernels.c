@@ -18,6 +18,7 @@
 
 #include "bench/peers.h"
 #include "compiler/codegen/codegen.h"
+#include "compiler/driver/pipeline.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
@@ -85,44 +86,68 @@ static int g_quick;
 static int g_seq;
 static int g_search; /* candidates of the random and local search */
 
-/* Compiles and times one schedule; returns GFLOP/s (0 on any failure). */
-static double run_sched(const space *sp, const space_sched *s, const ir_subgraph *g, double *sec,
-                        bool naive)
+static const ir_workload *g_wl; /* the case being measured */
+
+static void bench_measure_opts(measure_opts *o, bool naive)
+{
+    measure_opts_init(o);
+    o->seed = 0x7e57; /* one input set per workload: the reference is computed once */
+    /* Searching: a slow candidate runs out of its time budget and counts as 0 (the runner
+     * takes fewer samples rather than run over; a timeout means "not competitive"). */
+    o->timeout_s = naive ? 120 : (g_search ? 4 : 20);
+    o->repeats = naive ? 3 : (g_search ? 3 : (g_quick ? 5 : 9));
+}
+
+/* The naive generator is the baseline, not a schedule: compiled and timed here. */
+static double run_naive(const ir_subgraph *g, const target *t)
 {
     tlm_error e;
     cg_kernel k;
-    int rc = naive ? cg_generate_naive_c(g, NULL, &k, &e) : cg_generate(sp, s, NULL, &k, &e);
-    if (rc) {
+    if (cg_generate_naive_c(g, NULL, &k, &e)) {
         fprintf(stderr, "codegen: %s: %s\n", e.field, e.msg);
         return 0;
     }
     char so[256];
     snprintf(so, sizeof so, "/tmp/tlm-bench-%d-%d.so", (int)getpid(), g_seq++);
     char flags[160];
-    snprintf(flags, sizeof flags, "-O3 %s", target_cc_flags(&sp->tgt));
-    rc = tc_cc_compile(k.source, flags, so, NULL, &e);
+    snprintf(flags, sizeof flags, "-O3 %s", target_cc_flags(t));
+    int rc = tc_cc_compile(k.source, flags, so, NULL, &e);
     cg_kernel_free(&k);
     if (rc) {
         fprintf(stderr, "cc: %s\n", e.msg);
         return 0;
     }
     measure_opts o;
-    measure_opts_init(&o);
-    o.seed = 0x7e57; /* one input set per workload: the reference is computed once */
-    /* Searching: a slow candidate runs out of its time budget and counts as 0 (the runner
-     * takes fewer samples rather than run over; a timeout means "not competitive"). */
-    o.timeout_s = naive ? 120 : (g_search ? 4 : 20);
-    o.repeats = naive ? 3 : (g_search ? 3 : (g_quick ? 5 : 9));
+    bench_measure_opts(&o, true);
     measure_result r;
     rc = measure_cpu(g, so, "tlm_kernel", &o, &r, &e);
     unlink(so);
-    if (rc || r.status != MEASURE_OK) {
-        if (!rc && r.status != MEASURE_OK)
-            fprintf(stderr, "measure: %s %s\n", measure_status_name(r.status), r.detail);
-        return 0;
+    return rc || r.status != MEASURE_OK ? 0 : r.gflops;
+}
+
+/* Compiles and times one schedule through the pipeline entry (mode "given", measured);
+ * returns GFLOP/s (0 on any failure). */
+static double run_sched(const space *sp, const space_sched *s, double *sec)
+{
+    pl_opts o;
+    pl_opts_init(&o);
+    o.mode = PL_MODE_GIVEN;
+    o.given = s;
+    o.n_given = 1;
+    o.measure = PL_MEASURE_ON;
+    bench_measure_opts(&o.mo, false);
+    pl_job j;
+    tlm_error e;
+    int rc = pl_run(&j, g_wl, &sp->tgt, &o, &e);
+    double gf = 0;
+    if (rc) {
+        fprintf(stderr, "pipeline: %s %s\n", e.field, e.msg);
+    } else {
+        gf = j.chosen_mr.gflops;
+        if (sec) *sec = j.chosen_mr.median_s;
     }
-    if (sec) *sec = r.median_s;
-    return r.gflops;
+    pl_job_free(&j);
+    return gf;
 }
 
 static double peer_seconds(const bench_case *c, const ir_workload *w, bool blocked)
@@ -182,21 +207,26 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: %s %s\n", c->name, e.field, e.msg);
             continue;
         }
-        ir_subgraph *g = malloc(sizeof *g);
-        space sp;
-        if (ir_subgraph_build(&w, g, &e) || space_build(g, &t, &sp, &e)) {
+        /* the pipeline's preparation gives the subgraph, the space and the default */
+        pl_opts po;
+        pl_opts_init(&po);
+        pl_job pj;
+        if (pl_prepare(&pj, &w, &t, &po, &e)) {
             fprintf(stderr, "%s: %s\n", c->name, e.msg);
-            free(g);
+            pl_job_free(&pj);
             continue;
         }
+        const ir_subgraph *g = pj.g;
+        const space *sp = pj.sp;
+        g_wl = &w;
         double flops = (double)ir_subgraph_flops(g), bytes = (double)ir_subgraph_bytes(g);
         fprintf(stderr, "[%s] naive...\n", c->name);
-        double naive = run_sched(&sp, NULL, g, NULL, true);
+        double naive = run_naive(g, &t);
         fprintf(stderr, "[%s] naive %.2f GFLOP/s; default and %d random...\n", c->name, naive, nrand);
         space_sched s, best_s;
-        space_default(&sp, &s);
+        s = pj.cands[0].sched; /* the default */
         double sec = 0, best_sec = 0;
-        double def = run_sched(&sp, &s, g, &sec, false);
+        double def = run_sched(sp, &s, &sec);
         double best = def;
         best_s = s;
         best_sec = sec;
@@ -204,46 +234,46 @@ int main(int argc, char **argv)
         uint64_t rng = 0x5eed + ci;
         g_search = 1;
         for (int k = 0; k < nrand; k++) {
-            space_sample(&sp, &rng, &s);
-            double gf = run_sched(&sp, &s, g, &sec, false);
+            space_sample(sp, &rng, &s);
+            double gf = run_sched(sp, &s, &sec);
             if (gf > best_rand) best_rand = gf;
             if (gf > best) best = gf, best_s = s, best_sec = sec;
         }
         fprintf(stderr, "[%s] random best %.2f; hand-picked and local search...\n", c->name, best_rand);
         for (int h = 0; h < 4 && c->hand[h]; h++) {
-            if (space_parse(&sp, c->hand[h], &s, &e)) {
+            if (space_parse(sp, c->hand[h], &s, &e)) {
                 fprintf(stderr, "%s: hand schedule %d: %s %s\n", c->name, h, e.field, e.msg);
                 continue;
             }
-            double gf = run_sched(&sp, &s, g, &sec, false);
+            double gf = run_sched(sp, &s, &sec);
             if (gf > best) best = gf, best_s = s, best_sec = sec;
         }
         /* greedy local search: change one slot to another legal value */
         int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
         for (int k = 0; k < nlocal && vals; k++) {
             s = best_s;
-            int slot = (int)(rng % (uint64_t)sp.n_slot);
+            int slot = (int)(rng % (uint64_t)sp->n_slot);
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            int n = space_legal_values(&sp, slot, &s, vals);
+            int n = space_legal_values(sp, slot, &s, vals);
             if (n <= 1) continue;
             s.v[slot] = vals[(rng >> 33) % (uint64_t)n];
             /* later slots may have become illegal: repair them to the nearest legal value */
-            for (int j = slot + 1; j < sp.n_slot; j++) {
-                int m = space_legal_values(&sp, j, &s, vals);
+            for (int j = slot + 1; j < sp->n_slot; j++) {
+                int m = space_legal_values(sp, j, &s, vals);
                 int64_t keep = vals[0];
                 for (int q = 0; q < m; q++)
                     if (vals[q] <= s.v[j]) keep = vals[q];
                 s.v[j] = keep;
             }
-            if (space_check(&sp, &s, NULL)) continue;
-            double gf = run_sched(&sp, &s, g, &sec, false);
+            if (space_check(sp, &s, NULL)) continue;
+            double gf = run_sched(sp, &s, &sec);
             if (gf > best) best = gf, best_s = s, best_sec = sec;
         }
         free(vals);
         g_search = 0;
         /* re-time the winner with the full sample count */
         if (best > def) {
-            double gf = run_sched(&sp, &best_s, g, &sec, false);
+            double gf = run_sched(sp, &best_s, &sec);
             if (gf > 0) best = gf, best_sec = sec;
         }
         double peer_s = peer_seconds(c, &w, false);
@@ -251,7 +281,7 @@ int main(int argc, char **argv)
         double peer_gf = peer_s > 0 ? flops / peer_s / 1e9 : 0;
         double peer_blk_gf = peer_blk_s > 0 ? flops / peer_blk_s / 1e9 : 0;
         char sched[1024];
-        space_print(&sp, &best_s, sched, sizeof sched);
+        space_print(sp, &best_s, sched, sizeof sched);
         char floor_txt[48] = "-";
         if (c->memory_bound && best_sec > 0)
             snprintf(floor_txt, sizeof floor_txt, "%.2f", best_sec / (bytes / (bw * 1e9)));
@@ -264,7 +294,7 @@ int main(int argc, char **argv)
                     100.0 * best / peak, floor_txt, sched);
             fflush(fs[f]);
         }
-        free(g);
+        pl_job_free(&pj);
     }
     fclose(out);
     return 0;

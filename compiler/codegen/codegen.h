@@ -51,6 +51,11 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
                     tlm_error *err);
 int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
                      tlm_error *err);
+/* Whether the CPU / CUDA generator has a route for sketch s (the route tables in cpu.c and
+ * cuda.c are indexed by space_sketch; every sketch has exactly one, for its target kind:
+ * tests/compiler/codegen/test_cpu.c checks that against SPACE_SKETCHES). */
+bool cg_cpu_has_route(space_sketch s);
+bool cg_cuda_has_route(space_sketch s);
 
 /* ---- shared printing helpers ---- */
 

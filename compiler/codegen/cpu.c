@@ -585,6 +585,19 @@ static int gen_tile(cgc *c, const char *entry)
 
 /* ---- CPU_ROWS ---- */
 
+static int gen_rows(cgc *c, const char *entry);
+
+/* The code generator of each CPU sketch (NULL: not a CPU sketch). */
+static int (*const cpu_routes[SKETCH_COUNT])(cgc *, const char *) = {
+    [SKETCH_CPU_TILE] = gen_tile,
+    [SKETCH_CPU_ROWS] = gen_rows,
+};
+
+bool cg_cpu_has_route(space_sketch s)
+{
+    return (unsigned)s < SKETCH_COUNT && cpu_routes[s] != NULL;
+}
+
 static int gen_rows(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -672,6 +685,9 @@ static int gen_rows(cgc *c, const char *entry)
 int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
                     tlm_error *err)
 {
+    if (!cg_cpu_has_route(sp->sketch))
+        return tlm_err_set(err, TLM_EINVAL, "sketch", "sketch %s has no CPU code generator",
+                           space_sketch_name(sp->sketch));
     cgc *c = calloc(1, sizeof *c);
     if (!c) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     c->sp = sp;
@@ -694,7 +710,7 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
     space_print(sp, s, sched, sizeof sched);
     cg_printf(&c->b, "%s */\n", sched);
     cg_printf(&c->b, "%s", c_prelude);
-    int rc = sp->sketch == SKETCH_CPU_TILE ? gen_tile(c, entry) : gen_rows(c, entry);
+    int rc = cpu_routes[sp->sketch](c, entry);
     if (rc == 0) emit_packed(&c->b, sp->g, entry);
     char *src = cg_buf_take(&c->b);
     free(c);

@@ -1369,6 +1369,18 @@ static int gen_rows(const space *sp, const space_sched *s, const char *entry, cg
  * entry point
  * ====================================================================================== */
 
+/* The code generator of each GPU sketch (NULL: not a GPU sketch). */
+static int (*const cuda_routes[SKETCH_COUNT])(const space *, const space_sched *, const char *,
+                                              cg_kernel *, tlm_error *) = {
+    [SKETCH_GPU_TILE] = gen_tile,
+    [SKETCH_GPU_ROWS] = gen_rows,
+};
+
+bool cg_cuda_has_route(space_sketch s)
+{
+    return (unsigned)s < SKETCH_COUNT && cuda_routes[s] != NULL;
+}
+
 int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
                      tlm_error *err)
 {
@@ -1384,14 +1396,10 @@ int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, c
     if (s->n != sp->n_slot)
         return tlm_err_set(err, TLM_EINVAL, "schedule", "expected %d decisions, got %d", sp->n_slot,
                            s->n);
-    int rc;
-    if (sp->sketch == SKETCH_GPU_TILE)
-        rc = gen_tile(sp, s, entry, out, err);
-    else if (sp->sketch == SKETCH_GPU_ROWS)
-        rc = gen_rows(sp, s, entry, out, err);
-    else
-        rc = tlm_err_set(err, TLM_EINVAL, "sketch", "sketch %s is not a GPU sketch",
-                         space_sketch_name(sp->sketch));
+    int rc = cg_cuda_has_route(sp->sketch)
+                 ? cuda_routes[sp->sketch](sp, s, entry, out, err)
+                 : tlm_err_set(err, TLM_EINVAL, "sketch", "sketch %s is not a GPU sketch",
+                               space_sketch_name(sp->sketch));
     if (rc) {
         free(out->source);
         memset(out, 0, sizeof *out);

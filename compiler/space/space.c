@@ -16,15 +16,23 @@ static const int64_t unroll_cpu[] = {0, 16, 64, 512};
 static const int64_t unroll_gpu[] = {0, 16, 64, 512, 1024};
 static const int64_t unroll_rows[] = {0, 16, 64};
 
+static const struct {
+    const char *name;
+    target_kind kind;
+} sketches[SKETCH_COUNT] = {
+#define SPACE_SKETCH_ROW(id, nm, k) [SKETCH_##id] = {nm, k},
+    SPACE_SKETCHES(SPACE_SKETCH_ROW)
+#undef SPACE_SKETCH_ROW
+};
+
 const char *space_sketch_name(space_sketch s)
 {
-    switch (s) {
-    case SKETCH_CPU_TILE: return "cpu_tile";
-    case SKETCH_CPU_ROWS: return "cpu_rows";
-    case SKETCH_GPU_TILE: return "gpu_tile";
-    case SKETCH_GPU_ROWS: return "gpu_rows";
-    }
-    return "?";
+    return (unsigned)s < SKETCH_COUNT ? sketches[s].name : "?";
+}
+
+target_kind space_sketch_target(space_sketch s)
+{
+    return (unsigned)s < SKETCH_COUNT ? sketches[s].kind : TARGET_CPU;
 }
 
 static const ir_stage *anchor(const space *sp)

@@ -60,7 +60,24 @@
 #define SPACE_MAX_SLOTS 64
 #define SPACE_MAX_VALUES 4096 /* legal values of one slot never exceed this */
 
-typedef enum { SKETCH_CPU_TILE, SKETCH_CPU_ROWS, SKETCH_GPU_TILE, SKETCH_GPU_ROWS } space_sketch;
+/* The sketches: the one table a new sketch is added to. Each row gives its enum name, its
+ * printed name (also its tensor-language token "sketch:<name>", in this order, so appending
+ * a row appends a token and leaves the others' ids alone; the vocabulary version still
+ * bumps) and the target kind whose code generator implements it. Code generators route by
+ * tables indexed by space_sketch (compiler/codegen cpu.c, cuda.c) whose sizes are checked
+ * against SKETCH_COUNT at compile time. */
+#define SPACE_SKETCHES(X)                                                                          \
+    X(CPU_TILE, "cpu_tile", TARGET_CPU)                                                            \
+    X(CPU_ROWS, "cpu_rows", TARGET_CPU)                                                            \
+    X(GPU_TILE, "gpu_tile", TARGET_CUDA)                                                           \
+    X(GPU_ROWS, "gpu_rows", TARGET_CUDA)
+
+typedef enum {
+#define SPACE_SKETCH_ENUM(id, name, kind) SKETCH_##id,
+    SPACE_SKETCHES(SPACE_SKETCH_ENUM)
+#undef SPACE_SKETCH_ENUM
+        SKETCH_COUNT
+} space_sketch;
 
 typedef enum {
     SLOT_TILE,
@@ -99,7 +116,8 @@ typedef struct space_sched {
     int64_t v[SPACE_MAX_SLOTS];
 } space_sched;
 
-const char *space_sketch_name(space_sketch s);
+const char *space_sketch_name(space_sketch s); /* "?" outside the table */
+target_kind space_sketch_target(space_sketch s);
 /* Builds the space of g for target t; g must outlive sp. */
 int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err);
 /* Writes the legal values of `slot` given partial->v[0..slot) into vals (ascending, at most

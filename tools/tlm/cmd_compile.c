@@ -20,7 +20,10 @@
  * Schedules: "default" (space_default), "random:SEED" (the first sample of `tlm space --seed
  * SEED`), or a decision list in space_print's form ("tile.i.3=4 ... vectorize=1") or as bare
  * values in slot order. "tlm": the model's greedy schedule (tlm_select_generate) with the
- * weights of --weights (default model_weights/tlm.bin).
+ * weights of --weights (default model_weights/tlm.bin); "topk:K": K beam candidates, measured
+ * with --measure (the fastest correct one wins), else the best-scored one that builds.
+ * Everything goes through the pipeline entry (compiler/driver/pipeline.h); meta.json and the
+ * summary say the schedule_source ("default", "tlm", "topk", "given") and the selection.
  *
  * Exit status: 2 for bad input (workload, target, an illegal decision: the message names the
  * slot; --measure where it cannot run), 1 when the work fails (code generation, the compiler,
@@ -35,15 +38,13 @@
 #include <unistd.h>
 
 #include "compiler/codegen/codegen.h"
-#include "compiler/driver/driver.h"
+#include "compiler/driver/pipeline.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
 #include "compiler/toolchain/toolchain.h"
 #include "compiler/tlm/select.h"
 #include "tools/tlm/cli.h"
-
-#define SCHED_TEXT_MAX 4096
 
 static const char compile_usage[] =
     "usage: tlm compile --workload W --target T [--schedule S] [--measure] [-o DIR]\n"
@@ -55,6 +56,8 @@ static const char compile_usage[] =
     "                   or the bare values in slot order\n"
     "    tlm            the TLM's greedy schedule (weights: --weights F, default\n"
     "                   model_weights/tlm.bin)\n"
+    "    topk:K         K beam candidates of the TLM; with --measure the fastest correct one,\n"
+    "                   else the best-scored one that builds\n"
     "  --measure runs the kernel against the reference interpreter and times it (CPU targets\n"
     "  this machine can run). Writes DIR/kernel.c|.cu, DIR/kernel.so|.cubin, DIR/meta.json\n"
     "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n";
@@ -113,17 +116,15 @@ typedef struct {
 
 /* Everything a run owns, freed in one place. */
 typedef struct {
-    ir_subgraph *g;
-    space *sp;
-    drv_artifact a;
+    pl_job j;
+    tlm_model *model;
     json_t *meta;
 } compile_state;
 
 static void state_free(compile_state *st)
 {
-    free(st->g);
-    free(st->sp);
-    drv_artifact_free(&st->a);
+    pl_job_free(&st->j);
+    tlm_model_free(st->model);
     json_decref(st->meta);
 }
 
@@ -134,51 +135,59 @@ static int work_failed(const tlm_error *err)
     return CLI_FAIL;
 }
 
-/* The model's greedy schedule (deterministic for given weights). */
-static int tlm_schedule(const space *sp, const char *weights, space_sched *s, tlm_error *err)
+/* Loads the weights for --schedule tlm|topk:K (a missing or mismatched file is the user's
+ * input: the message names the flag that chose it). */
+static int load_model(const char *weights, tlm_model **m, tlm_error *err)
 {
     uint8_t vh[32];
     lang_vocab_hash(vh);
-    tlm_model *m = NULL;
-    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, &m,
+    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, m,
                             err);
     if (rc) {
-        /* a missing or mismatched weight file is the user's input: name the flag that chose
-         * it (--schedule tlm implies the default file) */
         err->code = TLM_EINVAL;
         snprintf(err->field, sizeof err->field, "%s", weights ? "--weights" : "--schedule");
         return TLM_EINVAL;
     }
-    tlm_candidate *c = malloc(sizeof *c);
-    int n = 0;
-    rc = c ? tlm_select_generate(m, sp, 1, c, &n, err) : TLM_ENOMEM;
-    if (rc == 0 && n == 1)
-        *s = c->sched;
-    else if (rc == 0)
-        rc = tlm_err_set(err, TLM_ERUNTIME, "", "the model produced no schedule");
-    free(c);
-    tlm_model_free(m);
-    return rc;
+    return 0;
 }
 
-static const char *g_weights;
-
-static int choose_schedule(const space *sp, const char *text, space_sched *s, tlm_error *err)
+/* --schedule → pipeline mode: default | tlm | topk:K go to the pipeline as modes; random:SEED
+ * and decision lists are "given" schedules, added after pl_prepare (they need the space). */
+static int schedule_mode(const char *text, pl_opts *o, tlm_error *err)
 {
     if (!strcmp(text, "default")) {
-        space_default(sp, s);
-        return space_check(sp, s, err);
+        o->mode = PL_MODE_DEFAULT;
+    } else if (!strcmp(text, "tlm")) {
+        o->mode = PL_MODE_TLM;
+    } else if (!strncmp(text, "topk:", 5)) {
+        uint64_t k;
+        int rc = cli_parse_u64("--schedule", text + 5, PL_MAX_CANDIDATES, &k, err);
+        if (rc) return rc;
+        if (k < 1)
+            return tlm_err_set(err, TLM_EINVAL, "--schedule", "topk:K needs K in 1..%d",
+                               PL_MAX_CANDIDATES);
+        o->mode = PL_MODE_TOPK;
+        o->k = (int)k;
+    } else {
+        o->mode = PL_MODE_GIVEN;
     }
+    return 0;
+}
+
+static int add_given(pl_job *j, const char *text, tlm_error *err)
+{
+    space_sched s;
     if (!strncmp(text, "random:", 7)) {
         uint64_t seed;
         int rc = cli_parse_u64("--schedule", text + 7, UINT64_MAX, &seed, err);
         if (rc) return rc;
         uint64_t rng = cli_seed_state(seed);
-        space_sample(sp, &rng, s);
-        return space_check(sp, s, err);
+        space_sample(j->sp, &rng, &s);
+    } else {
+        int rc = space_parse(j->sp, text, &s, err);
+        if (rc) return rc;
     }
-    if (!strcmp(text, "tlm")) return tlm_schedule(sp, g_weights, s, err);
-    return space_parse(sp, text, s, err);
+    return pl_add_candidate(j, &s, PL_SRC_GIVEN, NAN, err);
 }
 
 /* The artifact's binary and its description (driver.c built and checked it). */
@@ -199,22 +208,21 @@ static int write_artifact(const target *t, const drv_artifact *a, const char *bi
     return 0;
 }
 
-static int measure_into(const compile_state *st, const char *so_path, json_t *meta,
-                        measure_result *res, tlm_error *err)
+/* The pipeline measured the chosen kernel (--measure): its figures go into meta.json. */
+static void measurement_into(const pl_job *j, json_t *meta)
 {
-    measure_opts o;
-    measure_opts_init(&o);
-    int rc = measure_cpu(st->g, so_path, st->a.entry, &o, res, err);
-    if (rc) return rc;
-    json_object_set_new(meta, "status", json_string(measure_status_name(res->status)));
+    const measure_result *res = &j->chosen_mr;
+    const pl_record *r = NULL;
+    for (int i = j->n_recs - 1; i >= 0 && !r; i--)
+        if (j->recs[i].cand == j->chosen) r = &j->recs[i];
+    json_object_set_new(meta, "status", json_string(r ? r->status : "ok"));
     json_object_set_new(meta, "median_s", real_or_null(res->median_s));
     json_object_set_new(meta, "min_s", real_or_null(res->min_s));
     json_object_set_new(meta, "gflops", real_or_null(res->gflops));
-    json_object_set_new(meta, "rel_err", real_or_null(res->rel_err));
+    json_object_set_new(meta, "rel_err", real_or_null(res->rel_err >= 0 ? res->rel_err : NAN));
     json_object_set_new(meta, "n_samples", json_integer(res->n_samples));
     json_object_set_new(meta, "seed", json_integer((json_int_t)(res->seed & INT64_MAX)));
     json_object_set_new(meta, "detail", json_string(res->detail));
-    return 0;
 }
 
 static int parse_args(int argc, char **argv, compile_args *a)
@@ -267,8 +275,8 @@ static int parse_args(int argc, char **argv, compile_args *a)
     if (!a->wl) return cli_usage_error("compile: --workload is required (see tlm compile --help)");
     if (!a->tg) return cli_usage_error("compile: --target is required (see tlm compile --help)");
     if (!a->dir[0]) return cli_usage_error("compile: -o needs a directory name");
-    if (a->weights && strcmp(a->sched, "tlm"))
-        return cli_usage_error("compile: --weights is only used with --schedule tlm");
+    if (a->weights && strcmp(a->sched, "tlm") && strncmp(a->sched, "topk:", 5))
+        return cli_usage_error("compile: --weights is only used with --schedule tlm or topk:K");
     return 0;
 }
 
@@ -294,32 +302,29 @@ static int run_compile(int argc, char **argv)
 
     compile_state st;
     memset(&st, 0, sizeof st);
-    st.g = calloc(1, sizeof *st.g);
-    st.sp = calloc(1, sizeof *st.sp);
     int rc = CLI_OK;
-    space_sched s;
-    char sched_text[SCHED_TEXT_MAX], whex[IR_HASH_HEX], canon[1024];
     char src_path[4200], bin_path[4200], meta_path[4200];
     const char *src_name = cuda ? "kernel.cu" : "kernel.c";
     const char *bin_name = cuda ? "kernel.cubin" : "kernel.so";
-    measure_result mres;
-    memset(&mres, 0, sizeof mres);
+    pl_job *j = &st.j;
+    pl_opts o;
+    pl_opts_init(&o);
+    /* --measure: a full measurement of the chosen kernel (the runner's defaults), not the
+     * short comparison runs the pipeline uses between candidates */
+    measure_opts_init(&o.mo);
+    o.measure = a.measure ? PL_MEASURE_ON : PL_MEASURE_OFF;
 
-    if (!st.g || !st.sp) {
-        tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
-        rc = work_failed(&err);
-        goto done;
-    }
-    if (ir_subgraph_build(&w, st.g, &err) || space_build(st.g, &t, st.sp, &err) ||
-        (g_weights = a.weights, choose_schedule(st.sp, a.sched, &s, &err))) {
+    if (schedule_mode(a.sched, &o, &err) ||
+        ((o.mode == PL_MODE_TLM || o.mode == PL_MODE_TOPK) &&
+         load_model(a.weights, &st.model, &err))) {
         rc = cli_report(&err);
         goto done;
     }
-    space_print(st.sp, &s, sched_text, sizeof sched_text);
-    int cn = ir_workload_canonical(&w, canon, sizeof canon);
-    if (cn < 0 || ir_workload_hash_hex(&w, whex)) {
-        tlm_err_set(&err, TLM_ENOMEM, "", "cannot form the canonical workload");
-        rc = work_failed(&err);
+    o.model = st.model;
+    /* the space, then the candidates: bad input (workload, schedule, weights) exits 2 */
+    if (pl_prepare(j, &w, &t, &o, &err) ||
+        (o.mode == PL_MODE_GIVEN && add_given(j, a.sched, &err)) || pl_decode(j, &err)) {
+        rc = cli_report(&err);
         goto done;
     }
     snprintf(src_path, sizeof src_path, "%s/%s", a.dir, src_name);
@@ -341,10 +346,12 @@ static int run_compile(int argc, char **argv)
         unlink(bin_path);
         unlink(meta_path);
     }
-    /* codegen + cc/NVRTC + device limits; the source is written even when compiling failed */
-    int brc = drv_build(st.sp, &s, &st.a, &err);
+    /* codegen + cc/NVRTC + device limits (+ measurement); the source is written even when
+     * compiling failed */
+    int brc = pl_finish(j, &err);
+    const char *source = brc ? j->failed_source : j->art.source;
     tlm_error werr;
-    if (st.a.source && write_file(src_path, st.a.source, strlen(st.a.source), &werr) && !brc) {
+    if (source && write_file(src_path, source, strlen(source), &werr) && !brc) {
         err = werr;
         brc = werr.code;
     }
@@ -353,27 +360,26 @@ static int run_compile(int argc, char **argv)
         goto done;
     }
 
-    json_t *canon_obj = json_loadb(canon, (size_t)cn, 0, NULL);
-    json_t *launch_obj = json_loads(st.a.launch_json, 0, NULL);
-    st.meta = json_pack(
-        "{s:o*, s:o*, s:s, s:s, s:s, s:o*, s:s, s:s, s:I, s:I}", "target", target_to_json(&t),
-        "workload", canon_obj, "workload_hash", whex, "sketch", space_sketch_name(st.sp->sketch),
-        "schedule", sched_text, "launch", launch_obj, "source", src_name, "binary", bin_name,
-        "flops", (json_int_t)ir_subgraph_flops(st.g), "bytes", (json_int_t)ir_subgraph_bytes(st.g));
+    const drv_artifact *art = &j->art;
+    json_t *canon_obj = json_loads(j->canon, 0, NULL);
+    json_t *launch_obj = json_loads(art->launch_json, 0, NULL);
+    st.meta = json_pack("{s:o*, s:o*, s:s, s:s, s:s, s:s, s:s, s:o*, s:s, s:s, s:I, s:I}", "target",
+                        target_to_json(&t), "workload", canon_obj, "workload_hash", j->whash,
+                        "sketch", space_sketch_name(j->sp->sketch), "schedule", art->schedule,
+                        "schedule_source", pl_source_name(j->source), "selection", j->selection,
+                        "launch", launch_obj, "source", src_name, "binary", bin_name, "flops",
+                        (json_int_t)ir_subgraph_flops(j->g), "bytes",
+                        (json_int_t)ir_subgraph_bytes(j->g));
     if (!st.meta || !canon_obj || !launch_obj) {
         tlm_err_set(&err, TLM_ENOMEM, "", "cannot build meta.json");
         rc = work_failed(&err);
         goto done;
     }
-    if (write_artifact(&t, &st.a, bin_path, st.meta, &err)) {
+    if (write_artifact(&t, art, bin_path, st.meta, &err)) {
         rc = work_failed(&err);
         goto done;
     }
-    const char *bhex = st.a.sha256;
-    if (a.measure && measure_into(&st, bin_path, st.meta, &mres, &err)) {
-        rc = work_failed(&err);
-        goto done;
-    }
+    if (j->measured) measurement_into(j, st.meta);
     char *meta_text = json_dumps(st.meta, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!meta_text) {
         tlm_err_set(&err, TLM_ENOMEM, "", "cannot serialise meta.json");
@@ -394,17 +400,14 @@ static int run_compile(int argc, char **argv)
         goto done;
     }
 
-    const char *status = a.measure ? measure_status_name(mres.status) : "compiled";
-    json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "dir", a.dir, "source",
-                            src_path, "binary", bin_path, "meta", meta_path, "workload_hash", whex,
-                            "schedule", sched_text, "binary_sha256", bhex, "status", status);
+    const char *status = j->measured ? "ok" : "compiled";
+    json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "dir", a.dir,
+                            "source", src_path, "binary", bin_path, "meta", meta_path,
+                            "workload_hash", j->whash, "schedule", art->schedule,
+                            "schedule_source", pl_source_name(j->source), "binary_sha256",
+                            art->sha256, "status", status);
     rc = sum ? cli_print_json(sum) : CLI_FAIL;
     json_decref(sum);
-    if (rc == CLI_OK && a.measure && mres.status != MEASURE_OK) {
-        tlm_err_set(&err, TLM_ERUNTIME, "measure", "the kernel's status is %s: %s", status,
-                    mres.detail);
-        rc = work_failed(&err);
-    }
 done:
     state_free(&st);
     return rc;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/tlm/select.h"
+#include "compiler/driver/pipeline.h"
 #include "compiler/target/target.h"
 #include "tools/tlm/cli.h"
 
@@ -55,22 +55,12 @@ static int run(int argc, char **argv)
     if (cli_load_workload("workload", wl, &w, &e)) return cli_report(&e);
     target t;
     if (target_parse(tg, &t, &e)) return cli_report(&e);
-    ir_subgraph *g = malloc(sizeof *g);
-    space *sp = malloc(sizeof *sp);
-    tlm_candidate *cand = calloc(k, sizeof *cand);
     tlm_model *m = NULL;
+    pl_job j;
+    memset(&j, 0, sizeof j);
     int rc = CLI_FAIL;
-    if (!g || !sp || !cand) {
-        tlm_err_set(&e, TLM_ENOMEM, "", "out of memory");
-        rc = cli_report(&e);
-        goto out;
-    }
     uint8_t vh[32];
     lang_vocab_hash(vh);
-    if (ir_subgraph_build(&w, g, &e) || space_build(g, &t, sp, &e)) {
-        rc = cli_report(&e);
-        goto out;
-    }
     if (tlm_model_load(weights, lang_vocab_size(), vh, &m, &e)) {
         /* a missing or wrong weight file is bad input from the user's point of view */
         e.code = TLM_EINVAL;
@@ -78,45 +68,54 @@ static int run(int argc, char **argv)
         rc = cli_report(&e);
         goto out;
     }
-    int n = 0;
-    if (tlm_select_generate(m, sp, (int)k, cand, &n, &e)) {
+    /* the pipeline's first half: subgraph, space and the model's candidates (nothing built) */
+    pl_opts o;
+    pl_opts_init(&o);
+    o.mode = k > 1 ? PL_MODE_TOPK : PL_MODE_TLM;
+    o.k = (int)k;
+    o.model = m;
+    if (pl_prepare(&j, &w, &t, &o, &e) || pl_decode(&j, &e)) {
         rc = cli_report(&e);
         goto out;
     }
-    char hash[IR_HASH_HEX], vhex[65];
-    ir_workload_hash_hex(&w, hash);
+    char vhex[65];
     lang_vocab_hash_hex(vhex);
     int ptoks[LANG_MAX_SENTENCE];
-    int np = lang_encode_prompt(sp, ptoks, LANG_MAX_SENTENCE);
+    int np = lang_encode_prompt(j.sp, ptoks, LANG_MAX_SENTENCE);
     char *text = malloc(65536);
-    json_t *o = json_object(), *arr = json_array();
+    json_t *o_json = json_object(), *arr = json_array();
+    if (!text || !o_json || !arr) {
+        free(text);
+        json_decref(o_json);
+        json_decref(arr);
+        tlm_err_set(&e, TLM_ENOMEM, "", "out of memory");
+        rc = cli_report(&e);
+        goto out;
+    }
     lang_sentence_text(ptoks, np, text, 65536);
-    json_object_set_new(o, "workload_hash", json_string(hash));
-    json_object_set_new(o, "target", json_string(t.name));
-    json_object_set_new(o, "sketch", json_string(space_sketch_name(sp->sketch)));
-    json_object_set_new(o, "weights", json_string(weights));
-    json_object_set_new(o, "vocab_hash", json_string(vhex));
-    json_object_set_new(o, "prompt", json_string(text));
-    for (int i = 0; i < n; i++) {
+    json_object_set_new(o_json, "workload_hash", json_string(j.whash));
+    json_object_set_new(o_json, "target", json_string(t.name));
+    json_object_set_new(o_json, "sketch", json_string(space_sketch_name(j.sp->sketch)));
+    json_object_set_new(o_json, "weights", json_string(weights));
+    json_object_set_new(o_json, "vocab_hash", json_string(vhex));
+    json_object_set_new(o_json, "prompt", json_string(text));
+    for (int i = 0; i < j.n_cands; i++) {
         json_t *ci = json_object();
-        int toks[LANG_MAX_SENTENCE];
-        for (int j = 0; j < cand[i].n_tokens; j++) toks[j] = cand[i].tokens[j];
-        space_print(sp, &cand[i].sched, text, 65536);
+        space_print(j.sp, &j.cands[i].sched, text, 65536);
         json_object_set_new(ci, "schedule", json_string(text));
-        lang_sentence_text(toks, cand[i].n_tokens, text, 65536);
+        if (pl_sentence(&j, i, text, 65536) < 0) text[0] = 0;
         json_object_set_new(ci, "sentence", json_string(text));
-        json_object_set_new(ci, "score", json_real(cand[i].score));
+        json_object_set_new(ci, "score", json_real(j.cands[i].score));
+        json_object_set_new(ci, "schedule_source", json_string(pl_source_name(j.cands[i].source)));
         json_array_append_new(arr, ci);
     }
-    json_object_set_new(o, "candidates", arr);
-    rc = cli_print_json(o);
-    json_decref(o);
+    json_object_set_new(o_json, "candidates", arr);
+    rc = cli_print_json(o_json);
+    json_decref(o_json);
     free(text);
 out:
+    pl_job_free(&j);
     tlm_model_free(m);
-    free(cand);
-    free(sp);
-    free(g);
     return rc;
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/driver/pipeline.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
 #include "tools/tlm/cli.h"
@@ -61,8 +62,8 @@ static json_t *sched_json(const space *sp, const space_sched *s)
     return json_string(buf);
 }
 
-static json_t *describe(const ir_workload *w, const target *t, const space *sp, uint64_t nsamp,
-                        uint64_t seed, tlm_error *err)
+static json_t *describe(const ir_workload *w, const target *t, const space *sp,
+                        const space_sched *dflt, uint64_t nsamp, uint64_t seed, tlm_error *err)
 {
     char whex[IR_HASH_HEX], thex[TARGET_HASH_HEX];
     if (ir_workload_hash_hex(w, whex) || target_hash_hex(t, thex)) {
@@ -81,9 +82,8 @@ static json_t *describe(const ir_workload *w, const target *t, const space *sp, 
     }
     int exact = 0;
     double lsz = space_log10_size(sp, &exact);
+    json_t *def = sched_json(sp, dflt);
     space_sched s;
-    space_default(sp, &s);
-    json_t *def = sched_json(sp, &s);
     json_t *samples = json_array();
     uint64_t rng = cli_seed_state(seed);
     for (uint64_t i = 0; samples && i < nsamp; i++) {
@@ -156,22 +156,19 @@ static int run_space(int argc, char **argv)
     if (cli_load_workload("--workload", wl, &w, &err)) return cli_report(&err);
     target t;
     if (target_parse(tg, &t, &err)) return cli_report(&err);
-    /* The subgraph (a few hundred KB) and the space are heap objects; sp->g points at g. */
-    ir_subgraph *g = calloc(1, sizeof *g);
-    space *sp = calloc(1, sizeof *sp);
+    /* The pipeline's preparation: the subgraph, the space and the default candidate. */
+    pl_opts o;
+    pl_opts_init(&o);
+    pl_job j;
     int rc;
-    if (!g || !sp) {
-        tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
-        rc = cli_report(&err);
-    } else if (ir_subgraph_build(&w, g, &err) || space_build(g, &t, sp, &err)) {
+    if (pl_prepare(&j, &w, &t, &o, &err)) {
         rc = cli_report(&err);
     } else {
-        json_t *out = describe(&w, &t, sp, nsamp, seed, &err);
+        json_t *out = describe(&w, &t, j.sp, &j.cands[0].sched, nsamp, seed, &err);
         rc = out ? cli_print_json(out) : cli_report(&err);
         json_decref(out);
     }
-    free(sp);
-    free(g);
+    pl_job_free(&j);
     return rc;
 }
 

@@ -15,6 +15,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/ir/ir.h"
+#include "compiler/lang/lang.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
@@ -366,4 +367,21 @@ Test(codegen_cpu, concurrent_generation_is_independent)
     }
     free(g);
     free(sp);
+}
+
+/* The sketch table is the one place a sketch is declared: each has its vocabulary token and
+ * exactly one code generator route, for its own target kind. */
+Test(codegen_cpu, every_sketch_has_one_route_and_a_token)
+{
+    for (int s = 0; s < SKETCH_COUNT; s++) {
+        bool cpu = space_sketch_target((space_sketch)s) == TARGET_CPU;
+        cr_expect_eq(cg_cpu_has_route((space_sketch)s), cpu, "sketch %s", space_sketch_name(s));
+        cr_expect_eq(cg_cuda_has_route((space_sketch)s), !cpu, "sketch %s",
+                     space_sketch_name(s));
+        char tok[64];
+        snprintf(tok, sizeof tok, "sketch:%s", space_sketch_name((space_sketch)s));
+        cr_expect_geq(lang_token_id(tok), 0, "no vocabulary token %s", tok);
+    }
+    cr_expect_str_eq(space_sketch_name(SKETCH_COUNT), "?");
+    cr_expect(!cg_cpu_has_route(SKETCH_COUNT) && !cg_cuda_has_route(SKETCH_COUNT));
 }
