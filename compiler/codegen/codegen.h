@@ -88,6 +88,11 @@ typedef struct {
      * false to let the printer emit the load from the tensor. */
     bool (*load_hook)(const void *ctx, cg_buf *b, const ir_stage *s, int id);
     const void *load_ctx;
+    /* Optional, indexed by expression id of the stage being printed: expr_var[id] non-NULL
+     * prints that variable instead of the subtree (a hoisted or buffered value); recip_var[id]
+     * non-NULL on a division prints (a * recip_var[id]), the divisor's reciprocal hoisted. */
+    const char *const *expr_var;
+    const char *const *recip_var;
 } cg_names;
 
 /* A float literal valid in C and C++ for every value ("0.0f", "(-1.5f)", "INFINITY"). */

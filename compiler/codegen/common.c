@@ -157,6 +157,16 @@ void cg_emit_scalar(cg_buf *b, const ir_subgraph *g, const ir_stage *s, int id,
                     const cg_names *nm)
 {
     const ir_expr *e = &s->expr[id];
+    if (nm->expr_var && nm->expr_var[id]) {
+        cg_printf(b, "%s", nm->expr_var[id]);
+        return;
+    }
+    if (nm->recip_var && nm->recip_var[id] && e->kind == IR_E_BINARY && e->op == IR_B_DIV) {
+        cg_printf(b, "(");
+        cg_emit_scalar(b, g, s, e->a, nm);
+        cg_printf(b, " * %s)", nm->recip_var[id]);
+        return;
+    }
     switch (e->kind) {
     case IR_E_CONST: {
         char lit[64];

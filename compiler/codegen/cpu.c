@@ -60,6 +60,8 @@ static const char *c_prelude =
     "static inline float tlm_tanh(float x) { float e = tlm_expf(-2.0f * (x < 0.0f ? -x : x)); float t = (1.0f - e) / (1.0f + e); return x < 0.0f ? -t : t; }\n"
     "static inline float tlm_rsqrt(float x) { return 1.0f / sqrtf(x); }\n"
     "static inline float tlm_recip(float x) { return 1.0f / x; }\n"
+    "/* clamps an index of a padded tile into its axis (edge register tiles) */\n"
+    "static inline int64_t tlm_imin(int64_t a, int64_t b) { return a < b ? a : b; }\n"
     "#define expf tlm_expf\n"
     "#define tanhf tlm_tanh\n"
     "\n";
@@ -72,6 +74,10 @@ typedef struct {
     int ns, nr, x;             /* spatial count, reduction count, vectorised axis */
     int64_t T[IR_MAX_AXES][5]; /* tile factors per axis and level */
     int W;                     /* vector lanes of the register tile (1 = scalar) */
+    int64_t E[IR_MAX_AXES];    /* spatial extents */
+    bool pad[IR_MAX_AXES];     /* the axis' tiles overshoot its extent (padded tiles) */
+    bool any_pad;
+    bool edge; /* emitting the edge register tile: spatial indices are clamped */
     cg_buf b;
     cg_names nm;
     char axbuf[IR_MAX_AXES][48];
@@ -121,6 +127,8 @@ static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_nam
     for (int i = g->anchor + 1; i < g->n_stage; i++) {
         const ir_stage *st = &g->stage[i];
         cg_names en = *nm;
+        en.expr_var = NULL; /* indexed by the anchor's expressions, not this stage's */
+        en.recip_var = NULL;
         en.subst_tensor = prev;
         en.subst_var = "v";
         cg_printf(b, "%*sv = ", ind * 4, "");
@@ -171,7 +179,12 @@ static void point_names(cgc *c, const int64_t *o, int lane, cg_names *nm)
     *nm = c->nm;
     for (int a = 0; a < c->ns; a++) {
         int64_t off = o[a] + (a == c->x ? lane : 0);
-        snprintf(c->axbuf[a], sizeof c->axbuf[a], "(%s_b + %lld)", c->a->axis[a], (long long)off);
+        if (c->edge && c->pad[a])
+            snprintf(c->axbuf[a], sizeof c->axbuf[a], "tlm_imin(%s_b + %lld, %lld)", c->a->axis[a],
+                     (long long)off, (long long)(c->E[a] - 1));
+        else
+            snprintf(c->axbuf[a], sizeof c->axbuf[a], "(%s_b + %lld)", c->a->axis[a],
+                     (long long)off);
         nm->axis[a] = c->axbuf[a];
     }
     for (int a = c->ns; a < c->ns + c->nr; a++) nm->axis[a] = c->a->axis[a];
@@ -214,6 +227,17 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
             cg_printf(b, "((tlm_vf){} + %s[", t);
             cg_emit_offset(b, c->g, s, e, &nm);
             cg_printf(b, "])");
+        } else if (c->edge && c->pad[c->x]) {
+            /* edge tile along the vector axis: each lane at its own clamped index */
+            cg_printf(b, "((tlm_vf){");
+            for (int l = 0; l < c->W; l++) {
+                cg_names ln;
+                point_names(c, o, l, &ln);
+                cg_printf(b, "%s%s[", l ? ", " : "", t);
+                cg_emit_offset(b, c->g, s, e, &ln);
+                cg_printf(b, "]");
+            }
+            cg_printf(b, "})");
         } else if (d == 1) {
             cg_printf(b, "(*(const tlm_vfu *)&%s[", t);
             cg_emit_offset(b, c->g, s, e, &nm);
@@ -318,6 +342,24 @@ static void loop(cg_buf *b, int ind, const char *var, int64_t n)
     cg_line(b, ind, "for (int64_t %s = 0; %s < %lld; %s++) {", var, var, (long long)n, var);
 }
 
+/* The loop over level l (1 or 2) of padded spatial axis i, stopping at the first tile that
+ * starts beyond the extent (tiles past it are pure padding). */
+static void loop_inside(cgc *c, int ind, int i, int l)
+{
+    const char *n = c->a->axis[i];
+    int64_t inner = 1;
+    for (int k = l + 1; k <= 3; k++) inner *= c->T[i][k];
+    char start[128];
+    if (l == 1)
+        snprintf(start, sizeof start, "(%s0 * %lld + %s1) * %lld", n, (long long)c->T[i][1], n,
+                 (long long)inner);
+    else
+        snprintf(start, sizeof start, "((%s0 * %lld + %s1) * %lld + %s2) * %lld", n,
+                 (long long)c->T[i][1], n, (long long)c->T[i][2], n, (long long)inner);
+    cg_line(&c->b, ind, "for (int64_t %s%d = 0; %s%d < %lld && %s < %lld; %s%d++) {", n, l, n, l,
+            (long long)c->T[i][l], start, (long long)c->E[i], n, l);
+}
+
 /* The s2 and s3 loops over every spatial axis (the last one vectorised) down to one output
  * point, with each axis' full index declared; returns the new indent and fills nm. */
 static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm)
@@ -326,11 +368,22 @@ static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm)
     int ns = c->ns;
     for (int i = 0; i < ns; i++) {
         char v[16];
-        for (int l = 2; l <= 3; l++) {
-            snprintf(v, sizeof v, "%s%d", a->axis[i], l);
-            if (vec && i == ns - 1 && l == 3) cg_line(&c->b, ind, "#pragma omp simd");
-            loop(&c->b, ind++, v, c->T[i][l]);
-        }
+        const char *n = a->axis[i];
+        snprintf(v, sizeof v, "%s2", n);
+        if (c->pad[i])
+            loop_inside(c, ind++, i, 2);
+        else
+            loop(&c->b, ind++, v, c->T[i][2]);
+        snprintf(v, sizeof v, "%s3", n);
+        if (c->pad[i]) /* the last tile of a padded axis stops at its extent */
+            cg_line(&c->b, ind, "const int64_t %s3_n = tlm_imin(%lld, %lld - ((%s0 * %lld + %s1) * "
+                    "%lld + %s2) * %lld);", n, (long long)c->T[i][3], (long long)c->E[i], n,
+                    (long long)c->T[i][1], n, (long long)c->T[i][2], n, (long long)c->T[i][3]);
+        if (vec && i == ns - 1) cg_line(&c->b, ind, "#pragma omp simd");
+        if (c->pad[i])
+            cg_line(&c->b, ind++, "for (int64_t %s = 0; %s < %s3_n; %s++) {", v, v, n, v);
+        else
+            loop(&c->b, ind++, v, c->T[i][3]);
     }
     *nm = c->nm;
     for (int i = 0; i < ns; i++) {
@@ -338,6 +391,89 @@ static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm)
         nm->axis[i] = a->axis[i];
     }
     return ind;
+}
+
+/* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
+ * the body on every register point, stored back. c->edge: the edge version (clamped). */
+static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    int ns = c->ns, nr = c->nr, x = c->x;
+    /* enumerate register-tile points: o[] over s3 (x in steps of W) */
+    int64_t o[IR_MAX_AXES];
+    const char *ty = c->W > 1 ? "tlm_vf" : "float";
+    for (int64_t q = 0; q < nv; q++) {
+        int64_t r = q, off = 0;
+        for (int i = ns - 1; i >= 0; i--) {
+            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+            o[i] = (r % n) * (i == x ? c->W : 1);
+            r /= n;
+            off += o[i] * accst[i];
+        }
+        if (c->W > 1)
+            cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
+        else
+            cg_line(b, ind, "%s r%lld = blk[%lld];", ty, (long long)q, (long long)off);
+    }
+    int rind = ind;
+    for (int i = ns; i < ns + nr; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "%s1", a->axis[i]);
+        if (i == ns + nr - 1 && unroll > 0) {
+            int64_t u = unroll / (nv > 0 ? nv : 1);
+            if (u < 1) u = 1;
+            if (u > c->T[i][1]) u = c->T[i][1];
+            cg_line(b, ind, "#pragma GCC unroll %lld", (long long)u);
+        }
+        loop(b, ind++, v, c->T[i][1]);
+    }
+    for (int i = ns; i < ns + nr; i++)
+        cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
+                (long long)c->T[i][1], a->axis[i]);
+    for (int64_t q = 0; q < nv; q++) {
+        int64_t r = q;
+        for (int i = ns - 1; i >= 0; i--) {
+            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+            o[i] = (r % n) * (i == x ? c->W : 1);
+            r /= n;
+        }
+        if (c->W > 1) {
+            if (a->reduce == IR_RED_MAX) {
+                cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                emit_vec(c, a->body, o);
+                cg_printf(b, ");\n");
+            } else {
+                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                emit_vec(c, a->body, o);
+                cg_printf(b, ";\n");
+            }
+        } else {
+            cg_names nm;
+            point_names(c, o, 0, &nm);
+            if (a->reduce == IR_RED_MAX) {
+                cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                cg_emit_scalar(b, c->g, a, a->body, &nm);
+                cg_printf(b, ");\n");
+            } else {
+                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                cg_emit_scalar(b, c->g, a, a->body, &nm);
+                cg_printf(b, ";\n");
+            }
+        }
+    }
+    while (ind > rind) cg_line(b, --ind, "}");
+    for (int64_t q = 0; q < nv; q++) {
+        int64_t r = q, off = 0;
+        for (int i = ns - 1; i >= 0; i--) {
+            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
+            o[i] = (r % n) * (i == x ? c->W : 1);
+            r /= n;
+            off += o[i] * accst[i];
+        }
+        if (c->W > 1) cg_line(b, ind, "*(tlm_vfu *)&blk[%lld] = r%lld;", (long long)off, (long long)q);
+        else cg_line(b, ind, "blk[%lld] = r%lld;", (long long)off, (long long)q);
+    }
 }
 
 static int gen_tile(cgc *c, const char *entry)
@@ -375,11 +511,20 @@ static int gen_tile(cgc *c, const char *entry)
             cg_line(b, ind, "rem /= %lld;", (long long)c->T[i][l]);
         }
     cg_line(b, ind, "(void)rem;");
+    if (fused_levels == 2)
+        for (int i = 0; i < ns; i++)
+            if (c->pad[i]) /* a task of padding only */
+                cg_line(b, ind, "if ((%s0 * %lld + %s1) * %lld >= %lld) continue;", a->axis[i],
+                        (long long)c->T[i][1], a->axis[i], (long long)(c->T[i][2] * c->T[i][3]),
+                        (long long)c->E[i]);
     if (fused_levels == 1) {
         for (int i = 0; i < ns; i++) {
             char v[16];
             snprintf(v, sizeof v, "%s1", a->axis[i]);
-            loop(b, ind++, v, c->T[i][1]);
+            if (c->pad[i])
+                loop_inside(c, ind++, i, 1);
+            else
+                loop(b, ind++, v, c->T[i][1]);
         }
     }
     char fb[IR_MAX_AXES][96];
@@ -454,7 +599,11 @@ static int gen_tile(cgc *c, const char *entry)
             for (int xx = 0; xx < ns + nr; xx++) {
                 pn.axis[xx] = a->axis[xx];
                 if (!(m & (1u << xx))) continue;
-                if (xx < ns) cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
+                if (xx < ns && c->pad[xx]) /* padded points read a clamped copy, never used */
+                    cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", a->axis[xx], fb[xx],
+                            (long long)(c->E[xx] - 1));
+                else if (xx < ns)
+                    cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
                 else
                     cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[xx],
                             a->axis[xx], (long long)c->T[xx][1], a->axis[xx]);
@@ -479,7 +628,10 @@ static int gen_tile(cgc *c, const char *entry)
         for (int i = 0; i < ns; i++) {
             char v[16];
             snprintf(v, sizeof v, "%s2", a->axis[i]);
-            loop(b, ind++, v, c->T[i][2]);
+            if (c->pad[i])
+                loop_inside(c, ind++, i, 2);
+            else
+                loop(b, ind++, v, c->T[i][2]);
         }
         for (int i = 0; i < ns; i++)
             cg_line(b, ind, "const int64_t %s_b = ((%s0 * %lld + %s1) * %lld + %s2) * %lld;",
@@ -490,79 +642,26 @@ static int gen_tile(cgc *c, const char *entry)
         for (int i = 0; i < ns; i++)
             cg_printf(b, " + %s2 * %lld", a->axis[i], (long long)(c->T[i][3] * accst[i]));
         cg_printf(b, ";\n");
-        /* enumerate register-tile points: o[] over s3 (x in steps of W) */
-        int64_t o[IR_MAX_AXES];
-        const char *ty = c->W > 1 ? "tlm_vf" : "float";
-        for (int64_t q = 0; q < nv; q++) {
-            int64_t r = q, off = 0;
-            for (int i = ns - 1; i >= 0; i--) {
-                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-                o[i] = (r % n) * (i == x ? c->W : 1);
-                r /= n;
-                off += o[i] * accst[i];
-            }
-            if (c->W > 1)
-                cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
-            else
-                cg_line(b, ind, "%s r%lld = blk[%lld];", ty, (long long)q, (long long)off);
-        }
-        int rind = ind;
-        for (int i = ns; i < ns + nr; i++) {
-            char v[16];
-            snprintf(v, sizeof v, "%s1", a->axis[i]);
-            if (i == ns + nr - 1 && unroll > 0) {
-                int64_t u = unroll / (nv > 0 ? nv : 1);
-                if (u < 1) u = 1;
-                if (u > c->T[i][1]) u = c->T[i][1];
-                cg_line(b, ind, "#pragma GCC unroll %lld", (long long)u);
-            }
-            loop(b, ind++, v, c->T[i][1]);
-        }
-        for (int i = ns; i < ns + nr; i++)
-            cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
-                    (long long)c->T[i][1], a->axis[i]);
-        for (int64_t q = 0; q < nv; q++) {
-            int64_t r = q;
-            for (int i = ns - 1; i >= 0; i--) {
-                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-                o[i] = (r % n) * (i == x ? c->W : 1);
-                r /= n;
-            }
-            if (c->W > 1) {
-                if (a->reduce == IR_RED_MAX) {
-                    cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                    emit_vec(c, a->body, o);
-                    cg_printf(b, ");\n");
-                } else {
-                    cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                    emit_vec(c, a->body, o);
-                    cg_printf(b, ";\n");
+        if (c->any_pad) {
+            /* a register tile that reaches past a padded axis' extent takes the edge version:
+             * the same tile on clamped indices (the padded points are never stored) */
+            cg_printf(b, "%*sif (", ind * 4, "");
+            bool first = true;
+            for (int i = 0; i < ns; i++)
+                if (c->pad[i]) {
+                    cg_printf(b, "%s%s_b + %lld <= %lld", first ? "" : " && ", a->axis[i],
+                              (long long)c->T[i][3], (long long)c->E[i]);
+                    first = false;
                 }
-            } else {
-                cg_names nm;
-                point_names(c, o, 0, &nm);
-                if (a->reduce == IR_RED_MAX) {
-                    cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                    cg_emit_scalar(b, c->g, a, a->body, &nm);
-                    cg_printf(b, ");\n");
-                } else {
-                    cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                    cg_emit_scalar(b, c->g, a, a->body, &nm);
-                    cg_printf(b, ";\n");
-                }
-            }
-        }
-        while (ind > rind) cg_line(b, --ind, "}");
-        for (int64_t q = 0; q < nv; q++) {
-            int64_t r = q, off = 0;
-            for (int i = ns - 1; i >= 0; i--) {
-                int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-                o[i] = (r % n) * (i == x ? c->W : 1);
-                r /= n;
-                off += o[i] * accst[i];
-            }
-            if (c->W > 1) cg_line(b, ind, "*(tlm_vfu *)&blk[%lld] = r%lld;", (long long)off, (long long)q);
-            else cg_line(b, ind, "blk[%lld] = r%lld;", (long long)off, (long long)q);
+            cg_printf(b, ") {\n");
+            emit_regtile(c, ind + 1, nv, accst, unroll);
+            cg_line(b, ind, "} else {");
+            c->edge = true;
+            emit_regtile(c, ind + 1, nv, accst, unroll);
+            c->edge = false;
+            cg_line(b, ind, "}");
+        } else {
+            emit_regtile(c, ind, nv, accst, unroll);
         }
         /* close s2 and r0 loops */
         for (int i = 0; i < ns + nr; i++) cg_line(b, --ind, "}");
@@ -598,6 +697,135 @@ bool cg_cpu_has_route(space_sketch s)
     return (unsigned)s < SKETCH_COUNT && cpu_routes[s] != NULL;
 }
 
+/* Whether expression id of stage st reads an axis past the row axes (index or condition). */
+static bool expr_inner(const ir_stage *st, int id, int nra)
+{
+    const ir_expr *e = &st->expr[id];
+    int n = st->n_spatial + st->n_reduce;
+    switch (e->kind) {
+    case IR_E_CONST: return false;
+    case IR_E_LOAD:
+        for (int d = 0; d < IR_MAX_DIMS; d++)
+            for (int x = nra; x < n; x++)
+                if (e->idx[d].coef[x]) return true;
+        return false;
+    case IR_E_UNARY: return expr_inner(st, e->a, nra);
+    case IR_E_BINARY: return expr_inner(st, e->a, nra) || expr_inner(st, e->b, nra);
+    case IR_E_SELECT:
+        for (int k = 0; k < e->ncond; k++)
+            for (int x = nra; x < n; x++)
+                if (e->cond[k].coef[x]) return true;
+        return expr_inner(st, e->a, nra) || expr_inner(st, e->b, nra);
+    }
+    return true;
+}
+
+static bool affine_eq(const ir_affine *p, const ir_affine *q, int n)
+{
+    if (p->off != q->off) return false;
+    for (int x = 0; x < n; x++)
+        if (p->coef[x] != q->coef[x]) return false;
+    return true;
+}
+
+/* Structural equality of two expressions of stages over the same axes (same names in the
+ * same positions: checked by the caller). */
+static bool expr_eq(const ir_stage *sa, int ia, const ir_stage *sb, int ib)
+{
+    const ir_expr *p = &sa->expr[ia], *q = &sb->expr[ib];
+    int n = sa->n_spatial + sa->n_reduce;
+    if (p->kind != q->kind) return false;
+    switch (p->kind) {
+    case IR_E_CONST: return p->value == q->value;
+    case IR_E_LOAD:
+        if (p->tensor != q->tensor) return false;
+        for (int d = 0; d < IR_MAX_DIMS; d++)
+            if (!affine_eq(&p->idx[d], &q->idx[d], n)) return false;
+        return true;
+    case IR_E_UNARY: return p->op == q->op && expr_eq(sa, p->a, sb, q->a);
+    case IR_E_BINARY:
+        return p->op == q->op && expr_eq(sa, p->a, sb, q->a) && expr_eq(sa, p->b, sb, q->b);
+    case IR_E_SELECT:
+        if (p->ncond != q->ncond) return false;
+        for (int k = 0; k < p->ncond; k++)
+            if (p->cond_hi[k] != q->cond_hi[k] || !affine_eq(&p->cond[k], &q->cond[k], n))
+                return false;
+        return expr_eq(sa, p->a, sb, q->a) && expr_eq(sa, p->b, sb, q->b);
+    }
+    return false;
+}
+
+static bool expr_has_exp(const ir_stage *st, int id)
+{
+    const ir_expr *e = &st->expr[id];
+    if (e->kind == IR_E_UNARY)
+        return e->op == IR_U_EXP || e->op == IR_U_GELU || e->op == IR_U_SILU ||
+               e->op == IR_U_SIGMOID || e->op == IR_U_TANH || expr_has_exp(st, e->a);
+    if (e->kind == IR_E_BINARY) return expr_has_exp(st, e->a) || expr_has_exp(st, e->b);
+    if (e->kind == IR_E_SELECT) return expr_has_exp(st, e->a) || expr_has_exp(st, e->b);
+    return false;
+}
+
+/* The anchor subtree equal to row-sum stage si's body (an exp worth computing once), or -1:
+ * the sum stage then stores each term in the output row and the anchor reads it back
+ * (softmax: one exp per element instead of two). The output is written by the anchor at the
+ * same index in the same iteration, after the read. */
+static int shared_term(const ir_subgraph *g, int si, int nra)
+{
+    const ir_stage *st = &g->stage[si], *an = &g->stage[g->anchor];
+    if (st->reduce != IR_RED_SUM || st->n_spatial != nra || st->post_scale != 1.0) return -1;
+    int n = st->n_spatial + st->n_reduce;
+    if (an->n_spatial != n || an->n_reduce != 0 || !expr_has_exp(st, st->body)) return -1;
+    if (g->tensor[g->output].ndim != n) return -1;
+    for (int x = 0; x < n; x++)
+        if (strcmp(st->axis[x], an->axis[x]) || st->extent[x] != an->extent[x]) return -1;
+    for (int id = 0; id < an->n_expr; id++)
+        if (expr_eq(an, id, st, st->body)) return id;
+    return -1;
+}
+
+/* Row-invariant parts of the anchor, computed once per row before its inner loops: maximal
+ * subtrees that read no inner axis, and the reciprocal of a row-invariant divisor (a
+ * multiply per element instead of a divide). */
+typedef struct {
+    char name[IR_MAX_EXPR][20];
+    char rname[IR_MAX_EXPR][20];
+    const char *var[IR_MAX_EXPR];
+    const char *recip[IR_MAX_EXPR];
+    int n;
+} rows_hoist;
+
+static void hoist(cg_buf *b, const ir_subgraph *g, const ir_stage *st, int id, int nra,
+                  rows_hoist *h, int ind, const cg_names *nm)
+{
+    const ir_expr *e = &st->expr[id];
+    if (h->var[id]) return;
+    if (!expr_inner(st, id, nra)) {
+        if (e->kind == IR_E_LOAD || e->kind == IR_E_CONST) return;
+        snprintf(h->name[id], sizeof h->name[id], "h%d", h->n++);
+        cg_printf(b, "%*sconst float %s = ", ind * 4, "", h->name[id]);
+        cg_emit_scalar(b, g, st, id, nm);
+        cg_printf(b, ";\n");
+        h->var[id] = h->name[id];
+        return;
+    }
+    if (e->kind == IR_E_UNARY) {
+        hoist(b, g, st, e->a, nra, h, ind, nm);
+    } else if (e->kind == IR_E_BINARY || e->kind == IR_E_SELECT) {
+        if (e->kind == IR_E_BINARY && e->op == IR_B_DIV && !expr_inner(st, e->b, nra)) {
+            snprintf(h->rname[id], sizeof h->rname[id], "h%d", h->n++);
+            cg_printf(b, "%*sconst float %s = 1.0f / ", ind * 4, "", h->rname[id]);
+            cg_emit_scalar(b, g, st, e->b, nm);
+            cg_printf(b, ";\n");
+            h->recip[id] = h->rname[id];
+            hoist(b, g, st, e->a, nra, h, ind, nm);
+            return;
+        }
+        hoist(b, g, st, e->a, nra, h, ind, nm);
+        hoist(b, g, st, e->b, nra, h, ind, nm);
+    }
+}
+
 static int gen_rows(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -624,6 +852,33 @@ static int gen_rows(cgc *c, const char *entry)
     cg_line(b, ind, "(void)rem;");
     cg_names base = c->nm;
     char svar[IR_MAX_STAGES][24]; /* per call: pool threads generate concurrently */
+    rows_hoist *h = calloc(1, sizeof *h);
+    if (!h) return TLM_ENOMEM;
+    /* one row-sum term shared with the anchor through the output row (softmax's exp) */
+    int share_stage = -1, share_id = -1;
+    char outref[256] = "";
+    for (int si = 0; si < g->anchor && share_stage < 0; si++) {
+        int id = shared_term(g, si, nra);
+        if (id < 0) continue;
+        share_stage = si;
+        share_id = id;
+        ir_expr ident;
+        memset(&ident, 0, sizeof ident);
+        ident.kind = IR_E_LOAD;
+        ident.tensor = g->output;
+        for (int d = 0; d < g->tensor[g->output].ndim; d++) ident.idx[d].coef[d] = 1;
+        cg_names on = base;
+        for (int i = 0; i < g->stage[g->anchor].n_spatial; i++)
+            on.axis[i] = g->stage[g->anchor].axis[i];
+        cg_buf ob = {0};
+        cg_printf(&ob, "%s[", c->nm.tensor[g->output]);
+        cg_emit_offset(&ob, g, &g->stage[g->anchor], &ident, &on);
+        cg_printf(&ob, "]");
+        char *t = cg_buf_take(&ob);
+        snprintf(outref, sizeof outref, "%s", t ? t : "");
+        free(t);
+        if (!t || strlen(outref) >= sizeof outref - 1) share_stage = -1;
+    }
     for (int si = 0; si <= g->anchor; si++) {
         const ir_stage *st = &g->stage[si];
         cg_names nm = base;
@@ -648,6 +903,13 @@ static int gen_rows(cgc *c, const char *entry)
                 cg_printf(b, "%*s%s = tlm_max(%s, ", ind * 4, "", svar[si], svar[si]);
                 cg_emit_scalar(b, g, st, st->body, &nm);
                 cg_printf(b, ");\n");
+            } else if (si == share_stage) {
+                /* the term is also the anchor's: keep it in the output row */
+                cg_printf(b, "%*sconst float t = ", ind * 4, "");
+                cg_emit_scalar(b, g, st, st->body, &nm);
+                cg_printf(b, ";\n");
+                cg_line(b, ind, "%s = t;", outref);
+                cg_line(b, ind, "%s += t;", svar[si]);
             } else {
                 cg_printf(b, "%*s%s += ", ind * 4, "", svar[si]);
                 cg_emit_scalar(b, g, st, st->body, &nm);
@@ -664,6 +926,10 @@ static int gen_rows(cgc *c, const char *entry)
             }
         } else {
             /* a stage over the row axes plus inner spatial axes: the anchor */
+            if (share_stage >= 0) h->var[share_id] = outref;
+            hoist(b, g, st, st->body, nra, h, ind, &nm);
+            nm.expr_var = h->var;
+            nm.recip_var = h->recip;
             for (int i = nra; i < st->n_spatial; i++) {
                 bool inner = i == st->n_spatial - 1;
                 if (inner && vec) cg_line(b, ind, "#pragma omp simd");
@@ -677,6 +943,7 @@ static int gen_rows(cgc *c, const char *entry)
             while (ind > sind) cg_line(b, --ind, "}");
         }
     }
+    free(h);
     while (ind > 1) cg_line(b, --ind, "}");
     cg_line(b, 0, "}");
     return 0;
@@ -702,6 +969,11 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
         for (int i = 0; i < c->ns + c->nr; i++) {
             int L = i < c->ns ? sp->s_levels : sp->r_levels;
             for (int l = 0; l < L; l++) c->T[i][l] = space_tile(sp, s, i, l);
+            if (i < c->ns) {
+                c->E[i] = c->a->extent[i];
+                c->pad[i] = space_padded_extent(sp, s, i) != c->E[i];
+                c->any_pad |= c->pad[i];
+            }
         }
     cg_printf(&c->b, "/* generated by tlm: %s, sketch %s */\n", ir_op_get(sp->g->wl.op)->name,
               space_sketch_name(sp->sketch));

@@ -4,7 +4,8 @@
  *  - A sentence is  prompt ‖ decisions ‖ [EOS].
  *      prompt    = [BOS] target-tokens op-tokens axis-pairs sketch [SEP]
  *      decisions = for each slot of the space, in order: SLOT token (forced), then VALUE
- *    The vocabulary is fixed by this code; LANG_VERSION changes whenever it does, and
+ *    The vocabulary is fixed by this code; LANG_VERSION changes whenever it or the grammar
+ *    (what values a slot may take) does, and
  *    lang_vocab_hash (SHA-256 of every token name in order, with the version) goes into weight
  *    files so a model is never used with a vocabulary it was not trained on.
  *  - Every integer is representable: 0..LANG_SMALL-1 are single tokens (N_<v>); larger values
@@ -26,7 +27,10 @@
 #include "compiler/space/space.h"
 #include "compiler/util/err.h"
 
-#define LANG_VERSION 1
+/* Version history: 1 first vocabulary; 2 the same tokens under a wider grammar (CPU spatial
+ * tiles may be padded non-divisors, space.h): weights trained on v1 sentences would be
+ * asked for decisions they never saw, so they are refused by the vocabulary hash. */
+#define LANG_VERSION 2
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024

@@ -137,14 +137,34 @@ static int64_t tile_partial(const space *sp, const space_sched *s, int upto, int
     return 1;
 }
 
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* What is left of an axis above `level` given the tiles of the levels inside it: the
+ * extent divided (rounding up: CPU spatial tiles may pad) by the inner tiles, innermost
+ * first. For exact divisors this is the plain quotient. */
+static int64_t rem_extent(const space *sp, const space_sched *s, int upto, int axis, int level)
+{
+    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
+    int64_t e = anchor(sp)->extent[axis];
+    for (int l = levels - 1; l > level; l--) e = ceil_div(e, tile_partial(sp, s, upto, axis, l));
+    return e;
+}
+
 int64_t space_tile(const space *sp, const space_sched *s, int axis, int level)
 {
-    const ir_stage *a = anchor(sp);
-    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
     if (level > 0) return tile_partial(sp, s, sp->n_slot, axis, level);
+    return rem_extent(sp, s, sp->n_slot, axis, 0);
+}
+
+int64_t space_padded_extent(const space *sp, const space_sched *s, int axis)
+{
+    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
     int64_t p = 1;
-    for (int l = 1; l < levels; l++) p *= tile_partial(sp, s, sp->n_slot, axis, l);
-    return a->extent[axis] / p;
+    for (int l = 0; l < levels; l++) p *= space_tile(sp, s, axis, l);
+    return p;
 }
 
 int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def)
@@ -208,14 +228,6 @@ static int64_t gpu_prod(const space *sp, const space_sched *s, int upto, int axi
     return r;
 }
 
-static int64_t rem_extent(const space *sp, const space_sched *s, int upto, int axis, int level)
-{
-    int levels = axis < sp->n_spatial ? sp->s_levels : sp->r_levels;
-    int64_t e = anchor(sp)->extent[axis];
-    for (int l = levels - 1; l > level; l--) e /= tile_partial(sp, s, upto, axis, l);
-    return e;
-}
-
 int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s);
 
 static int cmp_i64(const void *a, const void *b)
@@ -237,6 +249,50 @@ static int divisors(int64_t n, int64_t cap, int64_t *out)
     return k;
 }
 
+int64_t space_pad_limit(int64_t e)
+{
+    /* 15 % (56 may become 64: 4 vectors of 16), and a quarter below 64 (7 may become 8) */
+    return e + (e < 64 ? (e + 3) / 4 : 3 * e / 20);
+}
+
+/* Tile factors of a CPU spatial axis at `level`, where `rem` is left of the axis: the
+ * divisors of rem, plus a ladder of values that need not divide it (1..8 for register rows,
+ * powers of two, multiples of the vector lanes) as long as the axis padded through this
+ * level stays within PAD_WASTE of its extent. The padding is computed and never stored
+ * (codegen bounds the tile loops and clamps the loads of edge register tiles), so primes
+ * like 197 still get full register tiles. Padding only grows outward and the value 1 (a
+ * divisor) adds none, so every value offered keeps a completion (no dead ends). */
+static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int axis, int level,
+                      int64_t rem, int64_t cap, int64_t *out)
+{
+    int n = divisors(rem, cap, out);
+    int64_t inner = 1; /* the tiles inside this level */
+    for (int l = sp->s_levels - 1; l > level; l--) inner *= tile_partial(sp, partial, upto, axis, l);
+    int64_t e = anchor(sp)->extent[axis];
+    int64_t limit = space_pad_limit(e);
+    int lanes = vec_lanes(sp);
+    bool vaxis = axis == sp->n_spatial - 1;
+    int64_t cand[160];
+    int nc = 0;
+    for (int64_t v = 2; v <= 8; v++) cand[nc++] = v;
+    for (int64_t v = 16; v <= cap && nc < 120; v *= 2) cand[nc++] = v;
+    for (int64_t v = lanes; vaxis && v <= 8 * lanes && v <= cap && nc < 159; v += lanes)
+        cand[nc++] = v;
+    int base = n;
+    for (int i = 0; i < nc; i++) {
+        int64_t v = cand[i];
+        if (v > cap || rem % v == 0) continue; /* divisors are in already */
+        /* beyond what is left only on the vector axis' register tile: a whole padded row */
+        if (v > rem && !(vaxis && level == sp->s_levels - 1)) continue;
+        if (ceil_div(rem, v) * v * inner > limit) continue;
+        bool dup = false;
+        for (int k = base; k < n && !dup; k++) dup = out[k] == v;
+        if (!dup && n < SPACE_MAX_VALUES) out[n++] = v;
+    }
+    qsort(out, (size_t)n, sizeof *out, cmp_i64);
+    return n;
+}
+
 int space_legal_values(const space *sp, int slot, const space_sched *partial, int64_t *vals)
 {
     if (slot < 0 || slot >= sp->n_slot) return TLM_EINVAL;
@@ -252,7 +308,8 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         bool spatial = sl->axis < sp->n_spatial;
         if (cpu && spatial && sl->level == 3) cap = cap < CPU_INNER_MAX ? cap : CPU_INNER_MAX;
         int64_t cand[SPACE_MAX_VALUES];
-        int nc = divisors(rem, cap, cand);
+        int nc = cpu && spatial ? cpu_ladder(sp, partial, slot, sl->axis, sl->level, rem, cap, cand)
+                                : divisors(rem, cap, cand);
         for (int i = 0; i < nc; i++) {
             int64_t v = cand[i];
             bool ok = true;
@@ -379,13 +436,13 @@ static int64_t pick_le(const int64_t *vals, int n, int64_t want)
 }
 
 /* The vector axis' register tile: the most vector lanes (power-of-two factor, up to `lanes`),
- * then the largest tile up to 4 vectors. */
-static int64_t pick_vec(const int64_t *vals, int n, int lanes)
+ * then the largest tile up to max_vectors vectors. */
+static int64_t pick_vec(const int64_t *vals, int n, int lanes, int max_vectors)
 {
     int64_t best = vals[0], bw = 0;
     for (int k = 0; k < n; k++) {
         int64_t v = vals[k], w = 1;
-        if (v > 4 * lanes) continue;
+        if (v > max_vectors * lanes) continue;
         while (w < lanes && v % (w * 2) == 0) w *= 2;
         if (w > bw || (w == bw && v > best)) best = v, bw = w;
     }
@@ -403,12 +460,18 @@ void space_default(const space *sp, space_sched *out)
     int lanes = vec_lanes(sp);
     /* CPU register tile: choose the vector axis' row first (most lanes, up to 4 vectors), then
      * give the other axes what the register budget leaves for it. */
+    /* BLIS-like micro-tiles: AVX2 (16 ymm, budget 12) 6 rows x 2 vectors, AVX-512 (32 zmm,
+     * budget 28) 6 rows x 4 vectors */
     int64_t vec_vectors = 1, nonlast = 1;
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
+    int max_vectors = budget >= 24 ? 4 : 2;
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
+        space_sched none;
+        memset(&none, 0, sizeof none);
         int64_t e = a->extent[ns - 1];
-        int n = divisors(e, CPU_INNER_MAX, vals);
-        int64_t t = n > 0 ? pick_vec(vals, n, lanes) : 1;
+        int n = cpu_ladder(sp, &none, 0, ns - 1, sp->s_levels - 1, e,
+                           CPU_INNER_MAX, vals);
+        int64_t t = n > 0 ? pick_vec(vals, n, lanes, max_vectors) : 1;
         vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
         if (vec_vectors < 1) vec_vectors = 1;
     }
@@ -425,10 +488,10 @@ void space_default(const space *sp, space_sched *out)
             if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == ns - 1;
                 if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
-                else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes);
+                else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {
                     int64_t cap = budget / (vec_vectors * nonlast);
-                    v = pick_le(vals, n, cap < 4 ? (cap < 1 ? 1 : cap) : 4);
+                    v = pick_le(vals, n, cap < 6 ? (cap < 1 ? 1 : cap) : 6);
                     nonlast *= v;
                 }
                 else if (sl->level == 2) v = pick_le(vals, n, last ? 2 : 8);

@@ -10,8 +10,13 @@
  *    value of a flag slot) never uses more of any resource, so offering only values that fit
  *    given the current partial product leaves a legal completion (all later slots at their
  *    minimal value).
- *  - Tile factors are exact divisors of what is left of the axis: codegen emits no guards on
- *    tiled loops (the outermost level is the quotient). Padding is handled by select().
+ *  - Tile factors: GPU tiles and every reduction tile are exact divisors of what is left of
+ *    the axis (the outermost level is the quotient; codegen emits no guards). CPU spatial tiles
+ *    may also take a ladder of non-divisors (1..8, powers of two, multiples of the vector
+ *    lanes) when the axis padded through that level stays within space_pad_limit (~15 %,
+ *    25 % below 64): level 0 is then the rounded-up quotient, space_padded_extent the product of all
+ *    levels, and codegen bounds the tile loops and clamps the loads of edge register tiles,
+ *    never storing a padded point. Zero padding of convolutions is handled by select().
  *  - Sampling is uniform per slot over legal values (not uniform over complete schedules).
  *  - The default schedule is a deterministic rule of thumb; it is always legal.
  *
@@ -134,6 +139,10 @@ double space_log10_size(const space *sp, int *exact);
 
 /* Tile factor of (axis, level), with level 0 derived as the quotient. */
 int64_t space_tile(const space *sp, const space_sched *s, int axis, int level);
+/* The most a CPU spatial axis of extent e may be padded to by its tiles (~15 %, 25 % below 64). */
+int64_t space_pad_limit(int64_t e);
+/* The product of an axis' tiles over all levels: >= its extent (CPU spatial tiles may pad). */
+int64_t space_padded_extent(const space *sp, const space_sched *s, int axis);
 /* The value of the first slot of a kind (non-TILE kinds are unique); def if absent. */
 int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def);
 

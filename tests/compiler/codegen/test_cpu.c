@@ -107,8 +107,16 @@ static built build(const char *wl, const char *tg)
     return b;
 }
 
+static int g_padded; /* schedules checked whose tiles pad some axis */
+
 static void check_schedule(const built *b, const space_sched *s, const char *wl)
 {
+    if (b->sp->sketch == SKETCH_CPU_TILE)
+        for (int x = 0; x < b->sp->n_spatial; x++)
+            if (space_padded_extent(b->sp, s, x) != b->g->stage[b->g->anchor].extent[x]) {
+                g_padded++;
+                break;
+            }
     char text[4096];
     space_print(b->sp, s, text, sizeof text);
     tlm_error err;
@@ -229,6 +237,38 @@ FAMILY(dense_bias_gelu, "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":48,\"K\":20
                         "\"epilogue\":[\"bias_add\",\"gelu\"]}")
 FAMILY(dense_residual_add, "{\"op\":\"dense\",\"shape\":{\"M\":20,\"N\":64,\"K\":36},"
                            "\"epilogue\":[\"add\"]}")
+
+/* Odd extents (primes, 1, lanes +- 1): tiles that do not divide the extent pad, bounded tile
+ * loops and clamped edge register tiles meet every family; both ISAs (AVX2 code runs on
+ * AVX-512 hosts), the default plus random schedules. */
+#define N_ODD 8
+#define ODD(name, wl)                                                                              \
+    Test(codegen_cpu, odd_##name)                                                                  \
+    {                                                                                              \
+        g_padded = 0;                                                                              \
+        check_family(wl, "cpu", N_ODD);                                                            \
+        check_family(wl, "cpu:avx2", N_ODD);                                                       \
+        cr_expect_gt(g_padded, 0, "no schedule of %s padded a tile", wl);                          \
+    }
+
+ODD(dense_prime, "{\"op\":\"dense\",\"shape\":{\"M\":17,\"N\":33,\"K\":7}}")
+ODD(dense_m1, "{\"op\":\"dense\",\"shape\":{\"M\":1,\"N\":31,\"K\":13}}")
+ODD(dense_bias_gelu_prime, "{\"op\":\"dense\",\"shape\":{\"M\":13,\"N\":47,\"K\":9},"
+                           "\"epilogue\":[\"bias_add\",\"gelu\"]}")
+ODD(batch_matmul_transposed, "{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":7,\"N\":9,"
+                             "\"K\":5},\"transpose_a\":true,\"transpose_b\":true}")
+ODD(conv2d_stem_nchw, "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":11,\"W\":13,"
+                      "\"F\":5,\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],"
+                      "\"epilogue\":[\"bias_add\",\"relu\"]}")
+ODD(conv2d_nhwc, "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":7,\"W\":9,\"F\":7,"
+                 "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\"}")
+ODD(depthwise_5x5, "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":9,\"W\":11,"
+                   "\"KH\":5,\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu6\"]}")
+ODD(max_pool, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":9,\"KH\":3,"
+              "\"KW\":3},\"stride\":[2,2]}")
+ODD(elementwise_prime, "{\"op\":\"elementwise\",\"shape\":{\"N\":1009},"
+                       "\"epilogue\":[\"add\",\"relu\"]}")
+ODD(transpose, "{\"op\":\"transpose\",\"shape\":{\"R\":17,\"C\":31}}")
 
 /* The generic (named) target path: portable -march flags, 8 lanes, 16 registers. */
 Test(codegen_cpu, avx2_target_dense_and_conv)
