@@ -227,8 +227,15 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
             cg_printf(b, "((tlm_vf){} + %s[", t);
             cg_emit_offset(b, c->g, s, e, &nm);
             cg_printf(b, "])");
+        } else if (c->edge && c->pad[c->x] && d == 1) {
+            /* edge tile along the vector axis: the lanes inside the axis, by a masked load
+             * (the start is clamped too; a vector wholly past the end loads nothing) */
+            cg_printf(b, "tlm_vload_part(&%s[", t);
+            cg_emit_offset(b, c->g, s, e, &nm);
+            cg_printf(b, "], %lld - (%s_b + %lld))", (long long)c->E[c->x], s->axis[c->x],
+                      (long long)o[c->x]);
         } else if (c->edge && c->pad[c->x]) {
-            /* edge tile along the vector axis: each lane at its own clamped index */
+            /* edge tile along the vector axis, strided: each lane at its own clamped index */
             cg_printf(b, "((tlm_vf){");
             for (int l = 0; l < c->W; l++) {
                 cg_names ln;
@@ -316,6 +323,33 @@ static void emit_vec_helpers(cgc *c)
     cg_buf *b = &c->b;
     cg_line(b, 0, "typedef float tlm_vf __attribute__((vector_size(%d)));", 4 * c->W);
     cg_line(b, 0, "typedef float tlm_vfu __attribute__((vector_size(%d), aligned(4)));", 4 * c->W);
+    if (c->pad[c->x]) {
+        /* the first n lanes from p, the rest 0, without touching memory past them: masked
+         * loads fault on no masked-off lane (edge tiles of a padded vector axis) */
+        cg_line(b, 0, "#include <immintrin.h>");
+        cg_line(b, 0, "static inline tlm_vf tlm_vload_part(const float *p, int64_t n)");
+        cg_line(b, 0, "{");
+        if (c->W == 16) {
+            cg_line(b, 1, "#if defined(__AVX512F__)");
+            cg_line(b, 1, "__mmask16 m = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : "
+                          "(__mmask16)((1u << n) - 1u);");
+            cg_line(b, 1, "return (tlm_vf)_mm512_maskz_loadu_ps(m, p);");
+            cg_line(b, 1, "#else");
+        } else if (c->W == 8) {
+            cg_line(b, 1, "#if defined(__AVX2__)");
+            cg_line(b, 1, "__m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? "
+                          "8 : n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));");
+            cg_line(b, 1, "return (tlm_vf)_mm256_maskload_ps(p, m);");
+            cg_line(b, 1, "#else");
+        } else {
+            cg_line(b, 1, "#if 1");
+        }
+        cg_line(b, 1, "tlm_vf r = {};");
+        cg_line(b, 1, "for (int64_t l = 0; l < %d && l < n; l++) r[l] = p[l];", c->W);
+        cg_line(b, 1, "return r;");
+        cg_line(b, 1, "#endif");
+        cg_line(b, 0, "}");
+    }
     for (int u = 0; u < IR_U_COUNT; u++) {
         const char *nm = ir_unop_name((ir_unop)u);
         cg_line(b, 0, "static inline tlm_vf tlm_v_%s(tlm_vf x) { tlm_vf r; for (int l = 0; l < %d; l++) r[l] = %s; return r; }",

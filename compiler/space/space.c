@@ -306,7 +306,9 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         int64_t cap = rem;
         bool cpu = sp->sketch == SKETCH_CPU_TILE;
         bool spatial = sl->axis < sp->n_spatial;
-        if (cpu && spatial && sl->level == 3) cap = cap < CPU_INNER_MAX ? cap : CPU_INNER_MAX;
+        /* the register tile: at most CPU_INNER_MAX, and on the vector axis possibly past what
+         * is left (a padded last vector row, space_pad_limit bounds it) */
+        if (cpu && spatial && sl->level == 3) cap = CPU_INNER_MAX;
         int64_t cand[SPACE_MAX_VALUES];
         int nc = cpu && spatial ? cpu_ladder(sp, partial, slot, sl->axis, sl->level, rem, cap, cand)
                                 : divisors(rem, cap, cand);
