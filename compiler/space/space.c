@@ -477,6 +477,18 @@ void space_default(const space *sp, space_sched *out)
         vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
         if (vec_vectors < 1) vec_vectors = 1;
     }
+    /* spatial axes no packable operand depends on: where the accumulator block should grow */
+    unsigned reuse_axes = 0;
+    if (sp->sketch == SKETCH_CPU_TILE) {
+        unsigned dep = 0;
+        bool any = false;
+        for (int id = 0; id < a->n_expr; id++)
+            if (space_cpu_packable(sp, id)) {
+                dep |= space_expr_axes(sp, id);
+                any = true;
+            }
+        reuse_axes = any ? ~dep & ((1u << ns) - 1u) : 1u; /* no operand: the first axis */
+    }
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -492,11 +504,19 @@ void space_default(const space *sp, space_sched *out)
                 if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {
+                    /* register rows along an axis the vector operand does not depend on: one
+                     * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */
                     int64_t cap = budget / (vec_vectors * nonlast);
+                    if (!((reuse_axes >> sl->axis) & 1u)) cap = 1;
                     v = pick_le(vals, n, cap < 6 ? (cap < 1 ? 1 : cap) : 6);
                     nonlast *= v;
                 }
-                else if (sl->level == 2) v = pick_le(vals, n, last ? 2 : 8);
+                else if (sl->level == 2 && !last)
+                    /* the accumulator block grows along the axes the packable operand (B of a
+                     * GEMM, the input of a conv) does not depend on, so that operand's panel
+                     * is reused over the whole block instead of re-packed per task */
+                    v = pick_le(vals, n, (reuse_axes >> sl->axis) & 1u ? 64 : 1);
+                else if (sl->level == 2) v = pick_le(vals, n, 2);
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
                 bool last = sl->axis == ns - 1, prev = sl->axis == ns - 2;
