@@ -15,14 +15,17 @@ BUILD    := build
 SAN      := $(BUILD)/san
 CUDA_HOME ?= /usr/local/cuda
 
+# pkg-config runs at the first recipe that needs a flag, once (`once`), not when the Makefile is
+# read: so `make test` on a fresh machine sees what its `deps` step has just installed.
+once = $(eval $(1) := $$(shell $(2)))$($(1))
 PKGS     := jansson libcrypto openblas sqlite3
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_CFLAGS = $(call once,PKG_CFLAGS,pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(call once,PKG_LIBS,pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS   ?= -O2 -g
-BASEFLAGS := -std=gnu11 -fopenmp -fPIC -I. $(WARN) $(PKG_CFLAGS) -D_GNU_SOURCE
-LDLIBS   := $(PKG_LIBS) -fopenmp -ldl -lm -lpthread
+BASEFLAGS = -std=gnu11 -fopenmp -fPIC -I. $(WARN) $(PKG_CFLAGS) -D_GNU_SOURCE
+LDLIBS   = $(PKG_LIBS) -fopenmp -ldl -lm -lpthread
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # CUDA: headers only at build time. Libraries (libcuda, libnvrtc, libcublas) are
@@ -43,8 +46,9 @@ TLM_SRC   := $(sort $(wildcard tools/tlm/*.c))
 DAEMON_SRC := $(sort $(wildcard daemon/*.c))
 TEST_SRC  := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
-TLMC_SRC  := $(sort $(wildcard clients/tlmc/*.c))
-TLMC_LIBS := $(shell pkg-config --libs libcurl jansson libcrypto 2>/dev/null)
+# tlmc does not link libtlm; it compiles the one libcrypto-only helper file it shares with it.
+TLMC_SRC  := $(sort $(wildcard clients/tlmc/*.c)) compiler/util/util.c
+TLMC_LIBS = $(call once,TLMC_LIBS,pkg-config --libs libcurl jansson libcrypto 2>/dev/null)
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
@@ -58,24 +62,39 @@ SAN_STORE_OBJ := $(call obj,$(SAN),$(STORE_SRC))
 SAN_TLM_OBJ   := $(call obj,$(SAN),$(TLM_SRC))
 DAEMON_OBJ    := $(call obj,$(BUILD),$(DAEMON_SRC))
 SAN_DAEMON_OBJ := $(call obj,$(SAN),$(DAEMON_SRC))
-DAEMON_LIBS   := $(shell pkg-config --libs libmicrohttpd libuv libsystemd 2>/dev/null)
+DAEMON_LIBS   = $(call once,DAEMON_LIBS,pkg-config --libs libmicrohttpd libuv libsystemd 2>/dev/null)
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps test test-build run bench install clean format
+.PHONY: all deps deps-check-build deps-check-test deps-check-bench test test-build run bench \
+    install clean format
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm $(BUILD)/tlmd \
     $(BUILD)/tlmc
 
+# `make deps` installs the missing Debian packages (as root) or prints the command.
 deps:
 	@./scripts/deps.sh
 
-$(BUILD)/obj/%.o: %.c
+# Everything that compiles waits for a probe of the packages it needs (order-only, ~20 ms once
+# per make), so a machine without them stops at once with their names and `make deps`, not with
+# a compiler error. test, run and bench install them first, as `make deps` does.
+deps-check-build:
+	@./scripts/deps.sh --check build
+deps-check-test:
+	@./scripts/deps.sh --check test
+deps-check-bench:
+	@./scripts/deps.sh --check bench
+ifneq ($(filter test test-build run bench,$(MAKECMDGOALS)),)
+deps-check-build deps-check-test deps-check-bench: deps
+endif
+
+$(BUILD)/obj/%.o: %.c | deps-check-build
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(SAN)/obj/%.o: %.c
+$(SAN)/obj/%.o: %.c | deps-check-build
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -c $< -o $@
 
@@ -116,20 +135,20 @@ $(SAN)/tlmd: $(SAN_DAEMON_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a $(SAN)/
 	    $(SAN)/libtlm.a $(DAEMON_LIBS) $(LDLIBS)
 
 # tlmc links only libcurl, jansson and libcrypto: it is what users copy to their machines.
-$(BUILD)/tlmc: $(TLMC_SRC)
+$(BUILD)/tlmc: $(TLMC_SRC) | deps-check-build
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLMC_SRC) $(TLMC_LIBS)
 
-$(SAN)/tlmc: $(TLMC_SRC)
+$(SAN)/tlmc: $(TLMC_SRC) | deps-check-build
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(TLMC_SRC) $(TLMC_LIBS)
 
-$(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a
+$(SAN)/tests/%: tests/%.c $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a | deps-check-test
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(SANFLAGS) -MMD -MP -o $@ $< $(SAN)/libtlmproto.a $(SAN)/libtlmstore.a $(SAN)/libtlm.a \
 	    $(LDLIBS) $(shell pkg-config --libs criterion libcurl)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a | deps-check-bench
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -O3 -march=native -o $@ $< $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a \
 	    $(LDLIBS) -ldnnl
@@ -142,12 +161,11 @@ test: test-build
 	@TLM_BIN=$(abspath $(SAN)/tlm) TLMD_BIN=$(abspath $(SAN)/tlmd) TLMC_BIN=$(abspath $(SAN)/tlmc) \
 	    ./scripts/run-tests.sh $(TEST_BIN)
 
-# `make run`: dependencies, build, a small random model when none exists (then /v1/version
-# says weights_trained=false), and tlmd in the foreground on the defaults (127.0.0.1:8470).
+# `make run`: dependencies, build, and tlmd in the foreground on the defaults (127.0.0.1:8470,
+# store var/tlmd.db). No model is needed: without trained weights (model_weights/tlm.bin with a
+# MANIFEST saying trained = true) tlmd serves the rule-of-thumb schedules, and GET /v1/version
+# says which ("schedules": "default" | "tlm").
 run: deps all
-	@[ -f model_weights/tlm.bin ] || { echo "run: no model_weights/tlm.bin; creating a small" \
-	    "random (untrained) model"; $(BUILD)/tlm model init --layers 2 --heads 4 --dim 128 \
-	    --ctx 512 -o model_weights/tlm.bin; }
 	@mkdir -p var
 	exec $(BUILD)/tlmd
 

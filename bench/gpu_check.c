@@ -34,6 +34,7 @@
 #include "compiler/target/target.h"
 #include "compiler/toolchain/cuda_dl.h"
 #include "compiler/toolchain/toolchain.h"
+#include "compiler/util/util.h"
 #include "proto/workload.h"
 
 typedef struct {
@@ -130,13 +131,6 @@ typedef struct {
     int n;
     kernel_job *jobs; /* [0] is the default schedule */
 } case_run;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void mkdir_p(const char *path)
 {
@@ -276,7 +270,7 @@ int main(int argc, char **argv)
            cu ? cu->driver_version : 0, tc_nvrtc_identity());
 
     /* ---- generate and compile everything, in parallel ---- */
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     case_run *runs = calloc(N_CASES, sizeof *runs);
     if (!runs) return 1;
     int n_runs = 0;
@@ -329,7 +323,7 @@ int main(int argc, char **argv)
             snprintf(kj->gen_msg, sizeof kj->gen_msg, "nvrtc: %s", e.msg);
         }
     }
-    printf("generated and compiled %d kernels in %.1f s\n", nf, now_s() - t0);
+    printf("generated and compiled %d kernels in %.1f s\n", nf, tlm_now_s() - t0);
     if (compile_only) {
         int failed = 0;
         for (int r = 0; r < n_runs; r++) {
@@ -363,7 +357,7 @@ int main(int argc, char **argv)
     measure_opts_init(&mo);
     mo.seed = 1234;
     int bad = 0;
-    double t1 = now_s();
+    double t1 = tlm_now_s();
     for (int r = 0; r < n_runs; r++) {
         case_run *cr = &runs[r];
         if (cr->build_rc) {
@@ -405,7 +399,7 @@ int main(int argc, char **argv)
         printf("  measured %s\n", cr->cc->name);
         fflush(stdout);
     }
-    printf("measured in %.1f s\n", now_s() - t1);
+    printf("measured in %.1f s\n", tlm_now_s() - t1);
 
     /* ---- table ---- */
     FILE *md = NULL;

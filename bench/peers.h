@@ -76,6 +76,7 @@
 #include <time.h>
 
 #include "compiler/ir/ir.h"
+#include "compiler/util/util.h"
 
 /* A bench uses a few of these; unused statics must not warn under -Wall. */
 #define PEER_FN static __attribute__((unused))
@@ -112,13 +113,6 @@ PEER_FN int peer_openblas_threads(void)
 
 typedef void (*peer_body)(void *ctx);
 
-static double peer_now_(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int peer_cmp_double_(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -128,16 +122,16 @@ static int peer_cmp_double_(const void *a, const void *b)
 /* Seconds per call of fn(ctx): median of batched samples after a warm-up (see the contract). */
 PEER_FN double peer_time_s(peer_body fn, void *ctx)
 {
-    double start = peer_now_(), t_call = 1e30;
+    double start = tlm_now_s(), t_call = 1e30;
     int calls = 0;
     do {
-        double a = peer_now_();
+        double a = tlm_now_s();
         fn(ctx);
-        double d = peer_now_() - a;
+        double d = tlm_now_s() - a;
         /* The first call pays for JIT and first touch; later calls estimate the steady state. */
         if (calls == 0 || d < t_call) t_call = d;
         calls++;
-    } while (peer_now_() - start < PEER_WARMUP_S);
+    } while (tlm_now_s() - start < PEER_WARMUP_S);
     if (t_call < 1e-9) t_call = 1e-9;
 
     int64_t batch = (int64_t)ceil(PEER_BATCH_S / t_call);
@@ -147,13 +141,13 @@ PEER_FN double peer_time_s(peer_body fn, void *ctx)
     if (samples > PEER_MAX_SAMPLES) samples = PEER_MAX_SAMPLES;
     samples |= 1; /* odd: the median is one sample */
 
-    double t[PEER_MAX_SAMPLES], begin = peer_now_();
+    double t[PEER_MAX_SAMPLES], begin = tlm_now_s();
     int taken = 0;
     while (taken < samples) {
-        double a = peer_now_();
+        double a = tlm_now_s();
         for (int64_t i = 0; i < batch; i++)
             fn(ctx);
-        double b = peer_now_();
+        double b = tlm_now_s();
         t[taken++] = (b - a) / (double)batch;
         /* A loaded machine makes calls far slower than the warm-up promised: stop at an odd
          * count once past the budget, so one figure never holds a bench up for long. */

@@ -38,15 +38,10 @@
 
 #include <jansson.h>
 
+#include "compiler/util/util.h"
+
 #define MAX_LAT 400000 /* latencies kept per thread (hit mode caps requests at this) */
 #define MAX_TEMPLATES 16
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- a keep-alive HTTP/1.1 connection ---- */
 
@@ -342,10 +337,10 @@ static void *hit_main(void *arg)
     hit_thread *t = arg;
     reply r = {0, NULL, 0};
     while (t->budget > 0) {
-        double t0 = now();
+        double t0 = tlm_now_s();
         if (t0 >= t->t_end) break;
         int rc = request(&t->c, t->o->method, t->o->path, t->o->body, &r);
-        double t1 = now();
+        double t1 = tlm_now_s();
         if (t0 < t->t_measure) continue; /* warm-up: connections open, caches hot */
         t->budget--;
         if (rc || r.status != 200) {
@@ -366,7 +361,7 @@ static int cmd_hit(const opts *o)
     hit_thread *ts = calloc((size_t)o->conns, sizeof *ts);
     pthread_t *th = calloc((size_t)o->conns, sizeof *th);
     if (!ts || !th) return 2;
-    double t0 = now();
+    double t0 = tlm_now_s();
     long per = o->max_requests / o->conns + 1;
     if (per > MAX_LAT) per = MAX_LAT;
     for (int i = 0; i < o->conns; i++) {
@@ -386,7 +381,7 @@ static int cmd_hit(const opts *o)
         n += ts[i].n_lat;
         errors += ts[i].errors;
     }
-    double t_meas_end = now();
+    double t_meas_end = tlm_now_s();
     double span = t_meas_end - (t0 + o->warmup);
     double *all = malloc((n + 1) * sizeof *all), sum = 0;
     size_t k = 0;
@@ -420,9 +415,9 @@ static int cmd_once(const opts *o)
     if (!o->body) return usage("once needs --body");
     conn c = {-1, o->port, NULL, 0, 0};
     reply r = {0, NULL, 0};
-    double t0 = now();
+    double t0 = tlm_now_s();
     int rc = request(&c, "POST", "/v1/compile", o->body, &r);
-    double lat = now() - t0;
+    double lat = tlm_now_s() - t0;
     conn_close(&c);
     free(c.in);
     if (rc || r.status != 200) {
@@ -535,9 +530,9 @@ static void *batch_main(void *arg)
     for (int m = 0; m < o->per_client; m++) {
         int i = t->index * o->per_client + m;
         char *body = expand(o->templates[i % o->n_templates], o->base + i);
-        double t0 = now();
+        double t0 = tlm_now_s();
         int rc = body ? request(&c, "POST", "/v1/compile", body, &r) : -1;
-        double t1 = now();
+        double t1 = tlm_now_s();
         if (rc || r.status != 200) {
             if (t->errors++ == 0)
                 fprintf(stderr, "server_load batch: status %d: %.300s\n", rc ? 0 : r.status,
@@ -564,7 +559,7 @@ static int cmd_batch(const opts *o)
     batch_thread *ts = calloc((size_t)o->clients, sizeof *ts);
     pthread_t *th = calloc((size_t)o->clients, sizeof *th);
     if (!ts || !th) return 2;
-    double t0 = now();
+    double t0 = tlm_now_s();
     for (int i = 0; i < o->clients; i++) {
         ts[i] = (batch_thread){o, i, calloc((size_t)o->per_client, sizeof(double)), 0, 0};
         pthread_create(&th[i], NULL, batch_main, &ts[i]);
@@ -574,7 +569,7 @@ static int cmd_batch(const opts *o)
         pthread_join(th[i], NULL);
         errors += ts[i].errors;
     }
-    double wall = now() - t0;
+    double wall = tlm_now_s() - t0;
     double *all = malloc(((size_t)o->clients * (size_t)o->per_client + 1) * sizeof *all);
     for (int i = 0; i < o->clients; i++) {
         for (int j = 0; j < ts[i].n_lat; j++)

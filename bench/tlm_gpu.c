@@ -24,17 +24,11 @@
 #include <time.h>
 
 #include "compiler/tlm/tlm_cuda.h"
+#include "compiler/util/util.h"
 
 #define VOCAB 1500
 #define PROMPT 40
 #define DECODE 30
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint32_t mix(uint32_t x)
 {
@@ -83,7 +77,7 @@ static double run_batch(const tlm_model *m, tlm_device *dev, int slots, int n_se
     }
     int next = 0, done = 0;
     long tokens = 0;
-    double t0 = now(), rate = -1;
+    double t0 = tlm_now_s(), rate = -1;
     while (done < n_seq) {
         while (next < n_seq) {
             tlm_request r = {prompts[next], PROMPT, bench_mask, &salts[next], DECODE, 1};
@@ -114,7 +108,7 @@ static double run_batch(const tlm_model *m, tlm_device *dev, int slots, int n_se
             done++;
         }
     }
-    rate = (double)tokens / (now() - t0);
+    rate = (double)tokens / (tlm_now_s() - t0);
 out:
     free(prompts);
     free(salts);

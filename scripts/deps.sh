@@ -1,32 +1,87 @@
 #!/bin/sh
-# Check every build/test dependency; install the missing Debian packages when
-# run as root (one `apt-get update` first), otherwise print the exact command.
+# The Debian packages tlmd needs, probed with pkg-config and a few files.
+#
+#   deps.sh [-q]                 install what is missing when run as root (one `apt-get update`
+#                                first); otherwise print the exact command and exit 1. -q: quiet
+#                                when nothing is missing. `make deps|test|run|bench` run this.
+#   deps.sh --check [SCOPE]      probe only, never install: exit 0 silently when SCOPE's
+#                                packages are present, else name the missing ones and the
+#                                command that installs them (exit 1). `make` runs this before it
+#                                compiles anything, so a fresh machine gets this message instead
+#                                of a compiler error. SCOPE: build (libraries, tlm, tlmd, tlmc;
+#                                the default), test (build + Criterion), bench (build + oneDNN),
+#                                all (everything, with numpy for the reference checks).
 set -eu
 
-# pkg-config module or probe file -> Debian package
-missing=""
-need_pc() { pkg-config --exists "$1" 2>/dev/null || missing="$missing $2"; }
-need_file() { [ -e "$1" ] || missing="$missing $2"; }
-need_cmd() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
+mode=install
+scope=all
+quiet=0
+case "${1:-}" in
+--check)
+    mode=check
+    scope=${2:-build}
+    ;;
+-q) quiet=1 ;;
+"") ;;
+*)
+    echo "usage: deps.sh [-q] | deps.sh --check [build|test|bench|all]" >&2
+    exit 2
+    ;;
+esac
+case "$scope" in
+build | test | bench | all) ;;
+*)
+    echo "deps.sh: unknown scope '$scope' (build, test, bench or all)" >&2
+    exit 2
+    ;;
+esac
 
-need_cmd pkg-config pkg-config
-need_cmd cc gcc
-need_cmd make make
-need_pc jansson libjansson-dev
-need_pc libcrypto libssl-dev
-need_pc openblas libopenblas-dev
-need_pc criterion libcriterion-dev
-need_pc libuv libuv1-dev
-need_pc libmicrohttpd libmicrohttpd-dev
-need_pc sqlite3 libsqlite3-dev
-need_pc libcurl libcurl4-openssl-dev
-need_pc libsystemd libsystemd-dev
-need_file /usr/include/dnnl.h libdnnl-dev
-need_file /usr/lib/python3/dist-packages/numpy python3-numpy
+# pkg-config module -> Debian package, per scope
+pc_build="jansson:libjansson-dev libcrypto:libssl-dev openblas:libopenblas-dev
+sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev
+libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev"
+pc_test="criterion:libcriterion-dev"
+pcs=$pc_build
+files=""
+case "$scope" in
+test) pcs="$pcs $pc_test" ;;
+bench) files="/usr/include/dnnl.h:libdnnl-dev" ;;
+all)
+    pcs="$pcs $pc_test"
+    files="/usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
+    ;;
+esac
+
+missing=""
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+command -v cc >/dev/null 2>&1 || missing="$missing gcc"
+command -v make >/dev/null 2>&1 || missing="$missing make"
+
+# Fast path (every `make` runs this): one pkg-config call for all modules.
+modules=""
+for p in $pcs; do modules="$modules ${p%%:*}"; done
+# shellcheck disable=SC2086
+if [ -n "$missing" ] || ! pkg-config --exists $modules 2>/dev/null; then
+    for p in $pcs; do
+        pkg-config --exists "${p%%:*}" 2>/dev/null || missing="$missing ${p#*:}"
+    done
+fi
+for f in $files; do
+    [ -e "${f%%:*}" ] || missing="$missing ${f#*:}"
+done
 
 if [ -z "$missing" ]; then
-    [ "${1:-}" = "-q" ] || echo "deps: all present"
+    [ "$mode" = check ] || [ "$quiet" = 1 ] || echo "deps: all present"
     exit 0
+fi
+
+if [ "$mode" = check ]; then
+    {
+        echo "tlmd: cannot build ($scope): missing Debian packages:$missing"
+        echo "tlmd: install them with \`make deps\` (as root), or run:" \
+            "sudo apt-get update && sudo apt-get install -y$missing"
+    } >&2
+    exit 1
 fi
 
 if [ "$(id -u)" = 0 ]; then

@@ -31,7 +31,8 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
+
+#include "compiler/util/util.h"
 
 enum { EXIT_WORK = 1, EXIT_USAGE = 2 };
 
@@ -65,13 +66,6 @@ static int fail(int code, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return code;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- HTTP ---- */
@@ -192,15 +186,6 @@ static const char *header_value(const buf *h, const char *name, char *out, size_
     return NULL;
 }
 
-static void sha256_hex(const void *p, size_t n, char out[65])
-{
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        sprintf(out + 2 * i, "%02x", md[i]);
-}
-
 /* ---- files ---- */
 
 static int write_file(const char *path, const void *p, size_t n)
@@ -268,7 +253,7 @@ static void progress(stream *s, const json_t *k)
     const char *node = json_string_value(json_object_get(k, "node"));
     const char *op = json_string_value(json_object_get(json_object_get(k, "workload"), "op"));
     if (!node || !*node) node = op ? op : "";
-    double t = now_s() - s->t0;
+    double t = tlm_now_s() - s->t0;
     if (g.tty) {
         int width = 30, fill = s->total ? s->done * width / s->total : 0;
         char bar[64];
@@ -410,7 +395,7 @@ static int fetch_kernel(const char *dir, int i, int total, json_t *k, json_t *en
         return rc == EXIT_USAGE ? EXIT_WORK : rc;
     }
     char hex[65];
-    sha256_hex(b.p ? b.p : "", b.n, hex);
+    tlm_sha256_hex(b.p ? b.p : "", b.n, hex);
     if (strcmp(hex, sha)) {
         free(b.p);
         return fail(EXIT_WORK, "kernel %d: the binary's SHA-256 %s is not %s", i, hex, sha);
@@ -652,7 +637,7 @@ static int cmd_compile(int argc, char **argv)
     stream s;
     memset(&s, 0, sizeof s);
     s.echo = echo;
-    s.t0 = now_s();
+    s.t0 = tlm_now_s();
     struct curl_slist *hl;
     s.c = easy("/v1/compile", &hl);
     hl = curl_slist_append(hl, "Content-Type: application/json");
@@ -729,7 +714,7 @@ static int cmd_get(int argc, char **argv)
     if (!rc) {
         char sha[80] = "", hex[65];
         header_value(&h, "X-TLM-SHA256", sha, sizeof sha);
-        sha256_hex(b.p ? b.p : "", b.n, hex);
+        tlm_sha256_hex(b.p ? b.p : "", b.n, hex);
         if (sha[0] && strcmp(sha, hex))
             rc = fail(EXIT_WORK, "get: the binary's SHA-256 %s is not %s", hex, sha);
     }

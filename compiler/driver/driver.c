@@ -10,27 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "compiler/target/target.h"
 #include "compiler/toolchain/toolchain.h"
+#include "compiler/util/util.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sha256_hex(const void *data, size_t len, char hex[65])
-{
-    unsigned char md[32];
-    unsigned int n = 0;
-    hex[0] = 0;
-    if (!EVP_Digest(data, len, md, &n, EVP_sha256(), NULL) || n != 32) return;
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
 
 static void cpu_flags(const target *t, char *buf, size_t cap)
 {
@@ -154,9 +137,9 @@ int drv_build(const space *sp, const space_sched *s, drv_artifact *out, tlm_erro
     space_print(sp, s, out->schedule, sizeof out->schedule);
     cg_kernel k;
     memset(&k, 0, sizeof k);
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     rc = cg_generate(sp, s, NULL, &k, err);
-    double t1 = now_s();
+    double t1 = tlm_now_s();
     out->codegen_s = t1 - t0;
     if (rc) {
         cg_kernel_free(&k);
@@ -164,10 +147,10 @@ int drv_build(const space *sp, const space_sched *s, drv_artifact *out, tlm_erro
     }
     cg_launch_json(&k, out->launch_json, sizeof out->launch_json);
     rc = sp->tgt.kind == TARGET_CUDA ? build_cuda(sp, &k, out, err) : build_cpu(sp, &k, out, err);
-    out->compile_s = now_s() - t1;
+    out->compile_s = tlm_now_s() - t1;
     out->source = k.source; /* kept after a compile failure too, for inspection */
     k.source = NULL;
-    if (rc == 0) sha256_hex(out->binary, out->binary_size, out->sha256);
+    if (rc == 0) tlm_sha256_hex(out->binary, out->binary_size, out->sha256);
     cg_kernel_free(&k);
     return rc;
 }

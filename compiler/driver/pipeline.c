@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "compiler/tlm/select.h"
+#include "compiler/util/util.h"
 
 static const char *const mode_names[PL_MODE_COUNT] = {"default", "tlm",  "topk",
                                                       "given",   "tune", "refine"};
@@ -18,13 +18,6 @@ static struct {
     pl_search_fn fn;
     void *user;
 } searches[PL_MODE_COUNT];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void pl_opts_init(pl_opts *o)
 {
@@ -140,7 +133,7 @@ int pl_prepare(pl_job *j, const ir_workload *wl, const target *t, const pl_opts 
 {
     memset(j, 0, sizeof *j);
     j->chosen = -1;
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     j->wl = *wl;
     j->tgt = *t;
     if (o)
@@ -185,7 +178,7 @@ int pl_prepare(pl_job *j, const ir_workload *wl, const target *t, const pl_opts 
     }
     j->o.given = NULL; /* not the job's: never read after preparation */
     j->o.n_given = 0;
-    j->prepare_s = now_s() - t0;
+    j->prepare_s = tlm_now_s() - t0;
     return rc;
 }
 
@@ -209,7 +202,7 @@ int pl_decode(pl_job *j, tlm_error *err)
         return tlm_err_set(err, TLM_EINVAL, "weights",
                            "mode %s needs a model (weights); none was given",
                            pl_mode_name(j->o.mode));
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     tlm_candidate *c = calloc((size_t)k, sizeof *c);
     if (!c) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     int n = 0;
@@ -219,7 +212,7 @@ int pl_decode(pl_job *j, tlm_error *err)
         rc = pl_add_candidate(j, &c[i].sched, src, c[i].score, err);
     if (!rc && n == 0) rc = tlm_err_set(err, TLM_ERUNTIME, "", "the model produced no schedule");
     free(c);
-    j->decode_s += now_s() - t0;
+    j->decode_s += tlm_now_s() - t0;
     return rc;
 }
 
@@ -259,9 +252,9 @@ int pl_evaluate(pl_job *j, int i, bool measure, drv_artifact *art_out, tlm_error
         memset(&mr, 0, sizeof mr);
         tlm_error me;
         tlm_err_clear(&me);
-        double t0 = now_s();
+        double t0 = tlm_now_s();
         int mrc = drv_measure_cpu(j->g, &a, &j->o.mo, &mr, &me);
-        r->measure_s = now_s() - t0;
+        r->measure_s = tlm_now_s() - t0;
         j->measure_s += r->measure_s;
         if (mrc) {
             snprintf(r->status, sizeof r->status, "load_error");

@@ -268,4 +268,22 @@ int ir_interp_run(const ir_subgraph *g, const float *const *inputs, float *out, 
 int ir_interp_run_f64(const ir_subgraph *g, const float *const *inputs, double *out,
                       tlm_error *err);
 
+/* ---- fast reference (fastref.c; the measure module's reference) ----
+ * ir_interp_fast_f64: ir_interp_run_f64's values up to the anchor's summation order (they agree
+ * to ~1e-13 relative; bit for bit when no BLAS path applies), in seconds instead of minutes for
+ * contractions. When ir_fastref_applies(g) (dense, batch_matmul with any transposes; conv2d
+ * NCHW/NHWC with any stride, pad, dilation, groups; depthwise_conv2d) the anchor is computed in
+ * double by ir_fastref_anchor (OpenBLAS cblas_dgemm, through im2col for conv2d; direct loops
+ * for depthwise), read from g->wl and not from the anchor's index expressions. Every other
+ * stage is the interpreter's, those without reduction or select evaluated a segment of their
+ * last axis at a time (same scalar operations, bit-identical). Uses OpenBLAS's threads
+ * (OPENBLAS_NUM_THREADS) in the calling process. Any thread may call these. */
+int ir_interp_fast_f64(const ir_subgraph *g, const float *const *inputs, double *out,
+                       tlm_error *err);
+bool ir_fastref_applies(const ir_subgraph *g);
+/* The anchor stage alone: buf[t] holds tensor t of g in double (row-major); writes the
+ * anchor's output tensor into out. TLM_EUNSUPPORTED unless ir_fastref_applies(g), TLM_ENOMEM. */
+int ir_fastref_anchor(const ir_subgraph *g, const double *const *buf, double *out,
+                      tlm_error *err);
+
 #endif

@@ -7,6 +7,8 @@
 
 #include <openssl/evp.h>
 
+#include "compiler/util/util.h"
+
 static const ir_op_info op_table[IR_OP_COUNT] = {
     [IR_OP_DENSE] = {"dense", 3, {"M", "N", "K"}, IR_F_TRANSPOSE},
     [IR_OP_BATCH_MATMUL] = {"batch_matmul", 4, {"B", "M", "N", "K"}, IR_F_TRANSPOSE},
@@ -427,6 +429,6 @@ int ir_workload_hash_hex(const ir_workload *w, char out[IR_HASH_HEX])
     uint8_t h[32];
     int rc = ir_workload_hash(w, h);
     if (rc) return rc;
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+    tlm_hex(h, 32, out);
     return 0;
 }

@@ -8,6 +8,8 @@
 
 #include <openssl/evp.h>
 
+#include "compiler/util/util.h"
+
 #define MAX_TOKENS 8192
 #define NAME_LEN 32
 
@@ -61,7 +63,7 @@ static void build_vocab(void)
     add("attr:transpose_b");
     add("ax:s");
     add("ax:r");
-    for (int s = 0; s <= SKETCH_GPU_ROWS; s++) add("sketch:%s", space_sketch_name((space_sketch)s));
+    for (int s = 0; s < SKETCH_COUNT; s++) add("sketch:%s", space_sketch_name((space_sketch)s));
     tok_slot_tile = n_vocab;
     for (int a = 0; a < IR_MAX_AXES; a++)
         for (int l = 1; l <= 4; l++) add("slot:tile.a%d.l%d", a, l);
@@ -116,7 +118,7 @@ void lang_vocab_hash_hex(char out[65])
 {
     uint8_t h[32];
     lang_vocab_hash(h);
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+    tlm_hex(h, 32, out);
 }
 
 int lang_encode_int(int64_t v, int *toks, int cap)

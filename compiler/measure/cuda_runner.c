@@ -165,7 +165,7 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
     measure__send(pfd, MEASURE__MSG_LOADED, 0, "%s", "");
 
     cuda_ctx cx = {.cu = cu, .fn = fn, .h = h, .k = k, .next = 0, .params = params};
-    int64_t t0 = measure__now_ns();
+    int64_t t0 = tlm_now_ns();
     r = launch(&cx, params);
     if (r != TC_CUDA_SUCCESS) {
         measure__send(pfd, MEASURE__MSG_LOAD_ERROR, 0, "%s",
@@ -173,7 +173,7 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
         return 0;
     }
     r = cu->ctx_synchronize();
-    double t_check = (double)(measure__now_ns() - t0) * 1e-9;
+    double t_check = (double)(tlm_now_ns() - t0) * 1e-9;
     if (r != TC_CUDA_SUCCESS) {
         measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s",
                       cu_text(cu, r, "kernel failed", buf, sizeof buf));

@@ -10,8 +10,8 @@
  *    (no zombies; on timeout its whole process group is SIGKILLed).
  *  - Inputs are fresh uniform random values in [-1, 1] (seeded by opts->seed, or from the
  *    clock when 0; the seed used is returned), the output is poisoned with NaN first, and the
- *    check run's output is compared with the reference interpreter (ir_interp_run_f64, double
- *    precision) computed from the same inputs:
+ *    check run's output is compared with the reference (ir_interp_fast_f64: the interpreter in
+ *    double precision, with contraction anchors by double BLAS) computed from the same inputs:
  *        rel_err = max_i |out_i - ref_i| / max(max_i |ref_i|, FLT_MIN)
  *    Any NaN or infinity in the output is WRONG (rel_err = +inf); rel_err > rtol is WRONG.
  *  - Timing (unless check_only): warm-up of at least `warmup` calls and `min_warmup_s`, then up

@@ -26,6 +26,7 @@
 
 #include "compiler/ir/ir.h"
 #include "compiler/measure/measure.h"
+#include "compiler/util/util.h"
 
 #define MEASURE__MAGIC 0x544c4d4d /* "TLMM" */
 #define MEASURE__VERSION 1
@@ -96,7 +97,6 @@ _Static_assert(sizeof(measure__msg) <= 512, "a message must be written atomicall
 
 /* ---- shared by cpu_runner.c and cuda_runner.c ---- */
 
-int64_t measure__now_ns(void);
 /* Writes one message; a runner whose parent has gone away is terminated by SIGPIPE / _exit. */
 void measure__send(int fd, int kind, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -6,9 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
 #include "compiler/target/hostcpu.h"
+#include "compiler/util/util.h"
 
 #define KIB 1024
 #define MIB (1024 * 1024)
@@ -352,10 +351,7 @@ int target_hash(const target *t, uint8_t out[32])
     char buf[TARGET_CANONICAL_MAX];
     int n = target_canonical(t, buf, sizeof buf);
     if (n < 0) return n;
-    unsigned len = 0;
-    if (!EVP_Digest(buf, (size_t)n, out, &len, EVP_sha256(), NULL) || len != 32)
-        return TLM_ENOMEM; /* only allocation can fail inside EVP for SHA-256 */
-    return 0;
+    return tlm_sha256(buf, (size_t)n, out);
 }
 
 int target_hash_hex(const target *t, char out[TARGET_HASH_HEX])
@@ -363,8 +359,7 @@ int target_hash_hex(const target *t, char out[TARGET_HASH_HEX])
     uint8_t h[32];
     int rc = target_hash(t, h);
     if (rc < 0) return rc;
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
+    tlm_hex(h, 32, out);
     return 0;
 }
 

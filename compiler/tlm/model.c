@@ -7,6 +7,7 @@
  * that every weight is finite.
  */
 #include "compiler/tlm/tlm.h"
+#include "compiler/util/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the weight file stores float32 little-endian; add byte swapping for this host"
@@ -240,17 +240,10 @@ static uint32_t header_checksum(const uint8_t *h)
     return x;
 }
 
-static int sha256(const void *data, size_t n, uint8_t out[32])
-{
-    unsigned len = 0;
-    return EVP_Digest(data, n, out, &len, EVP_sha256(), NULL) && len == 32;
-}
-
+/* the first 8 bytes are enough to tell hashes apart in a message */
 static void hex8(const uint8_t *h, char *out)
 {
-    /* the first 8 bytes are enough to tell hashes apart in a message */
-    for (int i = 0; i < 8; i++)
-        sprintf(out + 2 * i, "%02x", h[i]);
+    tlm_hex(h, 8, out);
 }
 
 /* ---- save ---- */
@@ -286,7 +279,7 @@ int tlm_model_save(const tlm_model *m, const char *path, tlm_error *err)
     put64(h + H_N_PARAMS, (uint64_t)m->n_params);
     put64(h + H_FILE_SIZE, TLM_HEADER_SIZE + 4 * (uint64_t)m->n_params);
     memcpy(h + H_VOCAB_HASH, m->vocab_hash, TLM_HASH_SIZE);
-    if (!sha256(m->params, m->n_params * sizeof(float), h + H_PAYLOAD_SHA))
+    if (tlm_sha256(m->params, m->n_params * sizeof(float), h + H_PAYLOAD_SHA))
         return tlm_err_set(err, TLM_EIO, "payload_sha256", "SHA-256 failed");
     put32(h + H_CHECKSUM, header_checksum(h));
 
@@ -430,7 +423,7 @@ static int load_fd(int fd, const char *path, int expect_vocab, const uint8_t *ex
                            r > 0 ? ": file shrank while reading" : "");
     }
     uint8_t sha[32];
-    if (!sha256(m->params, m->n_params * sizeof(float), sha)) {
+    if (tlm_sha256(m->params, m->n_params * sizeof(float), sha)) {
         tlm_model_free(m);
         return tlm_err_set(err, TLM_EIO, "payload_sha256", "SHA-256 failed");
     }

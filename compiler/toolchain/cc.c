@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compiler/util/util.h"
+
 extern char **environ;
 
 #define LOG_CAP (256 * 1024) /* more compiler output than this is read and dropped */
@@ -127,13 +129,6 @@ typedef struct {
     int timed_out;
 } run_result;
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The environment for the compiler: ours with LC_ALL=C, so messages are plain ASCII English
  * whatever the daemon's locale. */
 static char **child_env(void)
@@ -217,10 +212,10 @@ static int run_child(const char *const *argv, const char *cwd, int timeout_ms, r
         return -1;
     }
 
-    long long deadline = now_ms() + timeout_ms;
+    int64_t deadline = tlm_now_ns() + (int64_t)timeout_ms * 1000000;
     char buf[8192];
     for (;;) {
-        long long left = deadline - now_ms();
+        int64_t left = (deadline - tlm_now_ns()) / 1000000;
         if (left <= 0) {
             r->timed_out = 1;
             break;
@@ -246,7 +241,7 @@ static int run_child(const char *const *argv, const char *cwd, int timeout_ms, r
             r->spawn_errno = errno; /* ECHILD: someone else reaped it (SIGCHLD ignored) */
             return -1;
         }
-        if (now_ms() >= deadline) {
+        if (tlm_now_ns() >= deadline) {
             r->timed_out = 1;
             break;
         }

@@ -6,8 +6,6 @@
  * for a fraction of the compile time. */
 #include "tests/common/tlmd_harness.h"
 
-#include <openssl/evp.h>
-
 typedef struct {
     int status; /* exit code, or -1 when it did not exit normally */
     char *out, *err;
@@ -61,9 +59,9 @@ static run_result tlmc(const tlmd *d, const char *const *env, const char *const 
         _exit(127);
     }
     int st = 0;
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (now_s() - t0 > 300) {
+        if (tlm_now_s() - t0 > 300) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             cr_assert_fail("tlmc did not finish within 300 s");
@@ -92,11 +90,7 @@ static void sha256_file(const char *path, char hex[65], size_t *size)
     size_t n = 0;
     char *p = slurp(path, &n);
     cr_assert(p, "missing %s", path);
-    unsigned char md[32];
-    unsigned int len;
-    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        sprintf(hex + 2 * i, "%02x", md[i]);
+    cr_assert_eq(tlm_sha256_hex(p, n, hex), 0);
     *size = n;
     free(p);
 }

@@ -1,8 +1,10 @@
-/* tlmd_harness.h — the real tlmd on loopback for daemon and client tests: a free port, a temporary
- * store and a tiny random model, libcurl helpers. TLMD_BIN names the daemon
- * (default build/san/tlmd). Every wait is bounded (curl 120 s, start-up 60 s, exit 60 s);
- * no Criterion .timeout (it leaks under --jobs in Criterion 2.4). Header-only: every
- * function is static inline so a test includes what it uses without warnings. */
+/* tlmd_harness.h — the real tlmd on loopback for daemon and client tests: a free port, a
+ * temporary store and a tiny random model; requests go through tests/common/http_client.h.
+ * TLMD_BIN names the daemon (default build/san/tlmd). Every wait is bounded (curl 120 s,
+ * start-up 60 s, exit 60 s); no Criterion .timeout (it leaks under --jobs in Criterion 2.4).
+ * tlmd gets SIGKILL when the thread that started it ends, so a failed test leaves none behind.
+ * Header-only: every function is static inline so a test includes what it uses without
+ * warnings. */
 #ifndef TLMD_HARNESS_H
 #define TLMD_HARNESS_H
 
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,11 +24,12 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "compiler/lang/lang.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/util/util.h"
+#include "tests/common/http_client.h"
 
 typedef struct {
     pid_t pid;
@@ -36,77 +40,20 @@ typedef struct {
     char log[320];
 } tlmd;
 
+/* Kept for tests not yet switched to tlm_now_s (compiler/util/util.h). */
 static inline double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return tlm_now_s();
 }
 
-/* ---- HTTP through libcurl ---- */
-
-typedef struct {
-    char *p;
-    size_t n;
-} buf;
-
-static inline size_t on_data(char *d, size_t sz, size_t nm, void *u)
-{
-    buf *b = u;
-    size_t n = sz * nm;
-    char *p = realloc(b->p, b->n + n + 1);
-    if (!p) return 0;
-    memcpy(p + b->n, d, n);
-    b->p = p;
-    b->n += n;
-    b->p[b->n] = 0;
-    return n;
-}
-
-typedef struct {
-    long status; /* 0: no answer (connection refused or reset) */
-    buf body, headers;
-} resp;
-
-static inline void resp_free(resp *r)
-{
-    free(r->body.p);
-    free(r->headers.p);
-    memset(r, 0, sizeof *r);
-}
+/* ---- HTTP to this daemon (tests/common/http_client.h) ---- */
 
 /* hdrs: NULL-terminated "Name: value" lines; body NULL for no body. */
 static inline resp http(const tlmd *d, const char *method, const char *path, const char *body,
                         size_t body_len, const char *const *hdrs)
 {
-    resp r;
-    memset(&r, 0, sizeof r);
-    CURL *c = curl_easy_init();
-    char url[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", d->port, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    struct curl_slist *hl = NULL;
-    for (int i = 0; hdrs && hdrs[i]; i++)
-        hl = curl_slist_append(hl, hdrs[i]);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body_len);
-    }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(hl);
-    curl_easy_cleanup(c);
-    return r;
+    return http_request(d->port, method, path, body, body_len, hdrs);
 }
-
-static const char *const json_hdr[] = {"Content-Type: application/json", NULL};
 
 static inline resp post(const tlmd *d, const char *body)
 {
@@ -116,14 +63,6 @@ static inline resp post(const tlmd *d, const char *body)
 static inline resp get(const tlmd *d, const char *path)
 {
     return http(d, "GET", path, NULL, 0, NULL);
-}
-
-static inline json_t *body_json(const resp *r)
-{
-    json_error_t e;
-    json_t *j = r->body.p ? json_loads(r->body.p, 0, &e) : NULL;
-    cr_assert(j, "not JSON (status %ld): %.300s", r->status, r->body.p ? r->body.p : "(none)");
-    return j;
 }
 
 /* A Prometheus sample value (the first line starting with `name`). */
@@ -217,9 +156,13 @@ static inline void start(tlmd *d, const char *const *extra)
         for (int i = 0; extra && extra[i] && n < 30; i++)
             argv[n++] = extra[i];
         argv[n] = NULL;
+        pid_t parent = getpid();
         pid_t pid = fork();
         cr_assert(pid >= 0);
         if (pid == 0) {
+            /* a failed assertion ends the test without teardown: tlmd must not outlive it */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(127);
             int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {
                 dup2(fd, 1);
@@ -230,8 +173,8 @@ static inline void start(tlmd *d, const char *const *extra)
             _exit(127);
         }
         d->pid = pid;
-        double t0 = now_s();
-        while (now_s() - t0 < 60) {
+        double t0 = tlm_now_s();
+        while (tlm_now_s() - t0 < 60) {
             int st;
             if (waitpid(pid, &st, WNOHANG) == pid) {
                 d->pid = 0;
@@ -254,9 +197,9 @@ static inline int stop_with(tlmd *d, int sig, double limit_s)
 {
     if (!d->pid) return -1;
     kill(d->pid, sig);
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     int st = -1;
-    while (now_s() - t0 < limit_s) {
+    while (tlm_now_s() - t0 < limit_s) {
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
             d->pid = 0;
             return st;

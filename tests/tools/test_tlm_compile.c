@@ -13,12 +13,12 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <openssl/evp.h>
 
 #include "compiler/ir/ir.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
 #include "compiler/toolchain/toolchain.h"
+#include "compiler/util/util.h"
 #include "proto/workload.h"
 
 static char g_dir[64];
@@ -117,11 +117,7 @@ static void sha256_file(const char *path, char hex[65], size_t *size)
 {
     size_t n;
     char *data = slurp_len(path, &n);
-    unsigned char md[32];
-    unsigned int len = 0;
-    cr_assert(EVP_Digest(data, n, md, &len, EVP_sha256(), NULL) && len == 32);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    cr_assert_eq(tlm_sha256_hex(data, n, hex), 0);
     *size = n;
     free(data);
 }
@@ -416,11 +412,12 @@ Test(tlm_compile, illegal_decisions_exit_2_naming_the_slot)
     char out[128];
     snprintf(out, sizeof out, "%s/bad", g_dir);
 
-    /* tile.i.3 (slot 1, after vectorize) = 5 does not divide M = 64 */
+    /* tile.i.3 (slot 1, after vectorize) = 9 neither divides M = 64 nor is on the padding
+     * ladder (1..8, powers of two, multiples of the lanes) */
     char text[4096];
-    s.v[1] = 5;
+    s.v[1] = 9;
     space_print(f.sp, &s, text, sizeof text);
-    cr_assert(strstr(text, " tile.i.3=5 ") != NULL, "%s", text);
+    cr_assert(strstr(text, " tile.i.3=9 ") != NULL, "%s", text);
     run_result r =
         RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", text, "-o", out);
     expect_one_line_error(&r, 2, "tlm: tile.i.3: ");
@@ -583,5 +580,63 @@ Test(tlm_compile, usage_errors)
     r = RUN("compile", "--help");
     cr_expect_eq(r.status, 0);
     cr_expect(strstr(r.out, "random:SEED") != NULL, "%s", r.out);
+    free_result(&r);
+}
+
+/* Every schedule source goes through the pipeline entry and says so: default, given (random:S
+ * and decision lists), tlm, topk:K (measured: every candidate tried, the fastest correct one
+ * kept); `tlm generate` prints the model's candidates with their source. */
+Test(tlm_compile, schedule_sources_through_the_pipeline)
+{
+    char model[256], out[256], meta[300];
+    path_in(model, sizeof model, "", "m.bin");
+    run_result r = RUN("model", "init", "--layers", "1", "--heads", "2", "--dim", "32", "--ctx",
+                       "256", "-o", model);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    path_in(out, sizeof out, "", "o");
+    path_in(meta, sizeof meta, "o", "meta.json");
+    static const struct {
+        const char *sched, *source;
+        bool weights, measure;
+    } cases[] = {
+        {"default", "default", false, false}, {"random:3", "given", false, false},
+        {"tlm", "tlm", true, false},          {"topk:3", "topk", true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *args[16] = {"compile", "--workload", DENSE, "--target", "cpu", "--schedule",
+                                cases[i].sched, "-o", out};
+        int n = 9;
+        if (cases[i].weights) args[n++] = "--weights", args[n++] = model;
+        if (cases[i].measure) args[n++] = "--measure";
+        args[n] = NULL;
+        r = run_tlm_in(NULL, args);
+        cr_assert_eq(r.status, 0, "%s: exit %d: %s", cases[i].sched, r.status, r.err);
+        json_t *sum = parse_json(r.out);
+        cr_expect_str_eq(jstr(sum, "schedule_source"), cases[i].source, "%s", cases[i].sched);
+        json_t *m = load_json_file(meta);
+        cr_expect_str_eq(jstr(m, "schedule_source"), cases[i].source, "%s", cases[i].sched);
+        if (cases[i].measure) {
+            cr_expect_str_eq(jstr(m, "selection"), "measured");
+            cr_expect_str_eq(jstr(m, "status"), "ok");
+        }
+        json_decref(m);
+        json_decref(sum);
+        free_result(&r);
+    }
+    r = RUN("generate", "--workload", DENSE, "--target", "cpu", "--weights", model,
+            "--candidates", "2");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *g = parse_json(r.out);
+    json_t *cands = json_object_get(g, "candidates");
+    cr_assert_eq(json_array_size(cands), 2);
+    cr_expect_str_eq(jstr(json_array_get(cands, 0), "schedule_source"), "topk");
+    cr_expect(strstr(jstr(json_array_get(cands, 0), "sentence"), "[EOS]") != NULL);
+    json_decref(g);
+    free_result(&r);
+    /* topk:K outside 1..64 is bad input naming the flag */
+    r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", "topk:0", "--weights",
+            model, "-o", out);
+    expect_one_line_error(&r, 2, "--schedule");
     free_result(&r);
 }

@@ -8,6 +8,7 @@
 
 #include "compiler/lang/lang.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/util/util.h"
 #include "tools/tlm/cli.h"
 
 static const char model_usage[] =
@@ -77,7 +78,7 @@ static int info(int argc, char **argv)
     uint8_t vh[32];
     lang_vocab_hash(vh);
     char hex[65];
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", m->vocab_hash[i]);
+    tlm_hex(m->vocab_hash, 32, hex);
     printf("{\"path\": \"%s\", \"params\": %zu, \"layers\": %d, \"heads\": %d, \"dim\": %d, "
            "\"ctx\": %d, \"vocab\": %d, \"vocab_hash\": \"%s\", \"matches_language\": %s}\n",
            argv[1], m->n_params, m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.n_ctx,

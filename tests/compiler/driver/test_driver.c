@@ -3,10 +3,10 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
-#include <openssl/evp.h>
 
 #include "compiler/driver/driver.h"
 #include "compiler/toolchain/toolchain.h"
+#include "compiler/util/util.h"
 
 static void build_space(const char *tgt, ir_workload *w, ir_subgraph *g, space *sp)
 {
@@ -25,12 +25,8 @@ static void build_space(const char *tgt, ir_workload *w, ir_subgraph *g, space *
 
 static void check_sha(const drv_artifact *a)
 {
-    unsigned char md[32];
-    unsigned int n;
-    EVP_Digest(a->binary, a->binary_size, md, &n, EVP_sha256(), NULL);
     char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    cr_assert_eq(tlm_sha256_hex(a->binary, a->binary_size, hex), 0);
     cr_assert_str_eq(hex, a->sha256);
 }
 

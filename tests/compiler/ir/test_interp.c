@@ -8,7 +8,8 @@
  * seeds, so every run sees the same numbers.
  *
  * Tolerance: |got - ref| <= tol * max(|ref|, 1), tol = 1e-5 for ir_interp_run (float output)
- * and 1e-12 for ir_interp_run_f64. Below 1 the bound is absolute on purpose: both sides sum
+ * and 1e-12 for ir_interp_run_f64 and ir_interp_fast_f64 (BLAS anchors for contractions; see
+ * also test_fastref.c). Below 1 the bound is absolute on purpose: both sides sum
  * O(1) terms in different orders, which legitimately differs by ~1e-16 per term however small
  * the sum ends up; a wrong formula is off by far more.
  */
@@ -489,6 +490,12 @@ static void check_wl(const ir_workload *w, uint64_t seed, double scale)
     int64_t n = r.ge.out_numel;
     expect_close("f64", d, r.ref, r.f64, n, 1e-12);
     double *f = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        f[i] = NAN;
+    tlm_error err = {0};
+    cr_assert_eq(ir_interp_fast_f64(r.g, (const float *const *)r.in, f, &err), 0, "%s: fast: %s",
+                 d, err.msg);
+    expect_close("fast f64", d, r.ref, f, n, 1e-12);
     for (int64_t i = 0; i < n; i++)
         f[i] = r.f32[i];
     expect_close("f32", d, r.ref, f, n, 1e-5);

@@ -1,0 +1,26 @@
+/* util.h — the two small helpers every module used to copy: a monotonic clock and SHA-256 as
+ * lower-case hex.
+ *
+ * Contract: any thread; no allocation except inside libcrypto. util.c needs only libc and
+ * libcrypto, so programs that do not link libtlm (clients/tlmc) compile it on its own.
+ */
+#ifndef TLM_UTIL_UTIL_H
+#define TLM_UTIL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC: for durations and deadlines, never for dates. It is system-wide, so a
+ * deadline taken in one process can be compared in another (measure's runner does). */
+double tlm_now_s(void);
+int64_t tlm_now_ns(void);
+
+/* Writes the n bytes as 2n lower-case hex digits and a NUL into out (2n + 1 bytes). */
+void tlm_hex(const void *bytes, size_t n, char *out);
+
+/* SHA-256 of n bytes at p. Returns 0, or TLM_ENOMEM when libcrypto cannot allocate its
+ * context (the only way SHA-256 can fail); then out is zeroed / hex is "". */
+int tlm_sha256(const void *p, size_t n, uint8_t out[32]);
+int tlm_sha256_hex(const void *p, size_t n, char hex[65]);
+
+#endif
