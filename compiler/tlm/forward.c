@@ -1,36 +1,42 @@
 /* forward.c — GPT-2 forward on the CPU over stacked rows of many sequences, with KV cache.
  *
  * llm.c style: each layer is a function over raw float arrays with the shapes in comments.
- * R is the number of new tokens in the call, Rp that rounded up to TLM_ROW_TILE; the
- * padding rows are zero on entry, go through the matrix products like any other row and
- * are never read back.
+ * R is the number of new tokens in the call.
  *
  * Why every loop is written the way it is: the result for a row must be bitwise the same
- * whatever else is in the batch (tlm.h, "Batch invariance"). Matrix products run as
- * fixed-shape (TLM_ROW_TILE, N) sgemm calls (tests/compiler/tlm/test_forward.c shows
- * that OpenBLAS gives other bits for a row when M varies); the remaining loops give each
- * row (or row and head) to one thread and reduce in an order that depends only on the
- * length (the *_fixed helpers), compiled without -ffast-math so the compiler may not
- * reassociate.
+ * whatever else is in the batch (tlm.h, "Batch invariance"). Matrix products go to tlm_gemm
+ * (gemm.c), where each output element is one sequential fma chain over k, so a row's
+ * products do not depend on the other rows, the thread or the instruction set (OpenBLAS,
+ * used before, gave a row other bits when the batch changed on AVX2 hosts, even in
+ * fixed-shape calls). The remaining loops give each row (or row and head) to one thread and
+ * reduce in an order that depends only on the length (the *_fixed helpers), compiled
+ * without -ffast-math so the compiler may not reassociate.
  */
 #include "compiler/tlm/internal.h"
 #include "compiler/tlm/tlm.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* A parallel region costs microseconds on an idle machine, but on a busy one (the 2-core
  * build machine with other jobs) the team waits for descheduled threads and OpenMP's
- * spinning workers fight OpenBLAS's: measured there, a 10M-parameter decode step of 64
+ * spinning workers fight other pools: measured there, a 10M-parameter decode step of 64
  * rows took 655 ms with regions from 1M floats of work and 103 ms on one thread. So a
  * loop goes parallel only with several milliseconds of work: this many floats touched (or
- * multiply-adds, for attention). Decode steps stay on the calling thread (OpenBLAS threads
- * the larger matrix products itself); big prefills use the team. Which thread computes a
- * row changes nothing in its result. */
+ * multiply-adds, for attention), or GEMM_MACS_PER_UNIT times as many multiply-adds in a
+ * matrix product. Decode steps stay on the calling thread; big prefills use the team. Which
+ * thread computes a row (or an output column) changes nothing in its result. */
 #define PAR_MIN (1 << 22)
+
+/* A multiply-add in tlm_gemm's register-tiled kernel is far cheaper than a float in the
+ * simple loops (about 0.02 ns at 32-64 rows on this host's AVX-512 path). With matrix
+ * products parallel from 4M multiply-adds, the 2M model decoding 64 sequences on 2 threads
+ * of the busy 2-core machine took 720 ms a step against 94 ms on one. */
+#define GEMM_MACS_PER_UNIT 32
 
 struct tlm_workspace {
     size_t par_min; /* see PAR_MIN */
@@ -38,6 +44,13 @@ struct tlm_workspace {
     float *buf;
     size_t cap_rows_meta;
     int *row_seq, *row_pos;
+    /* The lm head as tlm_gemm wants it: wte (V, C) transposed to (C, V), made on the first
+     * forward of a model and kept while the same model comes back (lm_head_for). */
+    float *wte_t;
+    size_t cap_wte_t;
+    const tlm_model *wte_t_model;
+    const float *wte_t_src;
+    int wte_t_V, wte_t_C;
 };
 
 tlm_workspace *tlm_workspace_new(void)
@@ -58,6 +71,7 @@ void tlm_workspace_free(tlm_workspace *ws)
     free(ws->buf);
     free(ws->row_seq);
     free(ws->row_pos);
+    free(ws->wte_t);
     free(ws);
 }
 
@@ -118,22 +132,51 @@ void tlm_kv_free(tlm_kv *kv)
     free(kv);
 }
 
-/* out = inp @ w + b, inp (Rp, K), w (K, N), b (N), out (Rp, N), Rp % TLM_ROW_TILE == 0.
- * trans_w: w is stored (N, K) instead (the tied lm head reads wte that way). */
-static void matmul_forward(float *out, const float *inp, const float *w, const float *b, int Rp,
-                           int K, int N, int trans_w, size_t par_min)
+/* out (R, N) = inp (R, K) @ w (K, N) + b (N); b may be NULL. */
+static void matmul_forward(float *out, const float *inp, const float *w, const float *b, int R,
+                           int K, int N, size_t par_min)
 {
-    for (int t = 0; t < Rp; t += TLM_ROW_TILE)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_w ? CblasTrans : CblasNoTrans, TLM_ROW_TILE,
-                    N, K, 1.0f, inp + (size_t)t * K, K, w, trans_w ? K : N, 0.0f,
-                    out + (size_t)t * N, N);
-    if (!b) return;
-#pragma omp parallel for schedule(static) if ((size_t)Rp * N >= par_min)
-    for (int r = 0; r < Rp; r++) {
-        float *o = out + (size_t)r * N;
-        for (int j = 0; j < N; j++)
-            o[j] += b[j];
+    size_t macs_min =
+        par_min > SIZE_MAX / GEMM_MACS_PER_UNIT ? SIZE_MAX : par_min * GEMM_MACS_PER_UNIT;
+    tlm_gemm(out, inp, w, (size_t)N, b, R, K, N, macs_min);
+}
+
+/* Entries of wte compared with the workspace's transposed copy before it is trusted. */
+#define LM_HEAD_SAMPLES 64
+
+/* wte transposed, (C, V), from ws's copy when it is this model's, else made now. A copy is
+ * recognised by the model's address, its wte pointer and sizes, and LM_HEAD_SAMPLES entries
+ * spread over wte (bitwise): a freed model whose successor reuses the address and its weight
+ * memory is caught by the sample. Models are read-only after creation (tlm.h); one changed
+ * in place needs a fresh workspace. NULL when out of memory. */
+static const float *lm_head_for(tlm_workspace *ws, const tlm_model *m)
+{
+    const int V = m->cfg.vocab_size, C = m->cfg.n_embd;
+    const size_t n = (size_t)V * C;
+    if (ws->wte_t && ws->wte_t_model == m && ws->wte_t_src == m->wte && ws->wte_t_V == V &&
+        ws->wte_t_C == C) {
+        int same = 1;
+        for (uint32_t s = 0; s < LM_HEAD_SAMPLES && same; s++) {
+            /* s = 0 and 1: the first and the last entry; then a scatter */
+            uint32_t v = s == 0 ? 0 : s == 1 ? (uint32_t)V - 1 : (s * 2654435761u) % (uint32_t)V;
+            uint32_t k = s == 0 ? 0 : s == 1 ? (uint32_t)C - 1 : (s * 40503u + 7u) % (uint32_t)C;
+            same =
+                !memcmp(&m->wte[(size_t)v * C + k], &ws->wte_t[(size_t)k * V + v], sizeof(float));
+        }
+        if (same) return ws->wte_t;
     }
+    if (n > ws->cap_wte_t) {
+        free(ws->wte_t);
+        ws->wte_t = malloc(n * sizeof(float));
+        ws->cap_wte_t = ws->wte_t ? n : 0;
+        if (!ws->wte_t) return NULL;
+    }
+    tlm_transpose(ws->wte_t, m->wte, V, C);
+    ws->wte_t_model = m;
+    ws->wte_t_src = m->wte;
+    ws->wte_t_V = V;
+    ws->wte_t_C = C;
+    return ws->wte_t;
 }
 
 /* Fixed-order reductions. Eight interleaved partial sums (lane j takes i = j mod 8),
@@ -362,13 +405,12 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
     if (rc) return rc;
     if (!ws) return tlm_err_set(err, TLM_EINVAL, "workspace", "no workspace given");
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, NH = m->cfg.n_head, T = m->cfg.n_ctx;
-    const size_t Rp = tlm__round_up(R, TLM_ROW_TILE), Rlp = tlm__round_up(Rl ? Rl : 1, TLM_ROW_TILE);
     const int nthr = omp_get_max_threads();
     const size_t pm = ws->par_min;
 
-    /* One buffer: x, h, att, tmp (Rp, C); qkv (Rp, 3C); fc (Rp, 4C); lm_in (Rlp, C);
-     * lm_out (Rlp, V); attention scratch (threads, T). */
-    size_t need = Rp * (size_t)C * 11 + Rlp * (size_t)C + Rlp * (size_t)V + (size_t)nthr * T;
+    /* One buffer: x, h, att, tmp (R, C); qkv (R, 3C); fc (R, 4C); lm_in (Rl, C);
+     * lm_out (Rl, V); attention scratch (threads, T). */
+    size_t need = R * (size_t)C * 11 + Rl * (size_t)C + Rl * (size_t)V + (size_t)nthr * T;
     if (need > ws->cap_floats) {
         free(ws->buf);
         ws->buf = malloc(need * sizeof(float));
@@ -383,15 +425,18 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
         ws->cap_rows_meta = (ws->row_seq && ws->row_pos) ? R : 0;
         if (!ws->cap_rows_meta) return tlm_err_set(err, TLM_ENOMEM, "workspace", "out of memory");
     }
-    float *x = ws->buf;                /* (Rp, C) residual stream */
-    float *h = x + Rp * C;             /* (Rp, C) LayerNorm output */
-    float *att = h + Rp * C;           /* (Rp, C) attention output */
-    float *tmp = att + Rp * C;         /* (Rp, C) projection output */
-    float *qkv = tmp + Rp * C;         /* (Rp, 3C) */
-    float *fc = qkv + Rp * 3 * C;      /* (Rp, 4C) */
-    float *lm_in = fc + Rp * 4 * C;    /* (Rlp, C) */
-    float *lm_out = lm_in + Rlp * C;   /* (Rlp, V) */
-    float *scratch = lm_out + Rlp * V; /* (nthr, T) */
+    /* Made before any cache changes, so running out of memory leaves them untouched. */
+    const float *wte_t = Rl ? lm_head_for(ws, m) : NULL;
+    if (Rl && !wte_t) return tlm_err_set(err, TLM_ENOMEM, "workspace", "out of memory");
+    float *x = ws->buf;               /* (R, C) residual stream */
+    float *h = x + R * C;             /* (R, C) LayerNorm output */
+    float *att = h + R * C;           /* (R, C) attention output */
+    float *tmp = att + R * C;         /* (R, C) projection output */
+    float *qkv = tmp + R * C;         /* (R, 3C) */
+    float *fc = qkv + R * 3 * C;      /* (R, 4C) */
+    float *lm_in = fc + R * 4 * C;    /* (Rl, C) */
+    float *lm_out = lm_in + Rl * C;   /* (Rl, V) */
+    float *scratch = lm_out + Rl * V; /* (nthr, T) */
     int *row_seq = ws->row_seq, *row_pos = ws->row_pos;
 
     /* Embeddings: x[r] = wte[token] + wpe[position]. */
@@ -410,13 +455,12 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
         for (int c = 0; c < C; c++)
             o[c] = te[c] + pe[c];
     }
-    memset(x + R * C, 0, (Rp - R) * C * sizeof(float));
-    memset(att + R * C, 0, (Rp - R) * C * sizeof(float));
 
+    const int Ri = (int)R;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const tlm_layer *ly = &m->layers[l];
-        layernorm_forward(h, x, ly->ln1_w, ly->ln1_b, (int)Rp, C, pm);
-        matmul_forward(qkv, h, ly->qkv_w, ly->qkv_b, (int)Rp, C, 3 * C, 0, pm);
+        layernorm_forward(h, x, ly->ln1_w, ly->ln1_b, Ri, C, pm);
+        matmul_forward(qkv, h, ly->qkv_w, ly->qkv_b, Ri, C, 3 * C, pm);
         /* Append this layer's k and v of every new row to its cache first, so attention
          * of a later row of the same sequence sees them. */
 #pragma omp parallel for schedule(static) if (R * C >= pm)
@@ -426,14 +470,14 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
             memcpy(kv->k + off, qkv + i * 3 * C + C, (size_t)C * sizeof(float));
             memcpy(kv->v + off, qkv + i * 3 * C + 2 * C, (size_t)C * sizeof(float));
         }
-        attention_forward(att, qkv, seqs, row_seq, row_pos, (int)R, l, C, NH, scratch, T, pm);
-        matmul_forward(tmp, att, ly->attn_proj_w, ly->attn_proj_b, (int)Rp, C, C, 0, pm);
-        residual_forward(x, tmp, Rp * C, pm);
-        layernorm_forward(h, x, ly->ln2_w, ly->ln2_b, (int)Rp, C, pm);
-        matmul_forward(fc, h, ly->fc_w, ly->fc_b, (int)Rp, C, 4 * C, 0, pm);
-        gelu_forward(fc, Rp * 4 * C, pm);
-        matmul_forward(tmp, fc, ly->fc_proj_w, ly->fc_proj_b, (int)Rp, 4 * C, C, 0, pm);
-        residual_forward(x, tmp, Rp * C, pm);
+        attention_forward(att, qkv, seqs, row_seq, row_pos, Ri, l, C, NH, scratch, T, pm);
+        matmul_forward(tmp, att, ly->attn_proj_w, ly->attn_proj_b, Ri, C, C, pm);
+        residual_forward(x, tmp, R * C, pm);
+        layernorm_forward(h, x, ly->ln2_w, ly->ln2_b, Ri, C, pm);
+        matmul_forward(fc, h, ly->fc_w, ly->fc_b, Ri, C, 4 * C, pm);
+        gelu_forward(fc, R * 4 * C, pm);
+        matmul_forward(tmp, fc, ly->fc_proj_w, ly->fc_proj_b, Ri, 4 * C, C, pm);
+        residual_forward(x, tmp, R * C, pm);
     }
 
     for (int s = 0; s < n_seqs; s++)
@@ -452,9 +496,8 @@ int tlm_forward_batch(const tlm_model *m, tlm_workspace *ws, const tlm_seq *seqs
         }
         r += (size_t)q->n_tokens;
     }
-    memset(lm_in + Rl * C, 0, (Rlp - Rl) * C * sizeof(float));
-    layernorm_forward(lm_in, lm_in, m->lnf_w, m->lnf_b, (int)Rlp, C, pm);
-    matmul_forward(lm_out, lm_in, m->wte, NULL, (int)Rlp, C, V, 1, pm);
+    layernorm_forward(lm_in, lm_in, m->lnf_w, m->lnf_b, (int)Rl, C, pm);
+    matmul_forward(lm_out, lm_in, wte_t, NULL, (int)Rl, C, V, pm);
     lr = 0;
     for (int s = 0; s < n_seqs; s++) {
         const tlm_seq *q = &seqs[s];

@@ -20,13 +20,21 @@
  *    sequence (or for all of them on request).
  *  - Batch invariance (what makes batched decoding give the same tokens as one at a time):
  *    the result for a row is bitwise independent of which other rows share the call and of
- *    how a sequence's tokens were split across calls. Matrix products go to OpenBLAS in
- *    fixed-shape row tiles of TLM_ROW_TILE rows (the last tile zero-padded), so every sgemm
- *    call has the same shape whatever the batch and each output element is computed by the
- *    same kernel path; everything else (LayerNorm, attention, GELU, bias, residual) is
- *    plain C where one thread computes a whole row in a fixed order. The guarantee is
- *    within one process setup: another OpenBLAS kernel (another CPU, OPENBLAS_CORETYPE)
- *    may change logits in the last bits, so a near-tie could go the other way there.
+ *    how a sequence's tokens were split across calls. Matrix products are our own
+ *    (compiler/tlm/gemm.c, contract in internal.h): each output element is one sequential
+ *    chain of fused multiply-adds over the inner dimension, plus the bias once, so its bits
+ *    depend on nothing but its row, its column of weights and its bias, whatever the batch,
+ *    the register tile, the thread or the instruction set (AVX-512, AVX2 and the scalar
+ *    path agree bitwise). Everything else (LayerNorm, attention, GELU, residual) is plain C
+ *    where one thread computes a whole row in a fixed order, built without -ffast-math. So
+ *    the guarantee holds by construction on every host, 1 or many threads, and the logits
+ *    themselves are the same bits on every host and ISA for the same weights and the same
+ *    build and libm (expf is libm's, and not exactly rounded; TLM_GEMM_ISA=scalar | avx2 |
+ *    avx512 forces a product path: it changes speed only).
+ *  - A tlm_workspace keeps a transposed copy of the lm head (wte) of the last model it ran,
+ *    recognised by the model's address, its wte pointer and a sample of wte: a model whose
+ *    weights changed in place (against "read-only after creation" below) needs a new
+ *    workspace.
  *  - The decoder owns a set of request slots. tlm_decoder_add admits a request (prompt,
  *    mask callback, max_new_tokens, beam width); tlm_decoder_step runs one forward over
  *    every active beam of every request (new requests get their prompt prefilled in that
@@ -37,8 +45,7 @@
  *    through the model (with the next step's tokens) so the KV cache stays complete.
  *  - Threads: a tlm_model is read-only after creation and may be shared. A tlm_kv,
  *    tlm_workspace or tlm_decoder belongs to one thread at a time (the decoder thread);
- *    mask callbacks run on that thread. Inside a call, OpenMP and OpenBLAS use their own
- *    worker threads.
+ *    mask callbacks run on that thread. Inside a call, OpenMP uses its own worker threads.
  */
 #ifndef TLM_TLM_H
 #define TLM_TLM_H
@@ -60,13 +67,6 @@
 #define TLM_MAX_VOCAB (1 << 20)
 #define TLM_MAX_CTX 65536
 #define TLM_MAX_PARAMS (UINT64_C(1) << 31) /* 8 GiB of float32 */
-
-/* Rows per sgemm call; see "Batch invariance" above. A multiple of OpenBLAS's sgemm
- * M-unrolls, so no row falls into an edge kernel. The size is a trade: one 10M-model layer's
- * products (C = 256, one thread, this machine's Cooperlake kernels) cost 158 us for one row
- * unpadded, 621 us as one 16-row tile, and for 64 rows 2486 us in 16-row tiles against
- * 1911 us as one call; 8-row tiles would cost 424 us and 3391 us. */
-#define TLM_ROW_TILE 16
 
 #define TLM_MAX_BEAM 64
 
@@ -144,9 +144,9 @@ void tlm_kv_free(tlm_kv *kv);
 typedef struct tlm_workspace tlm_workspace;
 tlm_workspace *tlm_workspace_new(void);
 void tlm_workspace_free(tlm_workspace *ws);
-/* Loops with less work than this (floats touched, or multiply-adds) stay on the calling
- * thread; the default suits a busy 2-core machine (see forward.c); 0 makes every loop an
- * OpenMP region. Results never depend on it. */
+/* Loops with less work than this (floats touched, or multiply-adds; matrix products count
+ * 32 multiply-adds as one) stay on the calling thread; the default suits a busy 2-core
+ * machine (see forward.c); 0 makes every loop an OpenMP region. Results never depend on it. */
 void tlm_workspace_set_parallel_min(tlm_workspace *ws, size_t work);
 
 typedef struct tlm_seq {

@@ -1,7 +1,9 @@
 /* Tests for compiler/tlm/forward.c: logits against an independent numpy GPT-2
  * (tests/compiler/tlm/gpt2_ref.py, run with Debian's /usr/bin/python3), KV-cached
- * incremental forward against full recomputation, batch invariance (bitwise), and
- * refusals that leave the caches untouched. */
+ * incremental forward against full recomputation and batch invariance (bitwise), each under
+ * every matrix-product path this CPU runs (scalar, AVX2, AVX-512: an AVX-512 host tests the
+ * AVX2 path too), logits bitwise equal across those paths, a workspace reused across models,
+ * and refusals that leave the caches untouched. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compiler/tlm/internal.h"
 #include "compiler/tlm/tlm.h"
 
 #define PY "/usr/bin/python3"
@@ -149,7 +152,33 @@ Test(forward, matches_numpy_reference)
     cr_assert_eq(system(rm), 0);
 }
 
-Test(forward, incremental_equals_full_recompute)
+/* Selects a matrix-product path for the rest of the test, or skips the test. */
+static void use_isa(tlm_gemm_isa_t isa)
+{
+    if (!tlm_gemm_isa_supported(isa))
+        cr_skip_test("this CPU cannot run the %s path", tlm_gemm_isa_name(isa));
+    cr_assert_eq(tlm_gemm_set_isa(isa), 0);
+}
+
+/* One test per path for a body: NAME_scalar, NAME_avx2, NAME_avx512. */
+#define TEST_EACH_ISA(NAME)                                                                        \
+    Test(forward, NAME##_scalar)                                                                   \
+    {                                                                                              \
+        use_isa(TLM_GEMM_SCALAR);                                                                  \
+        NAME();                                                                                    \
+    }                                                                                              \
+    Test(forward, NAME##_avx2)                                                                     \
+    {                                                                                              \
+        use_isa(TLM_GEMM_AVX2);                                                                    \
+        NAME();                                                                                    \
+    }                                                                                              \
+    Test(forward, NAME##_avx512)                                                                   \
+    {                                                                                              \
+        use_isa(TLM_GEMM_AVX512);                                                                  \
+        NAME();                                                                                    \
+    }
+
+static void incremental_equals_full_recompute(void)
 {
     tlm_model *m = test_model(5);
     tlm_workspace *ws = tlm_workspace_new();
@@ -210,10 +239,11 @@ Test(forward, incremental_equals_full_recompute)
     tlm_workspace_free(ws);
     tlm_model_free(m);
 }
+TEST_EACH_ISA(incremental_equals_full_recompute)
 
 /* Each sequence alone, then all of them in one call, in two orders and with different
- * chunking: the logits must be bitwise identical (row tiles crossed in every way). */
-Test(forward, batch_invariant_bitwise)
+ * chunking: the logits must be bitwise identical (register tiles crossed in every way). */
+static void batch_invariant_bitwise(void)
 {
     tlm_model *m = test_model(9);
     tlm_workspace *ws = tlm_workspace_new();
@@ -260,6 +290,101 @@ Test(forward, batch_invariant_bitwise)
     }
     tlm_workspace_free(ws);
     tlm_model_free(m);
+}
+TEST_EACH_ISA(batch_invariant_bitwise)
+
+/* A mixed batch (prefill and decode rows, all logits) under each path the CPU runs: the
+ * logits and the caches are the same bits on every path, so hosts with different vector
+ * units decode the same tokens. */
+Test(forward, logits_identical_across_isas)
+{
+    tlm_model *m = test_model(12);
+    const int V = CFG.vocab_size;
+    enum { NS = 4 };
+    int n[NS] = {1, 23, 2, 40};
+    static int32_t tok[NS][64];
+    static float out[3][NS][64 * 97];
+    static float kcache[3][NS][2 * 64 * 64];
+    for (int s = 0; s < NS; s++)
+        random_tokens(tok[s], n[s], V);
+    const tlm_gemm_isa_t isas[3] = {TLM_GEMM_SCALAR, TLM_GEMM_AVX2, TLM_GEMM_AVX512};
+    int ran[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        if (!tlm_gemm_isa_supported(isas[i])) continue;
+        cr_assert_eq(tlm_gemm_set_isa(isas[i]), 0);
+        tlm_workspace *ws = tlm_workspace_new();
+        tlm_kv *kv[NS];
+        tlm_seq seqs[NS];
+        for (int s = 0; s < NS; s++) {
+            kv[s] = kv_new(m, 0);
+            if (s == 2) forward1(m, ws, kv[s], tok[s] + 40, 10, NULL, 0); /* a prefix first */
+            seqs[s] = (tlm_seq){kv[s], tok[s], n[s], out[i][s], 1};
+        }
+        tlm_error err = {0};
+        cr_assert_eq(tlm_forward_batch(m, ws, seqs, NS, &err), 0, "%s", err.msg);
+        for (int s = 0; s < NS; s++) {
+            memcpy(kcache[i][s], kv[s]->k, sizeof(float) * (size_t)kv[s]->len * CFG.n_embd);
+            tlm_kv_free(kv[s]);
+        }
+        tlm_workspace_free(ws);
+        ran[i] = 1;
+    }
+    cr_assert(ran[0], "the scalar path always runs");
+    for (int i = 1; i < 3; i++) {
+        if (!ran[i]) continue;
+        cr_assert_eq(memcmp(out[i], out[0], sizeof out[0]), 0, "%s logits differ from scalar",
+                     tlm_gemm_isa_name(isas[i]));
+        cr_assert_eq(memcmp(kcache[i], kcache[0], sizeof kcache[0]), 0,
+                     "%s keys differ from scalar", tlm_gemm_isa_name(isas[i]));
+    }
+    if (ran[1] && ran[2])
+        cr_assert_eq(memcmp(out[1], out[2], sizeof out[1]), 0, "avx2 and avx512 logits differ");
+    /* not vacuous: the logits vary */
+    cr_assert_neq(memcmp(out[0][0], out[0][1], sizeof(float) * V), 0);
+    tlm_model_free(m);
+}
+
+/* A workspace keeps the lm head of the last model it ran. Another model (including one that
+ * reuses the freed model's memory) must get its own: logits equal a fresh workspace's. */
+Test(forward, workspace_reused_across_models)
+{
+    const int V = CFG.vocab_size;
+    int32_t tok[6] = {1, 5, 9, 2, 60, 7};
+    float a[97], b[97];
+    tlm_workspace *ws = tlm_workspace_new();
+    for (uint64_t seed = 20; seed < 26; seed++) {
+        tlm_model *m = test_model(seed);
+        tlm_workspace *fresh = tlm_workspace_new();
+        tlm_kv *k1 = kv_new(m, 0), *k2 = kv_new(m, 0);
+        forward1(m, ws, k1, tok, 6, a, 0);
+        forward1(m, fresh, k2, tok, 6, b, 0);
+        cr_assert_eq(memcmp(a, b, sizeof(float) * V), 0, "seed %d: stale lm head", (int)seed);
+        /* and the cached copy serves the next call of the same model */
+        forward1(m, ws, k1, tok, 1, a, 0);
+        forward1(m, fresh, k2, tok, 1, b, 0);
+        cr_assert_eq(memcmp(a, b, sizeof(float) * V), 0);
+        tlm_kv_free(k1);
+        tlm_kv_free(k2);
+        tlm_workspace_free(fresh);
+        tlm_model_free(m); /* the next model may land at the same addresses */
+    }
+    /* What a successor at the same addresses looks like (the sanitizer's allocator never
+     * reuses them quickly): same model and weight pointers, other weights. */
+    tlm_model *m = test_model(30), *other = test_model(31);
+    tlm_kv *k1 = kv_new(m, 0), *k2 = kv_new(m, 0);
+    forward1(m, ws, k1, tok, 6, a, 0);
+    memcpy(m->params, other->params, sizeof(float) * m->n_params);
+    tlm_workspace *fresh = tlm_workspace_new();
+    tlm_kv_reset(k1);
+    forward1(m, ws, k1, tok, 6, a, 0);
+    forward1(m, fresh, k2, tok, 6, b, 0);
+    cr_assert_eq(memcmp(a, b, sizeof(float) * V), 0, "stale lm head at a reused address");
+    tlm_kv_free(k1);
+    tlm_kv_free(k2);
+    tlm_workspace_free(fresh);
+    tlm_model_free(m);
+    tlm_model_free(other);
+    tlm_workspace_free(ws);
 }
 
 /* The same batch with every loop an OpenMP region (and OpenMP's threads racing for rows)
