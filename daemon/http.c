@@ -10,52 +10,66 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
 #include "daemon/tlmd.h"
 #include "proto/error.h"
 
-static void mhd_rearm(void);
+struct http_server {
+    const tlmd_env *env;
+    metrics *m;
+    http_handlers hd;
+    struct MHD_Daemon *mhd;
+    int listen_fd_activated; /* from systemd, -1 if none */
+    int port;
+    uv_poll_t mhd_poll;
+    uv_timer_t mhd_timer;
+    bool in_mhd, need_kick;
+    http_req *reqs; /* live requests (to resume them all at shutdown) */
+};
 
-static void run_mhd(void)
+static void mhd_rearm(http_server *h);
+
+static void run_mhd(http_server *h)
 {
-    if (!g_srv.mhd) return;
-    g_srv.in_mhd = true;
+    if (!h->mhd) return;
+    h->in_mhd = true;
     do {
-        g_srv.need_kick = false;
-        MHD_run(g_srv.mhd);
-    } while (g_srv.need_kick && g_srv.mhd);
-    g_srv.in_mhd = false;
-    mhd_rearm();
+        h->need_kick = false;
+        MHD_run(h->mhd);
+    } while (h->need_kick && h->mhd);
+    h->in_mhd = false;
+    mhd_rearm(h);
 }
 
-void srv_kick(void)
+void http_kick(http_server *h)
 {
-    if (g_srv.in_mhd) {
-        g_srv.need_kick = true; /* inside an MHD callback: run again when it returns */
+    if (h->in_mhd) {
+        h->need_kick = true; /* inside an MHD callback: run again when it returns */
         return;
     }
-    run_mhd();
+    run_mhd(h);
 }
 
 static void on_mhd_timer(uv_timer_t *t)
 {
-    run_mhd();
+    run_mhd(t->data);
 }
 static void on_mhd_poll(uv_poll_t *p, int status, int events)
 {
-    run_mhd();
+    run_mhd(p->data);
 }
 
-static void mhd_rearm(void)
+static void mhd_rearm(http_server *h)
 {
-    if (!g_srv.mhd) return;
+    if (!h->mhd) return;
     MHD_UNSIGNED_LONG_LONG to = 0;
-    if (MHD_get_timeout(g_srv.mhd, &to) == MHD_YES)
-        uv_timer_start(&g_srv.mhd_timer, on_mhd_timer, to, 0);
+    if (MHD_get_timeout(h->mhd, &to) == MHD_YES)
+        uv_timer_start(&h->mhd_timer, on_mhd_timer, to, 0);
     else
-        uv_timer_stop(&g_srv.mhd_timer);
+        uv_timer_stop(&h->mhd_timer);
 }
 
 /* ---- responses ---- */
@@ -68,7 +82,7 @@ static void set_response(http_req *r, int status, struct MHD_Response *resp)
     if (r->suspended) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
-        srv_kick();
+        http_kick(r->srv);
     }
 }
 
@@ -180,7 +194,7 @@ void http_stream_line(http_req *r, json_t *event)
     if (r->suspended && r->resp == NULL) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
-        srv_kick();
+        http_kick(r->srv);
     }
 }
 
@@ -190,7 +204,7 @@ void http_stream_end(http_req *r)
     if (r->suspended && r->resp == NULL) {
         r->suspended = false;
         MHD_resume_connection(r->conn);
-        srv_kick();
+        http_kick(r->srv);
     }
 }
 
@@ -200,7 +214,7 @@ static enum MHD_Result queue(http_req *r)
 {
     struct MHD_Response *resp = r->resp;
     r->resp = NULL;
-    metrics_request(r->route, r->status);
+    metrics_request(r->srv->m, r->route, r->status);
     tlmd_log(LOG_DEBUG, "http", "method=%s url=\"%.200s\" status=%d", r->method, r->url, r->status);
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -211,19 +225,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
 {
+    http_server *h = cls;
     http_req *r = *con_cls;
     if (!r) {
         r = calloc(1, sizeof *r);
         if (!r) return MHD_NO;
+        r->srv = h;
         r->conn = conn;
         r->url = strdup(url);
         snprintf(r->method, sizeof r->method, "%s", method);
-        r->next = g_srv.reqs;
-        if (g_srv.reqs) g_srv.reqs->prev = r;
-        g_srv.reqs = r;
+        r->next = h->reqs;
+        if (h->reqs) h->reqs->prev = r;
+        h->reqs = r;
         *con_cls = r;
         if (!r->url) return MHD_NO;
-        routes_begin(r);
+        h->hd.begin(h->hd.arg, r);
         /* Only a 100-continue client has not sent its body yet; anyone else is answered
          * after the body was read, so the answer is not lost to a reset connection. */
         if (r->pending_status) {
@@ -238,7 +254,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_size) {
         if (!r->pending_status && !r->too_large) {
-            if (r->len + *upload_size > g_srv.cfg.max_body) {
+            if (r->len + *upload_size > h->env->cfg.max_body) {
                 r->too_large = true;
                 free(r->body);
                 r->body = NULL;
@@ -246,7 +262,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             } else {
                 if (r->len + *upload_size + 1 > r->cap) {
                     size_t cap = (r->len + *upload_size + 1) * 2;
-                    if (cap > g_srv.cfg.max_body + 1) cap = g_srv.cfg.max_body + 1;
+                    if (cap > h->env->cfg.max_body + 1) cap = h->env->cfg.max_body + 1;
                     char *p = realloc(r->body, cap);
                     if (!p) return MHD_NO;
                     r->body = p;
@@ -268,10 +284,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->pending_body = NULL;
     } else if (r->too_large) {
         char msg[128];
-        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", g_srv.cfg.max_body);
+        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes",
+                 h->env->cfg.max_body);
         http_reply_error(r, 413, PROTO_CODE_BODY_TOO_LARGE, msg, "");
     } else {
-        routes_dispatch(r);
+        h->hd.dispatch(h->hd.arg, r);
     }
     if (r->resp) return queue(r);
     return MHD_YES;
@@ -280,6 +297,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    http_server *h = cls;
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
@@ -287,7 +305,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->prev)
         r->prev->next = r->next;
     else
-        g_srv.reqs = r->next;
+        h->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
     if (r->resp) MHD_destroy_response(r->resp);
     json_decref(r->pending_body);
@@ -307,9 +325,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     tlmd_log(LOG_DEBUG, "mhd", "detail=\"%s\"", msg);
 }
 
-void http_fail_all(void)
+void http_fail_all(http_server *h)
 {
-    for (http_req *r = g_srv.reqs; r; r = r->next) {
+    for (http_req *r = h->reqs; r; r = r->next) {
         if (r->detach) r->detach(r);
         if (r->streaming) {
             if (!r->stream_end) {
@@ -323,62 +341,99 @@ void http_fail_all(void)
     }
 }
 
-unsigned http_connections(void)
+unsigned http_connections(const http_server *h)
 {
-    if (!g_srv.mhd) return 0;
+    if (!h || !h->mhd) return 0;
     const union MHD_DaemonInfo *i =
-        MHD_get_daemon_info(g_srv.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     return i ? i->num_connections : 0;
 }
 
-int http_start(tlmd_server *s, tlm_error *err)
+http_server *http_new(const tlmd_env *env, metrics *m)
 {
+    http_server *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    h->env = env;
+    h->m = m;
+    h->listen_fd_activated = -1;
+    h->port = env->cfg.port;
+    return h;
+}
+
+int http_port(const http_server *h)
+{
+    return h->port;
+}
+
+bool http_socket_activated(const http_server *h)
+{
+    return h->listen_fd_activated >= 0;
+}
+
+void http_quiesce(http_server *h)
+{
+    if (!h || !h->mhd) return;
+    MHD_socket fd = MHD_quiesce_daemon(h->mhd); /* stop accepting */
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void http_free(http_server *h)
+{
+    free(h);
+}
+
+int http_start(http_server *s, const http_handlers *hd, tlm_error *err)
+{
+    s->hd = *hd;
+    const tlmd_config *cfg = &s->env->cfg;
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)s->cfg.port);
+    sa.sin_port = htons((uint16_t)cfg->port);
     int n = sd_listen_fds(1);
     if (n >= 1) {
         s->listen_fd_activated = SD_LISTEN_FDS_START;
-    } else if (inet_pton(AF_INET, s->cfg.listen_addr, &sa.sin_addr) != 1) {
+    } else if (inet_pton(AF_INET, cfg->listen_addr, &sa.sin_addr) != 1) {
         return tlm_err_set(err, TLM_EINVAL, "listen",
                            "\"%s\" is not an IPv4 address (e.g. 127.0.0.1 or 0.0.0.0)",
-                           s->cfg.listen_addr);
+                           cfg->listen_addr);
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (s->listen_fd_activated >= 0)
-        s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
-                                  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                                  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd_activated,
-                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+        s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                  mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+                                  (MHD_socket)s->listen_fd_activated, MHD_OPTION_NOTIFY_COMPLETED,
+                                  on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                  MHD_OPTION_END);
     else
-        s->mhd = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, NULL,
+        s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
                                   (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-                                  NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                  s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                                   MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256, MHD_OPTION_END);
     if (!s->mhd)
         return tlm_err_set(err, TLM_EIO, "listen", "cannot listen on %s:%d (in use?)",
-                           s->cfg.listen_addr, s->cfg.port);
+                           cfg->listen_addr, cfg->port);
     const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    if (pi && pi->port) s->cfg.port = pi->port;
+    s->port = pi && pi->port ? pi->port : cfg->port;
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei) {
         MHD_stop_daemon(s->mhd);
         s->mhd = NULL;
         return tlm_err_set(err, TLM_EIO, "", "libmicrohttpd has no epoll fd");
     }
-    uv_poll_init(s->loop, &s->mhd_poll, ei->epoll_fd);
+    uv_poll_init(s->env->loop, &s->mhd_poll, ei->epoll_fd);
+    s->mhd_poll.data = s;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
-    uv_timer_init(s->loop, &s->mhd_timer);
-    run_mhd();
+    uv_timer_init(s->env->loop, &s->mhd_timer);
+    s->mhd_timer.data = s;
+    run_mhd(s);
     return 0;
 }
 
 static void noop_close(uv_handle_t *h) {}
 
-void http_stop(tlmd_server *s)
+void http_stop(http_server *s)
 {
     if (!s->mhd) return;
     /* MHD must not be stopped with suspended connections: resume them all first. */

@@ -1,20 +1,24 @@
 /* jobs.c — compile jobs: one kernel task per workload, single flight per cache key, the pool
- * work (store lookup, codegen + compile + optional measurement, store insert), the decoder
- * hand-off, deadlines, answers and NDJSON events.
+ * work (store lookup, the pipeline, store inserts), the decoder hand-off, deadlines, answers
+ * and NDJSON events.
  *
- * A flight is the compilation of one cache key; every kernel task that wants that key while
- * it is in flight joins it instead of starting another (single flight). Life of a flight:
- *   loop: created ─► pool: store_kernel_get (+ build subgraph and space on a miss)
- *   ─► hit: done │ miss: decoder thread (batched, grammar-masked) ─► loop ─► pool: drv_build
- *   per candidate, measure (topk on this CPU), store_kernel_put ─► loop: every waiter done.
+ * A flight is the compilation of one cache key: one pl_job of the pipeline
+ * (compiler/driver/pipeline.h); every kernel task that wants that key while it is in flight
+ * joins it instead of starting another (single flight). Life of a flight:
+ *   loop: created ─► pool: store_kernel_get, on a miss pl_prepare
+ *   ─► hit: done │ miss with pl_decode_count > 0: decoder thread (batched, grammar-masked)
+ *   ─► loop ─► pool: pl_add_candidate each, pl_finish (build, measure where the policy says,
+ *   choose), store_kernel_put with its schedule source, every stored-worthy pl_record to
+ *   store_measurement_add ─► loop: every waiter done.
  * Jobs and flights are loop-thread objects; the pool and decoder only touch a flight's own
- * fields while it is handed to them. */
+ * fields while it is handed to them (the pl_job belongs to one thread at a time). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/driver/driver.h"
+#include "compiler/driver/pipeline.h"
 #include "compiler/lang/lang.h"
 #include "daemon/tlmd.h"
 #include "proto/error.h"
@@ -40,16 +44,18 @@ typedef struct ktask {
 } ktask;
 
 typedef struct job {
+    struct jobs *js;
     char id[24];
     int refs;
     http_req *req;
     job_params p;
     char target_hash[65];
-    char options[64];
+    char options[192];
+    char model_id[65]; /* the cache key's model part: the served model's id, or "none" */
     int n_done, n_hit, n_miss;
     job_state state;
     double t_start, t_end, created_wall;
-    double decode_s, codegen_s, compile_s;
+    double decode_s, codegen_s, compile_s, measure_s;
     uv_timer_t deadline;
     bool timer_open;
     ktask *kt;
@@ -59,32 +65,58 @@ typedef struct job {
 } job;
 
 typedef struct flight {
+    struct jobs *js;
     char key[65];
     ktask *waiters;
     target tgt;
     ir_workload wl;
-    char canon[1024], whash[65], target_hash[65], toolchain[768];
-    tlmd_mode mode;
-    int k;
-    ir_subgraph *g;
-    space *sp;
+    char canon[1024], whash[65], target_hash[65], toolchain[768], model_id[65];
+    pl_opts opts;
+    pl_job pj; /* the pipeline's job (a miss) */
     int rc;
     tlm_error err;
     bool hit;
     store_kernel sk; /* the kernel (hit: from the store; miss: what was inserted) */
     dec_item dec;
-    const char *selection;
-    double t_start, decode_s, codegen_s, compile_s;
+    const char *selection; /* pj.selection of a miss (static) */
+    int n_records;         /* measurement records stored */
+    double t_start, t_looked_up, decode_s, codegen_s, compile_s, measure_s;
     uv_work_t w;
     struct flight *next;
 } flight;
 
-static flight *flights;
-static int n_flights;
+struct jobs {
+    const tlmd_env *env;
+    dec *d; /* NULL when no model is served */
+    metrics *m;
+    http_server *h;
+    flight *flights; /* in flight, one per cache key */
+    int n_flights;
+    job *list; /* recent jobs, newest first */
+    int n_jobs;
+    uint64_t next_job_id;
+    int in_flight; /* jobs running */
+};
 
-int jobs_flights_in_flight(void)
+jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h)
 {
-    return n_flights;
+    jobs *js = calloc(1, sizeof *js);
+    if (!js) return NULL;
+    js->env = env;
+    js->d = d;
+    js->m = m;
+    js->h = h;
+    return js;
+}
+
+int jobs_flights_in_flight(const jobs *js)
+{
+    return js ? js->n_flights : 0;
+}
+
+int jobs_in_flight(const jobs *js)
+{
+    return js ? js->in_flight : 0;
 }
 
 /* ---- jobs: references and lifetime ---- */
@@ -140,11 +172,12 @@ static void job_detach(http_req *r)
 static void jobs_remember(job *j)
 {
     j->refs++;
-    j->next = g_srv.jobs;
-    g_srv.jobs = j;
-    g_srv.n_jobs++;
-    if (g_srv.n_jobs <= JOBS_KEPT) return;
-    job **pp = &g_srv.jobs;
+    jobs *js = j->js;
+    j->next = js->list;
+    js->list = j;
+    js->n_jobs++;
+    if (js->n_jobs <= JOBS_KEPT) return;
+    job **pp = &js->list;
     int n = 0;
     while (*pp && n < JOBS_KEPT) {
         /* never forget a running job */
@@ -158,14 +191,14 @@ static void jobs_remember(job *j)
             continue;
         }
         *pp = old->next;
-        g_srv.n_jobs--;
+        js->n_jobs--;
         job_unref(old);
     }
 }
 
-static job *job_find(const char *id)
+static job *job_find(jobs *js, const char *id)
 {
-    for (job *j = g_srv.jobs; j; j = j->next)
+    for (job *j = js->list; j; j = j->next)
         if (!strcmp(j->id, id)) return j;
     return NULL;
 }
@@ -177,10 +210,11 @@ static json_t *job_stats(job *j)
     double end = j->state == JOB_RUNNING ? tlmd_now() : j->t_end;
     /* "subgraphs" and "seconds" repeat "kernels" and "wall_s" under the names of a network's
      * summary (subgraphs, hits, misses, seconds), so clients read one shape for every kind */
-    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "kernels", j->p.n,
-                          "subgraphs", j->p.n, "hits", j->n_hit, "misses", j->n_miss, "wall_s",
-                          end - j->t_start, "seconds", end - j->t_start, "decode_s", j->decode_s,
-                          "codegen_s", j->codegen_s, "compile_s", j->compile_s);
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "kernels", j->p.n,
+                  "subgraphs", j->p.n, "hits", j->n_hit, "misses", j->n_miss, "wall_s",
+                  end - j->t_start, "seconds", end - j->t_start, "decode_s", j->decode_s,
+                  "codegen_s", j->codegen_s, "compile_s", j->compile_s, "measure_s", j->measure_s);
     json_t *launches = json_object_get(j->p.model, "launches");
     if (o && launches) json_object_set(o, "launches", launches);
     return o;
@@ -199,16 +233,16 @@ static void job_finish(job *j, job_state st, const tlm_error *err, int status)
     if (j->state != JOB_RUNNING) return;
     j->state = st;
     j->t_end = tlmd_now();
-    g_srv.jobs_in_flight--;
+    j->js->in_flight--;
     if (j->timer_open) uv_timer_stop(&j->deadline);
     http_req *r = j->req;
     if (st == JOB_DONE) {
         json_t *ks = json_array();
         for (int i = 0; i < j->p.n; i++)
             json_array_append(ks, j->kt[i].kernel);
-        j->answer = json_pack("{s:s, s:o, s:o, s:o, s:s}", "job", j->id, "target", target_obj(j),
-                              "kernels", ks, "stats", job_stats(j), "mode",
-                              j->p.mode == MODE_TOPK ? "topk" : "generate");
+        j->answer = json_pack("{s:s, s:o, s:o, s:o, s:s, s:s}", "job", j->id, "target",
+                              target_obj(j), "kernels", ks, "stats", job_stats(j), "mode",
+                              j->p.mode_name, "effective_mode", pl_mode_name(j->p.mode));
         if (j->answer && j->p.model) json_object_set(j->answer, "model", j->p.model);
         j->err_status = 200;
     } else {
@@ -238,8 +272,8 @@ static void job_answer(job *j, http_req *r, job_state st)
 {
     if (j->p.stream) {
         if (st == JOB_DONE) {
-            json_t *ev = json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats",
-                                   job_stats(j));
+            json_t *ev =
+                json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats", job_stats(j));
             if (ev && j->p.model) json_object_set(ev, "model", j->p.model);
             http_stream_line(r, ev);
         } else {
@@ -262,9 +296,9 @@ static void on_deadline(uv_timer_t *t)
     job *j = t->data;
     tlm_error e;
     tlm_err_set(&e, TLM_ELIMIT, "", "the job did not finish within its deadline of %g s",
-                g_srv.cfg.job_timeout_s);
+                j->js->env->cfg.job_timeout_s);
     job_finish(j, JOB_FAILED, &e, 503);
-    srv_kick();
+    http_kick(j->js->h);
 }
 
 /* ---- base64 for include_binary ---- */
@@ -290,18 +324,17 @@ static char *base64(const uint8_t *d, size_t n)
 
 static void flight_unlink(flight *f)
 {
-    for (flight **pp = &flights; *pp; pp = &(*pp)->next)
+    for (flight **pp = &f->js->flights; *pp; pp = &(*pp)->next)
         if (*pp == f) {
             *pp = f->next;
-            n_flights--;
+            f->js->n_flights--;
             return;
         }
 }
 
 static void flight_free(flight *f)
 {
-    free(f->g);
-    free(f->sp);
+    pl_job_free(&f->pj);
     free(f->dec.cands);
     store_kernel_free(&f->sk);
     free(f);
@@ -315,9 +348,10 @@ static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool share
     json_t *launch = k->launch_json ? json_loads(k->launch_json, 0, NULL) : NULL;
     json_t *wl = json_loads(t->canon, 0, NULL);
     json_t *o =
-        json_pack("{s:o, s:s, s:s, s:s, s:s*, s:s*, s:s, s:o, s:s, s:I, s:s}", "workload",
+        json_pack("{s:o, s:s, s:s, s:s, s:s*, s:s, s:s*, s:s, s:o, s:s, s:I, s:s}", "workload",
                   wl ? wl : json_null(), "workload_hash", t->whash, "key", k->key, "cache",
-                  hit ? "hit" : "miss", "schedule", k->schedule, "entry", k->entry, "format",
+                  hit ? "hit" : "miss", "schedule", k->schedule, "schedule_source",
+                  k->schedule_source ? k->schedule_source : "unknown", "entry", k->entry, "format",
                   k->format, "launch", launch ? launch : json_object(), "binary_sha256",
                   k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "url", url);
     if (o && shared) json_object_set_new(o, "single_flight", json_true());
@@ -328,17 +362,24 @@ static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool share
     }
     if (o && f->selection && !hit) json_object_set_new(o, "selection", json_string(f->selection));
     if (o && !hit) {
+        json_object_set_new(o, "candidates", json_integer(f->pj.n_cands));
+        json_object_set_new(o, "records", json_integer(f->n_records));
+    }
+    if (o && !hit) {
         /* where this kernel's cold latency went (bench/server.sh reads it): lookup_s is the
-         * pool wait + store miss + subgraph and space, queue_s the wait for a decoder slot,
-         * decode_s the decoding itself, codegen_s + compile_s summed over the candidates built,
-         * total_s the flight from its start to now (its end) */
+         * pool wait + store miss + pl_prepare (subgraph and space), queue_s the wait for a
+         * decoder slot, decode_s the decoding itself (both 0 when nothing is decoded),
+         * codegen_s + compile_s + measure_s summed over the candidates built, total_s the
+         * flight from its start to now (its end) */
         const dec_item *d = &f->dec;
-        json_object_set_new(
-            o, "timing",
-            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "lookup_s", d->t_submit - f->t_start,
-                      "queue_s", d->t_start - d->t_submit, "decode_s", d->t_done - d->t_start,
-                      "codegen_s", f->codegen_s, "compile_s", f->compile_s, "total_s",
-                      tlmd_now() - f->t_start));
+        bool decoded = d->t_done > 0;
+        json_object_set_new(o, "timing",
+                            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "lookup_s",
+                                      f->t_looked_up - f->t_start, "queue_s",
+                                      decoded ? d->t_start - d->t_submit : 0.0, "decode_s",
+                                      decoded ? d->t_done - d->t_start : 0.0, "codegen_s",
+                                      f->codegen_s, "compile_s", f->compile_s, "measure_s",
+                                      f->measure_s, "total_s", tlmd_now() - f->t_start));
     }
     if (o && isfinite(k->measured_time_s) && k->measured_time_s > 0)
         json_object_set_new(o, "measured_time_s", json_real(k->measured_time_s));
@@ -364,6 +405,7 @@ static void task_done(ktask *t, flight *f, bool shared)
                 j->decode_s += f->decode_s;
                 j->codegen_s += f->codegen_s;
                 j->compile_s += f->compile_s;
+                j->measure_s += f->measure_s;
             }
             json_t *obj = json_deep_copy(t->kernel);
             if (j->p.include_binary && f->sk.binary) {
@@ -386,8 +428,9 @@ static void task_done(ktask *t, flight *f, bool shared)
 
 static void flight_finish(flight *f)
 {
+    jobs *js = f->js;
     flight_unlink(f);
-    if (f->rc == 0) metrics_cache(f->hit);
+    if (f->rc == 0) metrics_cache(js->m, f->hit);
     /* waiters were pushed at the front: the leader (who started the flight) is last */
     for (ktask *t = f->waiters, *next; t; t = next) {
         next = t->next_waiter;
@@ -395,15 +438,16 @@ static void flight_finish(flight *f)
         task_done(t, f, next != NULL);
     }
     flight_free(f);
-    srv_kick();
+    http_kick(js->h);
 }
 
-/* Pool: the cache lookup, and on a miss the subgraph and its space. */
+/* Pool: the cache lookup, and on a miss the pipeline's preparation (subgraph, space, and
+ * the candidates of modes that need no model). */
 static void lookup_work(uv_work_t *w)
 {
     flight *f = w->data;
     tlm_err_clear(&f->err);
-    int rc = store_kernel_get(g_srv.st, f->key, &f->sk, &f->err);
+    int rc = store_kernel_get(f->js->env->st, f->key, &f->sk, &f->err);
     if (rc == 0) {
         f->hit = true;
         return;
@@ -414,18 +458,17 @@ static void lookup_work(uv_work_t *w)
         tlm_err_clear(&f->err);
     }
     memset(&f->sk, 0, sizeof f->sk);
-    f->g = calloc(1, sizeof *f->g);
-    f->sp = calloc(1, sizeof *f->sp);
-    if (!f->g || !f->sp) {
-        f->rc = tlm_err_set(&f->err, TLM_ENOMEM, "", "out of memory");
-        return;
-    }
-    f->rc = ir_subgraph_build(&f->wl, f->g, &f->err);
-    if (!f->rc) f->rc = space_build(f->g, &f->tgt, f->sp, &f->err);
+    f->rc = pl_prepare(&f->pj, &f->wl, &f->tgt, &f->opts, &f->err);
 }
 
 static void compile_work(uv_work_t *w);
 static void compile_after(uv_work_t *w, int status);
+
+static void queue_compile(flight *f)
+{
+    f->w.data = f;
+    uv_queue_work(f->js->env->loop, &f->w, compile_work, compile_after);
+}
 
 static void decoded(void *arg)
 {
@@ -437,146 +480,162 @@ static void decoded(void *arg)
         flight_finish(f);
         return;
     }
-    f->w.data = f;
-    uv_queue_work(g_srv.loop, &f->w, compile_work, compile_after);
+    queue_compile(f);
 }
 
 static void lookup_after(uv_work_t *w, int status)
 {
     flight *f = w->data;
+    f->t_looked_up = tlmd_now();
     if (f->hit || f->rc) {
         flight_finish(f);
         return;
     }
-    f->dec.sp = f->sp;
-    f->dec.k = f->k;
+    int n = pl_decode_count(&f->pj);
+    if (n == 0) {
+        queue_compile(f);
+        return;
+    }
+    if (!f->js->d) {
+        /* routes only asks for TLM / TOPK when a model is served */
+        f->rc = tlm_err_set(&f->err, TLM_EUNSUPPORTED, "mode",
+                            "mode %s needs the schedule model, and this server serves none",
+                            pl_mode_name(f->pj.o.mode));
+        flight_finish(f);
+        return;
+    }
+    f->dec.sp = f->pj.sp;
+    f->dec.k = n;
     f->dec.done = decoded;
     f->dec.user = f;
-    f->dec.cands = calloc((size_t)f->k, sizeof *f->dec.cands);
+    f->dec.cands = calloc((size_t)n, sizeof *f->dec.cands);
     if (!f->dec.cands) {
         f->rc = tlm_err_set(&f->err, TLM_ENOMEM, "", "out of memory");
         flight_finish(f);
         return;
     }
-    int rc = dec_submit(&f->dec);
+    int rc = dec_submit(f->js->d, &f->dec);
     if (rc) {
         f->rc = tlm_err_set(&f->err, rc, "", "the decoder is stopped (shutting down)");
         flight_finish(f);
     }
 }
 
-/* Pool: compile every candidate, pick one, insert it into the store. */
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Pool: every record worth keeping (measured candidates and build failures, chosen or not)
+ * goes to the store's measurements: the training data and the searches' history. */
+static void store_records(flight *f)
+{
+    const pl_job *pj = &f->pj;
+    const char *sketch = pj->sp ? space_sketch_name(pj->sp->sketch) : NULL;
+    for (int i = 0; i < pj->n_recs; i++) {
+        const pl_record *r = &pj->recs[i];
+        if (!pl_record_storable(r)) continue;
+        char sentence[8192];
+        if (pl_sentence(pj, r->cand, sentence, sizeof sentence) < 0) sentence[0] = 0;
+        store_measurement m = {.workload_hash = f->whash,
+                               .target_hash = f->target_hash,
+                               .sketch = (char *)sketch,
+                               .schedule = (char *)r->schedule,
+                               .status = (char *)r->status,
+                               .median_s = r->median_s,
+                               .gflops = r->gflops,
+                               .rel_err = r->rel_err,
+                               .workload_json = f->canon,
+                               .target_name = f->tgt.name,
+                               .toolchain_id = f->toolchain,
+                               .model_id = f->model_id,
+                               .sentence = sentence[0] ? sentence : NULL,
+                               .schedule_source = (char *)pl_source_name(r->source),
+                               .min_s = r->min_s,
+                               .n_samples = r->n_samples,
+                               .detail = r->detail[0] ? (char *)r->detail : NULL};
+        tlm_error e;
+        if (store_measurement_add(f->js->env->st, &m, NULL, &e))
+            tlmd_log(LOG_ERROR, "store_measurement", "key=%.16s error=\"%s\"", f->key, e.msg);
+        else
+            f->n_records++;
+    }
+    metrics_records(f->js->m, f->n_records);
+}
+
+/* Pool: the decoded candidates in, then the pipeline builds, measures (per its policy) and
+ * chooses; the kernel and the records go to the store. */
 static void compile_work(uv_work_t *w)
 {
     flight *f = w->data;
-    int n = f->dec.n_cands;
-    bool measure =
-        f->mode == MODE_TOPK && n > 1 && f->tgt.kind == TARGET_CPU && target_host_can_run(&f->tgt);
-    f->selection = f->mode == MODE_TOPK ? (measure ? "measured" : "model_score") : NULL;
-    drv_artifact best;
-    memset(&best, 0, sizeof best);
-    int best_i = -1;
-    double best_t = INFINITY;
+    pl_job *pj = &f->pj;
     tlm_error e;
     tlm_err_clear(&e);
-    int first_rc = 0;
-    for (int i = 0; i < n; i++) {
-        drv_artifact a;
-        int rc = drv_build(f->sp, &f->dec.cands[i].sched, &a, &e);
-        f->codegen_s += a.codegen_s;
-        f->compile_s += a.compile_s;
-        if (rc) {
-            if (!first_rc) {
-                first_rc = rc;
-                f->err = e;
-            }
-            drv_artifact_free(&a);
-            continue;
-        }
-        double t = INFINITY;
-        if (measure) {
-            measure_opts mo;
-            measure_opts_init(&mo);
-            mo.repeats = 5;
-            mo.min_sample_s = 2e-4;
-            mo.timeout_s = 5;
-            measure_result mr;
-            if (drv_measure_cpu(f->g, &a, &mo, &mr, &e) == 0 && mr.status == MEASURE_OK)
-                t = mr.median_s;
-            else if (best_i >= 0 || i + 1 < n) {
-                drv_artifact_free(&a); /* a wrong or crashing candidate is never chosen */
-                continue;
-            }
-        }
-        /* candidates come best-score first: without timings the first that builds wins */
-        if (best_i < 0 || t < best_t) {
-            drv_artifact_free(&best);
-            best = a;
-            best_i = i;
-            best_t = t;
-        } else {
-            drv_artifact_free(&a);
-        }
-        if (!measure) break;
-    }
-    if (best_i < 0) {
-        f->rc = first_rc ? first_rc : tlm_err_set(&f->err, TLM_ERUNTIME, "", "no candidate built");
-        return;
-    }
-    metrics_compile_seconds(f->compile_s);
+    pl_source src = pj->o.mode == PL_MODE_TOPK ? PL_SRC_TOPK : PL_SRC_TLM;
+    for (int i = 0; i < f->dec.n_cands; i++)
+        if (pl_add_candidate(pj, &f->dec.cands[i].sched, src, f->dec.cands[i].score, &e))
+            tlmd_log(LOG_WARN, "candidate", "key=%.16s index=%d error=\"%s\"", f->key, i, e.msg);
+    f->rc = pl_finish(pj, &f->err);
+    f->selection = pj->selection;
+    f->codegen_s = pj->codegen_s;
+    f->compile_s = pj->compile_s;
+    f->measure_s = pj->measure_s;
+    store_records(f);
+    if (f->rc) return;
+    metrics_compile_seconds(f->js->m, f->compile_s);
     char sentence[8192];
-    int32_t *toks = f->dec.cands[best_i].tokens;
-    int ti[LANG_MAX_SENTENCE];
-    int nt = f->dec.cands[best_i].n_tokens;
-    for (int i = 0; i < nt && i < LANG_MAX_SENTENCE; i++)
-        ti[i] = toks[i];
-    if (lang_sentence_text(ti, nt, sentence, sizeof sentence) < 0) sentence[0] = 0;
+    if (pl_sentence(pj, pj->chosen, sentence, sizeof sentence) < 0) sentence[0] = 0;
+    drv_artifact *a = &pj->art;
     store_kernel *k = &f->sk;
     memset(k, 0, sizeof *k);
     snprintf(k->key, sizeof k->key, "%s", f->key);
     k->workload_hash = strdup(f->whash);
     k->target_hash = strdup(f->target_hash);
     k->compiler_id = strdup(f->toolchain);
-    k->model_id = strdup(g_srv.model_id);
+    k->model_id = strdup(f->model_id);
     k->workload_json = strdup(f->canon);
     k->target_name = strdup(f->tgt.name);
-    k->schedule = strdup(best.schedule);
+    k->schedule = strdup(a->schedule);
     k->sentence = strdup(sentence);
-    k->source = best.source;
-    k->binary = best.binary;
-    k->binary_size = best.binary_size;
-    best.source = NULL;
-    best.binary = NULL;
-    snprintf(k->binary_sha256, sizeof k->binary_sha256, "%s", best.sha256);
-    k->format = strdup(best.format);
-    k->entry = strdup(best.entry);
-    k->launch_json = strdup(best.launch_json);
+    k->schedule_source = strdup(pl_source_name(pj->source));
+    k->source = a->source;
+    k->binary = a->binary;
+    k->binary_size = a->binary_size;
+    a->source = NULL;
+    a->binary = NULL;
+    snprintf(k->binary_sha256, sizeof k->binary_sha256, "%s", a->sha256);
+    k->format = dup_or_null(a->format);
+    k->entry = strdup(a->entry);
+    k->launch_json = strdup(a->launch_json);
     k->est_time_s = NAN;
-    k->measured_time_s = isfinite(best_t) ? best_t : NAN;
-    drv_artifact_free(&best);
+    k->measured_time_s =
+        pj->measured && pj->chosen_mr.status == MEASURE_OK ? pj->chosen_mr.median_s : NAN;
     tlm_error pe;
-    if (store_kernel_put(g_srv.st, k, &pe))
+    if (store_kernel_put(f->js->env->st, k, &pe))
         tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->key, pe.msg);
-    metrics_compile_done();
-    f->rc = 0;
+    metrics_compile_done(f->js->m);
 }
 
 static void compile_after(uv_work_t *w, int status)
 {
     flight *f = w->data;
-    tlmd_log(LOG_DEBUG, "compiled", "key=%.16s rc=%d decode_s=%.3f codegen_s=%.3f compile_s=%.3f",
-             f->key, f->rc, f->decode_s, f->codegen_s, f->compile_s);
+    tlmd_log(LOG_DEBUG, "compiled",
+             "key=%.16s rc=%d source=%s candidates=%d records=%d decode_s=%.3f codegen_s=%.3f "
+             "compile_s=%.3f measure_s=%.3f",
+             f->key, f->rc, f->rc ? "-" : pl_source_name(f->pj.source), f->pj.n_cands, f->n_records,
+             f->decode_s, f->codegen_s, f->compile_s, f->measure_s);
     flight_finish(f);
 }
 
 static void start_task(job *j, ktask *t)
 {
-    for (flight *f = flights; f; f = f->next)
+    jobs *js = j->js;
+    for (flight *f = js->flights; f; f = f->next)
         if (!strcmp(f->key, t->key)) {
             t->next_waiter = f->waiters;
             f->waiters = t;
             j->refs++;
-            metrics_single_flight_join();
+            metrics_single_flight_join(js->m);
             return;
         }
     flight *f = calloc(1, sizeof *f);
@@ -586,26 +645,34 @@ static void start_task(job *j, ktask *t)
         job_finish(j, JOB_FAILED, &e, 500);
         return;
     }
+    f->js = js;
     snprintf(f->key, sizeof f->key, "%s", t->key);
     f->tgt = j->p.tgt;
     f->wl = t->wl;
     snprintf(f->canon, sizeof f->canon, "%s", t->canon);
     snprintf(f->whash, sizeof f->whash, "%s", t->whash);
     snprintf(f->target_hash, sizeof f->target_hash, "%s", j->target_hash);
+    snprintf(f->model_id, sizeof f->model_id, "%s", j->model_id);
     drv_toolchain_key(&j->p.tgt, f->toolchain, sizeof f->toolchain);
-    f->mode = j->p.mode;
-    f->k = j->p.k;
+    pl_opts_init(&f->opts);
+    f->opts.mode = j->p.mode;
+    f->opts.k = j->p.mode == PL_MODE_TOPK ? j->p.k : 1;
+    f->opts.model = js->env->model;
+    f->opts.trials = j->p.trials;
+    f->opts.seconds = j->p.seconds;
+    f->opts.strategy = j->p.strategy[0] ? j->p.strategy : NULL;
+    f->pj.chosen = -1;
     f->t_start = tlmd_now();
     f->waiters = t;
     j->refs++;
-    f->next = flights;
-    flights = f;
-    n_flights++;
+    f->next = js->flights;
+    js->flights = f;
+    js->n_flights++;
     f->w.data = f;
-    uv_queue_work(g_srv.loop, &f->w, lookup_work, lookup_after);
+    uv_queue_work(js->env->loop, &f->w, lookup_work, lookup_after);
 }
 
-void job_start(http_req *r, job_params *p)
+void job_start(jobs *js, http_req *r, job_params *p)
 {
     job *j = calloc(1, sizeof *j);
     ktask *kt = j ? calloc((size_t)p->n, sizeof *kt) : NULL;
@@ -615,21 +682,31 @@ void job_start(http_req *r, job_params *p)
         http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
         return;
     }
+    j->js = js;
     j->p = *p;
     p->wl = NULL;
     p->occ = NULL;
     p->node = NULL;
     p->model = NULL;
     j->kt = kt;
-    snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++g_srv.next_job_id);
+    snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++js->next_job_id);
     j->t_start = tlmd_now();
     j->created_wall = tlmd_wall();
     j->state = JOB_RUNNING;
     target_hash_hex(&j->p.tgt, j->target_hash);
-    if (j->p.mode == MODE_TOPK)
-        snprintf(j->options, sizeof j->options, "mode=topk;k=%d", j->p.k);
-    else
-        snprintf(j->options, sizeof j->options, "mode=generate");
+    /* The key's model and options name what decides the schedule: the effective mode and
+     * the model that decodes it ("none" for default schedules, which no model touches), so
+     * default and model kernels never share a key, and default kernels are shared by every
+     * server whatever its weights. */
+    bool uses_model = j->p.mode == PL_MODE_TLM || j->p.mode == PL_MODE_TOPK;
+    snprintf(j->model_id, sizeof j->model_id, "%s", uses_model ? js->env->model_id : "none");
+    int on = snprintf(j->options, sizeof j->options, "mode=%s;model=%s", pl_mode_name(j->p.mode),
+                      j->model_id);
+    if (j->p.mode == PL_MODE_TOPK)
+        snprintf(j->options + on, sizeof j->options - (size_t)on, ";k=%d", j->p.k);
+    else if (j->p.mode == PL_MODE_TUNE || j->p.mode == PL_MODE_REFINE)
+        snprintf(j->options + on, sizeof j->options - (size_t)on,
+                 ";trials=%d;seconds=%g;strategy=%s", j->p.trials, j->p.seconds, j->p.strategy);
     char toolchain[768];
     drv_toolchain_key(&j->p.tgt, toolchain, sizeof toolchain);
     for (int i = 0; i < j->p.n; i++) {
@@ -640,7 +717,7 @@ void job_start(http_req *r, job_params *p)
         tlm_error e;
         if (ir_workload_canonical(&t->wl, t->canon, sizeof t->canon) < 0 ||
             ir_workload_hash_hex(&t->wl, t->whash) ||
-            store_cache_key(t->canon, j->target_hash, toolchain, g_srv.model_id, j->options, t->key,
+            store_cache_key(t->canon, j->target_hash, toolchain, j->model_id, j->options, t->key,
                             &e)) {
             job_params_free(&j->p);
             free(kt);
@@ -653,19 +730,20 @@ void job_start(http_req *r, job_params *p)
     j->req = r;
     r->job = j;
     r->detach = job_detach;
-    uv_timer_init(g_srv.loop, &j->deadline);
+    uv_timer_init(js->env->loop, &j->deadline);
     j->deadline.data = j;
     j->timer_open = true;
-    uv_timer_start(&j->deadline, on_deadline, (uint64_t)(g_srv.cfg.job_timeout_s * 1000), 0);
-    g_srv.jobs_in_flight++;
+    uv_timer_start(&j->deadline, on_deadline, (uint64_t)(js->env->cfg.job_timeout_s * 1000), 0);
+    js->in_flight++;
     jobs_remember(j);
-    tlmd_log(LOG_INFO, "job_start", "job=%s target=%s kernels=%d mode=%s stream=%s", j->id,
-             j->p.tgt.name, j->p.n, j->p.mode == MODE_TOPK ? "topk" : "generate",
+    tlmd_log(LOG_INFO, "job_start",
+             "job=%s target=%s kernels=%d mode=%s effective_mode=%s stream=%s", j->id,
+             j->p.tgt.name, j->p.n, j->p.mode_name, pl_mode_name(j->p.mode),
              j->p.stream ? "true" : "false");
     if (j->p.stream) {
         http_stream_start(r);
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id,
-                               "kernels", j->p.n, "target", target_obj(j));
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id, "kernels",
+                               j->p.n, "target", target_obj(j));
         if (ev && j->p.model) json_object_set(ev, "model", j->p.model);
         http_stream_line(r, ev);
     } else {
@@ -677,9 +755,9 @@ void job_start(http_req *r, job_params *p)
     job_unref(j);
 }
 
-json_t *job_lookup_json(const char *id, bool *found)
+json_t *job_lookup_json(jobs *js, const char *id, bool *found)
 {
-    job *j = job_find(id);
+    job *j = job_find(js, id);
     *found = j != NULL;
     if (!j) return NULL;
     json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:f, s:o}", "job", j->id, "state",
@@ -699,9 +777,9 @@ json_t *job_lookup_json(const char *id, bool *found)
     return o;
 }
 
-int job_cancel(const char *id)
+int job_cancel(jobs *js, const char *id)
 {
-    job *j = job_find(id);
+    job *j = job_find(js, id);
     if (!j) return TLM_ENOTFOUND;
     tlm_error e;
     tlm_err_set(&e, TLM_EUNSUPPORTED, "", "the job was cancelled");
@@ -709,10 +787,23 @@ int job_cancel(const char *id)
     return 0;
 }
 
-void jobs_fail_all(const char *why)
+void jobs_fail_all(jobs *js, const char *why)
 {
     tlm_error e;
     tlm_err_set(&e, TLM_EUNSUPPORTED, "", "%s", why);
-    for (job *j = g_srv.jobs; j; j = j->next)
+    for (job *j = js->list; j; j = j->next)
         if (j->state == JOB_RUNNING) job_finish(j, JOB_FAILED, &e, 503);
+}
+
+/* After the loop ended: every flight has returned (the loop only ends when no pool work is
+ * pending), so what is left are the remembered jobs. */
+void jobs_free(jobs *js)
+{
+    if (!js) return;
+    while (js->list) {
+        job *j = js->list;
+        js->list = j->next;
+        job_unref(j);
+    }
+    free(js);
 }

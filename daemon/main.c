@@ -1,6 +1,7 @@
 /* main.c — tlmd: configuration (defaults < config file < TLMD_* environment < flags),
  * structured logging, start-up (store, weights, decoder thread, HTTP), signals, sd_notify
  * and the orderly shutdown. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -18,14 +19,45 @@
 #include "compiler/driver/driver.h"
 #include "compiler/lang/lang.h"
 #include "compiler/toolchain/toolchain.h"
+#include "compiler/util/util.h"
 #include "daemon/tlmd.h"
 
-tlmd_server g_srv;
+/* The loop's inbox: other threads post closures; the loop drains them all per wake-up. */
+typedef struct tlmd_msg {
+    void (*fn)(void *arg);
+    void *arg;
+    struct tlmd_msg *next;
+} tlmd_msg;
+
+struct tlmd_inbox {
+    uv_async_t async;
+    pthread_mutex_t mu;
+    tlmd_msg *head, *tail; /* under mu */
+    http_server *h;        /* kicked after a drain */
+};
+
+/* main.c's own state: the environment it builds, the modules it starts and stops, the
+ * lifecycle. Modules get what they need as arguments; none reads this. */
+static struct {
+    tlmd_env env;
+    tlm_model *model; /* owned; env.model points at it when it is served */
+    tlmd_status status;
+    tlmd_inbox inbox;
+    metrics *m;
+    http_server *h;
+    dec *d;
+    jobs *js;
+    routes *rt;
+    uv_timer_t watchdog, shutdown_timer;
+    bool stopped;
+    double shutdown_started;
+} srv;
 
 /* ---- logging ---- */
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE *log_fp; /* NULL: stderr */
+static int log_level = LOG_INFO;
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
 int tlmd_log_level_parse(const char *s)
@@ -38,7 +70,7 @@ int tlmd_log_level_parse(const char *s)
 
 void tlmd_log(int level, const char *event, const char *fmt, ...)
 {
-    if (level < g_srv.cfg.log_level) return;
+    if (level < __atomic_load_n(&log_level, __ATOMIC_RELAXED)) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -60,10 +92,11 @@ void tlmd_log(int level, const char *event, const char *fmt, ...)
     pthread_mutex_unlock(&log_mu);
 }
 
-int tlmd_log_reopen(void)
+int tlmd_log_open(int level, const char *file)
 {
-    if (!g_srv.cfg.log_file[0]) return 0;
-    FILE *f = fopen(g_srv.cfg.log_file, "a");
+    __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
+    if (!file || !file[0]) return 0;
+    FILE *f = fopen(file, "a");
     if (!f) return TLM_EIO;
     pthread_mutex_lock(&log_mu);
     FILE *old = log_fp;
@@ -75,9 +108,7 @@ int tlmd_log_reopen(void)
 
 double tlmd_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return tlm_now_s();
 }
 
 double tlmd_wall(void)
@@ -90,15 +121,23 @@ double tlmd_wall(void)
 /* ---- configuration ---- */
 
 static const char usage[] =
-    "usage: tlmd [--listen ADDR:PORT] [--store FILE] [--weights FILE] [--device "
-    "auto|cpu|cuda[:N]]\n"
-    "            [--config FILE] [--token-file FILE] [--log-level debug|info|warn|error]\n"
-    "            [--log-file FILE]\n"
-    "Environment: TLMD_LISTEN, TLMD_STORE, TLMD_WEIGHTS, TLMD_DEVICE, TLMD_CONFIG,\n"
-    "TLMD_TOKEN_FILE, TLMD_LOG_LEVEL, TLMD_LOG_FILE. Config file: key = value lines with the\n"
-    "same keys (listen, store, weights, device, token_file, log_level, log_file) and\n"
-    "max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s, grace_s,\n"
-    "store_max_bytes, decoder_slots.\n";
+    "usage: tlmd [--listen ADDR:PORT] [--store FILE] [--weights FILE|none] [--serve-untrained]\n"
+    "            [--device auto|cpu|cuda[:N]] [--config FILE] [--token-file FILE]\n"
+    "            [--log-level debug|info|warn|error] [--log-file FILE]\n"
+    "Schedules: with trained weights (a MANIFEST next to the file says \"trained = true\")\n"
+    "generate requests decode with the model (\"schedule_source\": \"tlm\"); otherwise tlmd\n"
+    "serves the rule-of-thumb schedule (\"default\"): with --weights none, when the default\n"
+    "file " TLM_WEIGHTS_DEFAULT_PATH " is missing (a warning), or when the weights are untrained\n"
+    "(unless --serve-untrained). An explicit --weights FILE that cannot be read is an error.\n"
+    "--device: where the model decodes; auto takes the GPU when the driver and a device are\n"
+    "present, else the CPU (GET /v1/version says which and why); cuda without a GPU is an error.\n"
+    "Environment: TLMD_LISTEN, TLMD_STORE, TLMD_WEIGHTS, TLMD_SERVE_UNTRAINED, TLMD_DEVICE,\n"
+    "TLMD_CONFIG, TLMD_TOKEN_FILE, TLMD_LOG_LEVEL, TLMD_LOG_FILE. Config file: key = value lines\n"
+    "with the same keys (listen, store, weights, serve_untrained, device, token_file, log_level,\n"
+    "log_file) and max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s,\n"
+    "grace_s, store_max_bytes, decoder_slots.\n"
+    "Exit status: 0 after a clean shutdown, 1 when the store or the listener fails, 2 for bad\n"
+    "usage or configuration (flags, config file, weights, device).\n";
 
 static void config_defaults(tlmd_config *c)
 {
@@ -116,6 +155,7 @@ static void config_defaults(tlmd_config *c)
         snprintf(c->store_path, sizeof c->store_path, "var/tlmd.db");
     }
     snprintf(c->weights, sizeof c->weights, "%s", TLM_WEIGHTS_DEFAULT_PATH);
+    snprintf(c->weights_from, sizeof c->weights_from, "default");
     snprintf(c->device, sizeof c->device, "auto");
     c->log_level = LOG_INFO;
     c->max_body = 1 << 20;
@@ -163,13 +203,34 @@ static int copy_str(char *dst, size_t cap, const char *key, const char *v, tlm_e
     return 0;
 }
 
-static int config_set(tlmd_config *c, const char *key, const char *v, tlm_error *err)
+static int parse_bool(const char *key, const char *v, bool *out, tlm_error *err)
+{
+    if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1")) {
+        *out = true;
+        return 0;
+    }
+    if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0")) {
+        *out = false;
+        return 0;
+    }
+    return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected true or false", v);
+}
+
+/* from: who sets it ("config", "TLMD_...", "--flag"), kept for the weights so a start-up
+ * error names where the path came from. */
+static int config_set(tlmd_config *c, const char *key, const char *v, const char *from,
+                      tlm_error *err)
 {
     double d;
     int rc;
     if (!strcmp(key, "listen")) return parse_listen(c, v, err);
     if (!strcmp(key, "store")) return copy_str(c->store_path, sizeof c->store_path, key, v, err);
-    if (!strcmp(key, "weights")) return copy_str(c->weights, sizeof c->weights, key, v, err);
+    if (!strcmp(key, "weights")) {
+        if ((rc = copy_str(c->weights, sizeof c->weights, key, v, err))) return rc;
+        snprintf(c->weights_from, sizeof c->weights_from, "%s", from);
+        return 0;
+    }
+    if (!strcmp(key, "serve_untrained")) return parse_bool(key, v, &c->serve_untrained, err);
     if (!strcmp(key, "token_file"))
         return copy_str(c->token_file, sizeof c->token_file, key, v, err);
     if (!strcmp(key, "log_file")) return copy_str(c->log_file, sizeof c->log_file, key, v, err);
@@ -234,7 +295,7 @@ static int config_file(tlmd_config *c, const char *path, tlm_error *err)
         }
         *eq = 0;
         char *k = trim(s), *v = trim(eq + 1);
-        if ((rc = config_set(c, k, v, err)))
+        if ((rc = config_set(c, k, v, "config", err)))
             snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg), " (%s:%d)",
                      path, lineno);
     }
@@ -252,18 +313,24 @@ static int config_load(tlmd_config *c, int argc, char **argv, tlm_error *err)
                                          {"token-file", required_argument, 0, 't'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"log-file", required_argument, 0, 'F'},
+                                         {"serve-untrained", no_argument, 0, 'U'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     static const char *const keys[] = {"listen", "store",      "weights",   "device",
                                        "config", "token_file", "log_level", "log_file"};
     static const char shorts[] = "lswdctLF";
     const char *flag[8] = {0};
+    bool serve_untrained_flag = false;
     int ch;
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *p = strchr(shorts, ch);
         if (p && ch) {
             flag[p - shorts] = optarg;
+            continue;
+        }
+        if (ch == 'U') {
+            serve_untrained_flag = true;
             continue;
         }
         if (ch == 'h') {
@@ -282,42 +349,54 @@ static int config_load(tlmd_config *c, int argc, char **argv, tlm_error *err)
                                        "TLMD_LOG_LEVEL", "TLMD_LOG_FILE"};
     for (int i = 0; i < 8; i++) {
         const char *v = envs[i] ? getenv(envs[i]) : NULL;
-        if (v && v[0] && (rc = config_set(c, keys[i], v, err))) return rc;
-    }
-    for (int i = 0; i < 8; i++)
-        if (i != 4 && flag[i] && (rc = config_set(c, keys[i], flag[i], err))) {
-            snprintf(err->field, sizeof err->field, "--%s", opts[i].name);
+        if (v && v[0] && (rc = config_set(c, keys[i], v, envs[i], err))) {
+            snprintf(err->field, sizeof err->field, "%s", envs[i]);
             return rc;
         }
+    }
+    const char *su = getenv("TLMD_SERVE_UNTRAINED");
+    if (su && su[0] && (rc = config_set(c, "serve_untrained", su, "TLMD_SERVE_UNTRAINED", err))) {
+        snprintf(err->field, sizeof err->field, "TLMD_SERVE_UNTRAINED");
+        return rc;
+    }
+    for (int i = 0; i < 8; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "--%s", opts[i].name);
+        if (i != 4 && flag[i] && (rc = config_set(c, keys[i], flag[i], name, err))) {
+            snprintf(err->field, sizeof err->field, "%s", name);
+            return rc;
+        }
+    }
+    if (serve_untrained_flag) c->serve_untrained = true;
     return 0;
 }
 
-/* ---- the message queue ---- */
+/* ---- the loop's inbox ---- */
 
-void srv_post(void (*fn)(void *), void *arg)
+void tlmd_post(tlmd_inbox *q, void (*fn)(void *), void *arg)
 {
     tlmd_msg *m = malloc(sizeof *m);
     if (!m) abort(); /* a lost completion would hang a job forever */
     m->fn = fn;
     m->arg = arg;
     m->next = NULL;
-    pthread_mutex_lock(&g_srv.q_mu);
-    if (g_srv.q_tail)
-        g_srv.q_tail->next = m;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail)
+        q->tail->next = m;
     else
-        g_srv.q_head = m;
-    g_srv.q_tail = m;
-    pthread_mutex_unlock(&g_srv.q_mu);
-    uv_async_send(&g_srv.async);
+        q->head = m;
+    q->tail = m;
+    pthread_mutex_unlock(&q->mu);
+    uv_async_send(&q->async);
 }
 
-static void drain_queue(void)
+static void drain_queue(tlmd_inbox *q)
 {
     for (;;) {
-        pthread_mutex_lock(&g_srv.q_mu);
-        tlmd_msg *m = g_srv.q_head;
-        g_srv.q_head = g_srv.q_tail = NULL;
-        pthread_mutex_unlock(&g_srv.q_mu);
+        pthread_mutex_lock(&q->mu);
+        tlmd_msg *m = q->head;
+        q->head = q->tail = NULL;
+        pthread_mutex_unlock(&q->mu);
         if (!m) break;
         while (m) {
             tlmd_msg *next = m->next;
@@ -329,10 +408,11 @@ static void drain_queue(void)
 }
 
 /* Sends coalesce, so one wake-up may carry many messages: drain everything. */
-static void on_async(uv_async_t *h)
+static void on_async(uv_async_t *a)
 {
-    drain_queue();
-    srv_kick();
+    tlmd_inbox *q = a->data;
+    drain_queue(q);
+    if (q->h) http_kick(q->h);
 }
 
 /* ---- start-up helpers ---- */
@@ -342,24 +422,26 @@ static int sha256_file(const char *path, char hex[65])
     FILE *f = fopen(path, "rb");
     if (!f) return TLM_EIO;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
     unsigned char buf[65536];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        EVP_DigestUpdate(ctx, buf, n);
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        ok = EVP_DigestUpdate(ctx, buf, n);
     unsigned char md[32];
     unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx, md, &len);
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(ctx, md, &len) && len == 32;
     EVP_MD_CTX_free(ctx);
     fclose(f);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    if (!ok) return TLM_EIO;
+    tlm_hex(md, 32, hex);
     return 0;
 }
 
-/* The weights are "trained" only when model_weights/MANIFEST (next to the weight file) has a
- * line "trained = true" (or "trained: true"); a freshly initialised model never is. */
-static bool weights_trained(const char *weights)
+/* The weights are "trained" only when the MANIFEST next to the weight file has a line
+ * "trained = true" (or "trained: true") and, when it names the file's hash ("sha256 = HEX"),
+ * that hash is this file's: a manifest written for other weights does not vouch for these.
+ * A freshly initialised model never has one. */
+static bool weights_trained(const char *weights, const char *sha)
 {
     char dir[1024], path[1100];
     snprintf(dir, sizeof dir, "%s", weights);
@@ -372,16 +454,156 @@ static bool weights_trained(const char *weights)
     FILE *f = fopen(path, "r");
     if (!f) return false;
     char line[512];
-    bool trained = false;
+    bool trained = false, sha_ok = true;
     while (fgets(line, sizeof line, f)) {
         char *s = trim(line);
         if (!strncmp(s, "trained", 7)) {
             s = trim(s + 7);
             if (*s == '=' || *s == ':') trained = !strncmp(trim(s + 1), "true", 4);
+        } else if (!strncmp(s, "sha256", 6)) {
+            s = trim(s + 6);
+            if (*s == '=' || *s == ':') sha_ok = !strncasecmp(trim(s + 1), sha, 64);
         }
     }
     fclose(f);
-    return trained;
+    return trained && sha_ok;
+}
+
+/* Decides what generate serves (see the usage text). Returns 0, or 2 (exit status) after
+ * printing why to stderr and the log. */
+static int setup_weights(tlmd_config *c)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    uint8_t vh[32];
+    lang_vocab_hash(vh);
+    lang_vocab_hash_hex(srv.env.vocab_hash);
+    snprintf(srv.env.model_id, sizeof srv.env.model_id, "none");
+    if (!strcmp(c->weights, "none")) {
+        snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
+                 "%s none: no schedule model",
+                 !strcmp(c->weights_from, "config") ? "weights = none in the config file,"
+                                                    : c->weights_from);
+        tlmd_log(LOG_INFO, "weights", "path=none schedules=default reason=\"%s\"",
+                 srv.env.schedules_reason);
+        return 0;
+    }
+    bool is_default = !strcmp(c->weights_from, "default");
+    struct stat sb;
+    if (is_default && stat(c->weights, &sb) != 0 && errno == ENOENT) {
+        snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
+                 "the default weight file %s does not exist", c->weights);
+        tlmd_log(LOG_WARN, "weights_missing",
+                 "path=\"%s\" schedules=default hint=\"serving the rule-of-thumb schedules; pass "
+                 "--weights FILE for a trained model, or --weights none to silence this\"",
+                 c->weights);
+        return 0;
+    }
+    tlm_model *m = NULL;
+    if (tlm_model_load(c->weights, lang_vocab_size(), vh, &m, &err) ||
+        sha256_file(c->weights, srv.env.weights_sha)) {
+        if (!err.msg[0]) tlm_err_set(&err, TLM_EIO, "file", "cannot read it");
+        const char *who = is_default                           ? "weights"
+                          : !strcmp(c->weights_from, "config") ? "weights (config file)"
+                                                               : c->weights_from;
+        fprintf(stderr,
+                "tlmd: %s: cannot use the weight file %s: %s%s%s\n"
+                "tlmd: pass --weights none to serve the default schedules without a model\n",
+                who, c->weights, err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.msg);
+        tlmd_log(LOG_ERROR, "weights", "from=%s path=\"%s\" field=%s error=\"%s\"", c->weights_from,
+                 c->weights, err.field, err.msg);
+        tlm_model_free(m);
+        return 2;
+    }
+    snprintf(srv.env.weights_loaded, sizeof srv.env.weights_loaded, "%s", c->weights);
+    srv.env.weights_cfg = m->cfg;
+    srv.env.weights_params = m->n_params;
+    srv.env.weights_trained = weights_trained(c->weights, srv.env.weights_sha);
+    if (srv.env.weights_trained || c->serve_untrained) {
+        srv.model = m;
+        srv.env.model = m;
+        snprintf(srv.env.model_id, sizeof srv.env.model_id, "%s", srv.env.weights_sha);
+        snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason, "%s",
+                 srv.env.weights_trained
+                     ? "trained weights"
+                     : "untrained weights, served because of --serve-untrained");
+        tlmd_log(srv.env.weights_trained ? LOG_INFO : LOG_WARN, "weights",
+                 "path=\"%s\" model_id=%.16s trained=%s schedules=tlm", c->weights,
+                 srv.env.model_id, srv.env.weights_trained ? "true" : "false");
+        return 0;
+    }
+    tlm_model_free(m);
+    snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
+             "the weights %s are not trained (no MANIFEST next to them says trained = true for "
+             "this file); --serve-untrained serves them anyway",
+             c->weights);
+    tlmd_log(LOG_WARN, "weights_untrained",
+             "path=\"%s\" schedules=default hint=\"a randomly initialised model writes legal but "
+             "slow schedules; serving the rule-of-thumb schedules instead (--serve-untrained "
+             "overrides)\"",
+             c->weights);
+    return 0;
+}
+
+/* Where the decoder runs (see the usage text). Returns 0, or 2 after printing why. */
+static int setup_device(tlmd_config *c)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    bool want_cuda = !strncmp(c->device, "cuda", 4);
+    if (!srv.env.model && !want_cuda) {
+        /* nothing decodes: no GPU is touched (auto would compile its kernels for nothing) */
+        snprintf(srv.env.device_id, sizeof srv.env.device_id, "cpu");
+        snprintf(srv.env.device_name, sizeof srv.env.device_name, "cpu");
+        snprintf(srv.env.device_reason, sizeof srv.env.device_reason,
+                 "no schedule model is served, so nothing is decoded (device %s)", c->device);
+        tlmd_log(LOG_INFO, "device", "requested=%s using=cpu reason=\"%s\"", c->device,
+                 srv.env.device_reason);
+        return 0;
+    }
+    if (tlm_device_open(c->device, &srv.env.dev, &err)) {
+        fprintf(stderr, "tlmd: --device %s: %s\n", c->device, err.msg);
+        tlmd_log(LOG_ERROR, "device", "requested=%s error=\"%s\"", c->device, err.msg);
+        return 2;
+    }
+    bool cuda = tlm_device_kind(srv.env.dev) == TLM_DEVICE_CUDA;
+    if (cuda && srv.env.model && tlm_device_upload_model(srv.env.dev, srv.env.model, &err)) {
+        if (strcmp(c->device, "auto")) {
+            fprintf(stderr, "tlmd: --device %s: cannot upload the model: %s\n", c->device, err.msg);
+            tlmd_log(LOG_ERROR, "device", "requested=%s error=\"%s\"", c->device, err.msg);
+            return 2;
+        }
+        /* auto: the CPU still works */
+        char why[600];
+        snprintf(why, sizeof why, "%s", err.msg);
+        tlm_device_close(srv.env.dev);
+        srv.env.dev = NULL;
+        if (tlm_device_open("cpu", &srv.env.dev, &err)) {
+            fprintf(stderr, "tlmd: device cpu: %s\n", err.msg);
+            return 2;
+        }
+        cuda = false;
+        snprintf(srv.env.device_reason, sizeof srv.env.device_reason,
+                 "auto: the GPU could not hold the model (%s); decoding on the CPU", why);
+    }
+    const char *name = tlm_device_name(srv.env.dev);
+    snprintf(srv.env.device_name, sizeof srv.env.device_name, "%s", name);
+    snprintf(srv.env.device_id, sizeof srv.env.device_id, "%.*s", (int)strcspn(name, " "), name);
+    if (!srv.env.device_reason[0]) {
+        const char *fb = tlm_device_fallback_reason(srv.env.dev);
+        if (!strcmp(c->device, "auto"))
+            snprintf(srv.env.device_reason, sizeof srv.env.device_reason,
+                     cuda ? "auto: a CUDA driver and GPU are present; the model is resident on it"
+                          : "auto: no usable GPU (%s); decoding on the CPU",
+                     fb[0] ? fb : "none found");
+        else
+            snprintf(srv.env.device_reason, sizeof srv.env.device_reason,
+                     "requested (--device %s)%s", c->device,
+                     srv.env.model ? "" : "; unused: no schedule model is served");
+    }
+    tlmd_log(LOG_INFO, "device", "requested=%s using=%s name=\"%s\" reason=\"%s\"", c->device,
+             srv.env.device_id, srv.env.device_name, srv.env.device_reason);
+    return 0;
 }
 
 static int mkdir_parent(const char *path)
@@ -422,12 +644,13 @@ static void on_watchdog(uv_timer_t *t)
 {
     char status[128];
     snprintf(status, sizeof status, "STATUS=%d jobs in flight, %d decodes queued",
-             g_srv.jobs_in_flight, dec_queue_depth());
+             jobs_in_flight(srv.js), dec_queue_depth(srv.d));
     sd_notify(0, "WATCHDOG=1");
     sd_notify(0, status);
 }
 
 static void close_cb(uv_handle_t *h) {}
+static void sig_stop(void);
 
 static uv_timer_t hard_stop;
 
@@ -439,180 +662,295 @@ static void on_hard_stop(uv_timer_t *t)
     tlmd_log(LOG_WARN, "exit",
              "status=0 flights_abandoned=%d reason=\"pool work outlasted the "
              "grace period\"",
-             jobs_flights_in_flight());
+             jobs_flights_in_flight(srv.js));
     _exit(0);
 }
 
 static void finish_stop(void)
 {
-    if (g_srv.stopped) return;
-    g_srv.stopped = true;
-    http_stop(&g_srv);
-    dec_stop(); /* joins the decoder thread; its last messages are drained below */
-    drain_queue();
-    uv_close((uv_handle_t *)&g_srv.shutdown_timer, close_cb);
-    uv_close((uv_handle_t *)&g_srv.watchdog, close_cb);
-    uv_close((uv_handle_t *)&g_srv.sig_term, close_cb);
-    uv_close((uv_handle_t *)&g_srv.sig_int, close_cb);
-    uv_close((uv_handle_t *)&g_srv.sig_hup, close_cb);
-    uv_close((uv_handle_t *)&g_srv.async, close_cb);
-    tlmd_log(LOG_INFO, "stopped", "flights_left=%d", jobs_flights_in_flight());
-    if (jobs_flights_in_flight()) {
-        uv_timer_init(g_srv.loop, &hard_stop);
-        uv_timer_start(&hard_stop, on_hard_stop, (uint64_t)(g_srv.cfg.grace_s * 1000) + 1000, 0);
+    if (srv.stopped) return;
+    srv.stopped = true;
+    http_stop(srv.h);
+    dec_stop(srv.d); /* joins the decoder thread; its last messages are drained below */
+    drain_queue(&srv.inbox);
+    uv_close((uv_handle_t *)&srv.shutdown_timer, close_cb);
+    uv_close((uv_handle_t *)&srv.watchdog, close_cb);
+    sig_stop(); /* before the async handle goes: it posts through it */
+    uv_close((uv_handle_t *)&srv.inbox.async, close_cb);
+    tlmd_log(LOG_INFO, "stopped", "flights_left=%d", jobs_flights_in_flight(srv.js));
+    if (jobs_flights_in_flight(srv.js)) {
+        uv_timer_init(srv.env.loop, &hard_stop);
+        uv_timer_start(&hard_stop, on_hard_stop, (uint64_t)(srv.env.cfg.grace_s * 1000) + 1000, 0);
         uv_unref((uv_handle_t *)&hard_stop); /* it must not keep the loop alive by itself */
     }
 }
 
 static void on_shutdown_tick(uv_timer_t *t)
 {
-    double waited = tlmd_now() - g_srv.shutdown_started;
+    double waited = tlmd_now() - srv.shutdown_started;
     static bool failed;
-    if (!failed && (g_srv.jobs_in_flight == 0 || waited >= g_srv.cfg.grace_s)) {
+    if (!failed && (jobs_in_flight(srv.js) == 0 || waited >= srv.env.cfg.grace_s)) {
         failed = true;
-        if (g_srv.jobs_in_flight)
-            tlmd_log(LOG_WARN, "shutdown_grace_over", "failing=%d", g_srv.jobs_in_flight);
-        jobs_fail_all("the server is shutting down");
-        http_fail_all();
-        srv_kick();
+        if (jobs_in_flight(srv.js))
+            tlmd_log(LOG_WARN, "shutdown_grace_over", "failing=%d", jobs_in_flight(srv.js));
+        jobs_fail_all(srv.js, "the server is shutting down");
+        http_fail_all(srv.h);
+        http_kick(srv.h);
         return;
     }
     /* Give the answers a moment to leave before MHD goes. */
-    if (failed && (http_connections() == 0 || waited >= g_srv.cfg.grace_s + 3)) finish_stop();
+    if (failed && (http_connections(srv.h) == 0 || waited >= srv.env.cfg.grace_s + 3))
+        finish_stop();
 }
 
-void srv_shutdown_begin(const char *why)
+static void srv_shutdown_begin(const char *why)
 {
-    if (g_srv.shutting_down) return;
-    g_srv.shutting_down = true;
-    g_srv.shutdown_started = tlmd_now();
+    if (srv.status.shutting_down) return;
+    srv.status.shutting_down = true;
+    srv.shutdown_started = tlmd_now();
     sd_notify(0, "STOPPING=1");
     tlmd_log(LOG_INFO, "shutdown", "reason=%s jobs_in_flight=%d grace_s=%g", why,
-             g_srv.jobs_in_flight, g_srv.cfg.grace_s);
-    if (g_srv.mhd) {
-        MHD_socket fd = MHD_quiesce_daemon(g_srv.mhd); /* stop accepting */
-        if (fd != MHD_INVALID_SOCKET) close(fd);
-    }
-    uv_timer_start(&g_srv.shutdown_timer, on_shutdown_tick, 0, 50);
+             jobs_in_flight(srv.js), srv.env.cfg.grace_s);
+    http_quiesce(srv.h);
+    uv_timer_start(&srv.shutdown_timer, on_shutdown_tick, 0, 50);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* ---- signals ----
+ * SIGTERM, SIGINT and SIGHUP are blocked in every thread and taken by one thread with
+ * sigwait, which posts them to the loop. No signal handler of ours is involved, so libraries
+ * that install their own while they work cannot take them over: NVRTC puts handlers on
+ * SIGTERM and SIGINT for the length of each compile (process-wide), and with concurrent
+ * compiles a SIGTERM then crashed the daemon inside NVRTC instead of shutting it down.
+ * Threads that libraries start before main (OpenBLAS) would still take the signals, so when
+ * one runs with them unblocked tlmd re-executes itself once with the mask already in place
+ * (a mask survives execve; the pid, fds and environment stay). Children start with a clean
+ * mask (compiler/toolchain/cc.c, compiler/measure). */
+
+static pthread_t sig_thread;
+static bool sig_thread_started;
+
+static void sigs_of_loop(sigset_t *s)
 {
+    sigemptyset(s);
+    sigaddset(s, SIGTERM);
+    sigaddset(s, SIGINT);
+    sigaddset(s, SIGHUP);
+}
+
+static void on_signal(void *arg)
+{
+    int signum = (int)(intptr_t)arg;
     if (signum == SIGHUP) {
-        int rc = tlmd_log_reopen();
-        tlmd_log(rc ? LOG_ERROR : LOG_INFO, "log_reopened", "file=\"%s\" ok=%s", g_srv.cfg.log_file,
-                 rc ? "false" : "true");
+        int rc = tlmd_log_open(srv.env.cfg.log_level, srv.env.cfg.log_file);
+        tlmd_log(rc ? LOG_ERROR : LOG_INFO, "log_reopened", "file=\"%s\" ok=%s",
+                 srv.env.cfg.log_file, rc ? "false" : "true");
         return;
     }
     srv_shutdown_begin(signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+static void *sig_main(void *arg)
+{
+    sigset_t s;
+    sigs_of_loop(&s);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&s, &sig) != 0) continue; /* sigwait is a cancellation point: sig_stop */
+        tlmd_post(&srv.inbox, on_signal, (void *)(intptr_t)sig);
+    }
+    return NULL;
+}
+
+static void sig_stop(void)
+{
+    if (!sig_thread_started) return;
+    pthread_cancel(sig_thread);
+    pthread_join(sig_thread, NULL);
+    sig_thread_started = false;
+}
+
+/* Whether the process has a thread besides this one (libraries start some before main:
+ * OpenBLAS does). Their signal masks cannot be read reliably (a thread that is still starting
+ * shows everything blocked for a moment), so any such thread counts. */
+static bool other_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return false;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strtol(e->d_name, NULL, 10) > 0;
+    closedir(d);
+    return n > 1;
+}
+
+static void block_loop_signals(char **argv)
+{
+    sigset_t s;
+    sigs_of_loop(&s);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    const char *again = getenv("TLMD_SIGNALS_MASKED");
+    if (!again && other_threads()) {
+        setenv("TLMD_SIGNALS_MASKED", "1", 1);
+        execv("/proc/self/exe", argv);
+        /* no re-exec possible: carry on; a signal may then reach a library's handler */
+    }
+    unsetenv("TLMD_SIGNALS_MASKED");
+}
+
+/* ---- bearer tokens ---- */
+
+static int load_tokens(tlmd_env *env, tlm_error *err)
+{
+    const char *path = env->cfg.token_file;
+    if (!path[0]) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return tlm_err_set(err, TLM_EINVAL, "token_file", "cannot open %s: %s", path,
+                           strerror(errno));
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, " \t\r\n");
+        if (!n || line[0] == '#') continue;
+        line[n] = 0;
+        char **p = realloc(env->tokens, (size_t)(env->n_tokens + 1) * sizeof *p);
+        if (!p || !(p[env->n_tokens] = strdup(line))) {
+            if (p) env->tokens = p;
+            fclose(f);
+            return tlm_err_set(err, TLM_ENOMEM, "token_file", "out of memory");
+        }
+        env->tokens = p;
+        env->n_tokens++;
+    }
+    fclose(f);
+    if (!env->n_tokens)
+        return tlm_err_set(err, TLM_EINVAL, "token_file", "%s holds no token", path);
+    return 0;
+}
+
+/* Frees what main built, in the order the threads that use it are gone. */
+static void teardown(void)
+{
+    routes_free(srv.rt);
+    jobs_free(srv.js);
+    dec_free(srv.d); /* joins the decoder thread if it still runs */
+    http_free(srv.h);
+    metrics_free(srv.m);
+    store_close(srv.env.st);
+    tlm_device_close(srv.env.dev); /* after the decoder: its caches lived there */
+    tlm_model_free(srv.model);
+    free(srv.env.targets_json);
+    for (int i = 0; i < srv.env.n_tokens; i++)
+        free(srv.env.tokens[i]);
+    free(srv.env.tokens);
+}
+
 int main(int argc, char **argv)
 {
+    block_loop_signals(argv);
     tlm_error err;
     tlm_err_clear(&err);
-    g_srv.cfg.log_level = LOG_INFO;
-    if (config_load(&g_srv.cfg, argc, argv, &err)) {
+    tlmd_env *env = &srv.env;
+    if (config_load(&env->cfg, argc, argv, &err)) {
         fprintf(stderr, "tlmd: %s%s%s\n%s", err.field, err.field[0] ? ": " : "", err.msg, usage);
         return 2;
     }
-    tlmd_config *c = &g_srv.cfg;
-    if (c->log_file[0] && tlmd_log_reopen()) {
+    tlmd_config *c = &env->cfg;
+    if (tlmd_log_open(c->log_level, c->log_file)) {
         fprintf(stderr, "tlmd: cannot open log file %s: %s\n", c->log_file, strerror(errno));
         return 2;
     }
     /* A client that goes away mid-answer must not kill the server. */
     signal(SIGPIPE, SIG_IGN);
-    pthread_mutex_init(&g_srv.q_mu, NULL);
-    g_srv.listen_fd_activated = -1;
+    pthread_mutex_init(&srv.inbox.mu, NULL);
     tlmd_log(LOG_INFO, "starting", "version=%s pid=%ld store=\"%s\" weights=\"%s\" device=%s",
              TLMD_VERSION, (long)getpid(), c->store_path, c->weights, c->device);
-    if (routes_load_tokens(&g_srv, &err)) {
+    if (load_tokens(env, &err)) {
         tlmd_log(LOG_ERROR, "config", "field=%s error=\"%s\"", err.field, err.msg);
+        teardown();
         return 2;
     }
 
     /* The weights: the model id is the file's SHA-256, so a new checkpoint is a new key. */
-    uint8_t vh[32];
-    lang_vocab_hash(vh);
-    lang_vocab_hash_hex(g_srv.vocab_hash);
-    if (tlm_model_load(c->weights, lang_vocab_size(), vh, &g_srv.model, &err) ||
-        sha256_file(c->weights, g_srv.model_id)) {
-        tlmd_log(LOG_ERROR, "weights",
-                 "path=\"%s\" field=%s error=\"%s\" hint=\"make run creates "
-                 "a small random model with: tlm model init --layers 2 --heads 4 --dim 128 "
-                 "--ctx 512 -o %s\"",
-                 c->weights, err.field, err.msg, c->weights);
+    if (setup_weights(c) || setup_device(c)) {
+        teardown();
         return 2;
     }
-    g_srv.weights_trained = weights_trained(c->weights);
-    if (strncmp(c->device, "cuda", 4) == 0)
-        tlmd_log(LOG_WARN, "device",
-                 "requested=%s using=cpu reason=\"the TLM decoder runs on the "
-                 "CPU in this build\"",
-                 c->device);
 
     /* Toolchain identities run the compiler / load NVRTC once: never on the loop. */
     target host;
     if (target_parse("cpu", &host, &err) == 0)
-        drv_toolchain_key(&host, g_srv.cc_key, sizeof g_srv.cc_key);
-    snprintf(g_srv.nvrtc_key, sizeof g_srv.nvrtc_key, "%s", tc_nvrtc_identity());
-    g_srv.targets_json = targets_json();
+        drv_toolchain_key(&host, env->cc_key, sizeof env->cc_key);
+    snprintf(env->nvrtc_key, sizeof env->nvrtc_key, "%s", tc_nvrtc_identity());
+    env->targets_json = targets_json();
 
     if (mkdir_parent(c->store_path)) {
         tlmd_log(LOG_ERROR, "store", "path=\"%s\" error=\"cannot create its directory: %s\"",
                  c->store_path, strerror(errno));
+        teardown();
         return 1;
     }
     store_opts so = {.max_bytes = c->store_max_bytes, .busy_timeout_ms = 10000};
-    g_srv.st = store_open(c->store_path, &so, &err);
-    if (!g_srv.st) {
+    env->st = store_open(c->store_path, &so, &err);
+    if (!env->st) {
         tlmd_log(LOG_ERROR, "store", "path=\"%s\" error=\"%s\"", c->store_path, err.msg);
+        teardown();
         return 1;
     }
 
-    g_srv.loop = uv_default_loop();
-    uv_async_init(g_srv.loop, &g_srv.async, on_async);
-    uv_signal_init(g_srv.loop, &g_srv.sig_term);
-    uv_signal_init(g_srv.loop, &g_srv.sig_int);
-    uv_signal_init(g_srv.loop, &g_srv.sig_hup);
-    uv_signal_start(&g_srv.sig_term, on_signal, SIGTERM);
-    uv_signal_start(&g_srv.sig_int, on_signal, SIGINT);
-    uv_signal_start(&g_srv.sig_hup, on_signal, SIGHUP);
-    uv_timer_init(g_srv.loop, &g_srv.watchdog);
-    uv_timer_init(g_srv.loop, &g_srv.shutdown_timer);
+    env->loop = uv_default_loop();
+    uv_async_init(env->loop, &srv.inbox.async, on_async);
+    srv.inbox.async.data = &srv.inbox;
+    uv_timer_init(env->loop, &srv.watchdog);
+    uv_timer_init(env->loop, &srv.shutdown_timer);
 
-    int rc = dec_start(&g_srv, &err);
-    if (rc == 0) rc = http_start(&g_srv, &err);
+    /* The modules, each handed what it talks to. */
+    int rc = 0;
+    srv.m = metrics_new(routes_labels(), routes_label_count());
+    srv.h = srv.m ? http_new(env, srv.m) : NULL;
+    if (!srv.h) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+    srv.inbox.h = srv.h;
+    if (!rc && env->model) rc = dec_start(env, srv.m, &srv.inbox, &srv.d, &err);
+    if (!rc) {
+        srv.js = jobs_new(env, srv.d, srv.m, srv.h);
+        srv.rt = srv.js ? routes_new(env, &srv.status, srv.js, srv.d, srv.m) : NULL;
+        if (!srv.rt) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+    }
+    if (!rc && pthread_create(&sig_thread, NULL, sig_main, NULL) == 0)
+        sig_thread_started = true;
+    else if (!rc)
+        rc = tlm_err_set(&err, TLM_ENOMEM, "", "cannot start the signal thread");
+    http_handlers hd = {routes_begin, routes_dispatch, srv.rt};
+    if (!rc) rc = http_start(srv.h, &hd, &err);
     if (rc) {
         tlmd_log(LOG_ERROR, "start", "field=%s error=\"%s\"", err.field, err.msg);
-        dec_stop();
-        store_close(g_srv.st);
-        tlm_model_free(g_srv.model);
+        sig_stop();
+        teardown();
         return 1;
     }
     uint64_t wd_usec = 0;
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
-        uv_timer_start(&g_srv.watchdog, on_watchdog, 0, wd_usec / 2000);
-    g_srv.ready = true;
+        uv_timer_start(&srv.watchdog, on_watchdog, 0, wd_usec / 2000);
+    srv.status.ready = true;
     sd_notify(0, "READY=1\nSTATUS=accepting compile requests");
     tlmd_log(LOG_INFO, "ready",
-             "listen=%s:%d socket_activated=%s model_id=%.16s weights_trained=%s", c->listen_addr,
-             c->port, g_srv.listen_fd_activated >= 0 ? "true" : "false", g_srv.model_id,
-             g_srv.weights_trained ? "true" : "false");
+             "listen=%s:%d socket_activated=%s schedules=%s model_id=%.16s weights_trained=%s "
+             "device=%s",
+             c->listen_addr, http_port(srv.h), http_socket_activated(srv.h) ? "true" : "false",
+             env->model ? "tlm" : "default", env->model_id, env->weights_trained ? "true" : "false",
+             env->device_id);
 
-    uv_run(g_srv.loop, UV_RUN_DEFAULT);
-    /* Every pool task has returned (the loop only ends when none is pending). */
-    store_close(g_srv.st);
-    tlm_model_free(g_srv.model);
-    uv_loop_close(g_srv.loop);
+    uv_run(env->loop, UV_RUN_DEFAULT);
+    /* Every pool task has returned (the loop only ends when none is pending). The remembered
+     * jobs go now; their timers close on one more turn of the loop. */
+    jobs_free(srv.js);
+    srv.js = NULL;
+    uv_run(env->loop, UV_RUN_DEFAULT);
+    uv_loop_close(env->loop);
     /* Join the thread pool's idle workers: threads left running at exit race with the
      * process' own teardown (LeakSanitizer's stop-the-world dies on them now and then). */
     uv_library_shutdown();
-    free(g_srv.targets_json);
-    for (int i = 0; i < g_srv.n_tokens; i++)
-        free(g_srv.tokens[i]);
-    free(g_srv.tokens);
+    teardown();
     tlmd_log(LOG_INFO, "exit", "status=0");
     if (log_fp) fclose(log_fp);
     return 0;

@@ -1,6 +1,7 @@
-/* metrics.c — counters for GET /metrics (Prometheus text format 0.0.4). Request counts and
- * histograms fed by the loop thread are plain integers; those fed by other threads (decoder
- * batch sizes, compile seconds from the pool) use atomics. */
+/* metrics.c — counters for GET /metrics (Prometheus text format 0.0.4), one metrics object
+ * per server. Request counts fed by the loop thread are plain integers; what other threads
+ * feed (decoder batch sizes, compile seconds and records from the pool) uses atomics. The
+ * gauges (jobs, flights, decoder queue) belong to their modules and are passed in to render. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,87 +11,118 @@
 
 #define MAX_SERIES 256
 
-static struct {
-    int route, status;
-    uint64_t n;
-} reqs[MAX_SERIES];
-static int n_reqs;
-
 static const int batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128};
 #define N_BATCH (int)(sizeof batch_le / sizeof batch_le[0])
-static uint64_t batch_bucket[N_BATCH + 1], batch_count, batch_sum, batch_max;
-
 static const double compile_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define N_COMPILE (int)(sizeof compile_le / sizeof compile_le[0])
-static uint64_t compile_bucket[N_COMPILE + 1], compile_count, compile_sum_us;
 
-static uint64_t cache_hits, cache_misses, compiles, sf_joins;
+struct metrics {
+    const char *const *labels;
+    int n_labels;
+    /* loop thread only */
+    struct {
+        int route, status;
+        uint64_t n;
+    } reqs[MAX_SERIES];
+    int n_reqs;
+    /* any thread: atomics */
+    uint64_t batch_bucket[N_BATCH + 1], batch_count, batch_sum, batch_max;
+    uint64_t compile_bucket[N_COMPILE + 1], compile_count, compile_sum_us;
+    uint64_t cache_hits, cache_misses, compiles, sf_joins, records;
+};
 
 #define ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-void metrics_request(int route, int status)
+metrics *metrics_new(const char *const *labels, int n_labels)
 {
-    for (int i = 0; i < n_reqs; i++)
-        if (reqs[i].route == route && reqs[i].status == status) {
-            reqs[i].n++;
-            return;
-        }
-    if (n_reqs < MAX_SERIES) reqs[n_reqs++] = (typeof(reqs[0])){route, status, 1};
+    metrics *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->labels = labels;
+    m->n_labels = n_labels;
+    return m;
 }
 
-void metrics_batch(int size)
+void metrics_free(metrics *m)
+{
+    free(m);
+}
+
+void metrics_request(metrics *m, int route, int status)
+{
+    for (int i = 0; i < m->n_reqs; i++)
+        if (m->reqs[i].route == route && m->reqs[i].status == status) {
+            m->reqs[i].n++;
+            return;
+        }
+    if (m->n_reqs < MAX_SERIES) {
+        m->reqs[m->n_reqs].route = route;
+        m->reqs[m->n_reqs].status = status;
+        m->reqs[m->n_reqs].n = 1;
+        m->n_reqs++;
+    }
+}
+
+void metrics_batch(metrics *m, int size)
 {
     int b = 0;
     while (b < N_BATCH && size > batch_le[b])
         b++;
-    ADD(batch_bucket[b], 1);
-    ADD(batch_count, 1);
-    ADD(batch_sum, (uint64_t)size);
-    uint64_t cur = GET(batch_max);
+    ADD(m->batch_bucket[b], 1);
+    ADD(m->batch_count, 1);
+    ADD(m->batch_sum, (uint64_t)size);
+    uint64_t cur = GET(m->batch_max);
     while ((uint64_t)size > cur &&
-           !__atomic_compare_exchange_n(&batch_max, &cur, (uint64_t)size, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {
+           !__atomic_compare_exchange_n(&m->batch_max, &cur, (uint64_t)size, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
 
-void metrics_compile_seconds(double s)
+void metrics_compile_seconds(metrics *m, double s)
 {
     int b = 0;
     while (b < N_COMPILE && s > compile_le[b])
         b++;
-    ADD(compile_bucket[b], 1);
-    ADD(compile_count, 1);
-    ADD(compile_sum_us, (uint64_t)(s * 1e6));
+    ADD(m->compile_bucket[b], 1);
+    ADD(m->compile_count, 1);
+    ADD(m->compile_sum_us, (uint64_t)(s * 1e6));
 }
 
-void metrics_cache(bool hit)
+void metrics_cache(metrics *m, bool hit)
 {
-    ADD(*(hit ? &cache_hits : &cache_misses), 1);
+    ADD(*(hit ? &m->cache_hits : &m->cache_misses), 1);
 }
-void metrics_compile_done(void)
+void metrics_compile_done(metrics *m)
 {
-    ADD(compiles, 1);
+    ADD(m->compiles, 1);
 }
-void metrics_single_flight_join(void)
+void metrics_records(metrics *m, int n)
 {
-    ADD(sf_joins, 1);
+    if (n > 0) ADD(m->records, (uint64_t)n);
 }
-uint64_t metrics_compiles(void)
+void metrics_single_flight_join(metrics *m)
 {
-    return GET(compiles);
+    ADD(m->sf_joins, 1);
 }
-uint64_t metrics_cache_hits(void)
+uint64_t metrics_compiles(const metrics *m)
 {
-    return GET(cache_hits);
+    return GET(m->compiles);
 }
-uint64_t metrics_cache_misses(void)
+uint64_t metrics_cache_hits(const metrics *m)
 {
-    return GET(cache_misses);
+    return GET(m->cache_hits);
 }
-uint64_t metrics_single_flight(void)
+uint64_t metrics_cache_misses(const metrics *m)
 {
-    return GET(sf_joins);
+    return GET(m->cache_misses);
+}
+uint64_t metrics_single_flight(const metrics *m)
+{
+    return GET(m->sf_joins);
+}
+uint64_t metrics_records_total(const metrics *m)
+{
+    return GET(m->records);
 }
 
 typedef struct {
@@ -123,50 +155,53 @@ static void out(sbuf *b, const char *fmt, ...)
     }
 }
 
-char *metrics_render(const store_stats *ss)
+char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stats *ss)
 {
     sbuf b = {malloc(8192), 0, 8192};
     out(&b, "# HELP tlmd_http_requests_total HTTP requests answered, by route and status.\n"
             "# TYPE tlmd_http_requests_total counter\n");
-    for (int i = 0; i < n_reqs; i++)
+    for (int i = 0; i < m->n_reqs; i++) {
+        int r = m->reqs[i].route;
         out(&b, "tlmd_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-            routes_label(reqs[i].route), reqs[i].status, (unsigned long long)reqs[i].n);
+            r >= 0 && r < m->n_labels ? m->labels[r] : "unknown", m->reqs[i].status,
+            (unsigned long long)m->reqs[i].n);
+    }
     out(&b,
         "# HELP tlmd_jobs_in_flight Compile jobs running.\n# TYPE tlmd_jobs_in_flight gauge\n"
         "tlmd_jobs_in_flight %d\n",
-        g_srv.jobs_in_flight);
+        g->jobs_in_flight);
     out(&b,
         "# HELP tlmd_flights_in_flight Distinct kernels being looked up or compiled.\n"
         "# TYPE tlmd_flights_in_flight gauge\ntlmd_flights_in_flight %d\n",
-        jobs_flights_in_flight());
+        g->flights_in_flight);
     out(&b,
         "# HELP tlmd_decoder_queue_depth Decodes queued or active in the decoder.\n"
         "# TYPE tlmd_decoder_queue_depth gauge\ntlmd_decoder_queue_depth %d\n",
-        dec_queue_depth());
+        g->decoder_queue_depth);
     out(&b, "# HELP tlmd_decoder_batch_size Active sequences per decoder step.\n"
             "# TYPE tlmd_decoder_batch_size histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < N_BATCH; i++) {
-        cum += GET(batch_bucket[i]);
+        cum += GET(m->batch_bucket[i]);
         out(&b, "tlmd_decoder_batch_size_bucket{le=\"%d\"} %llu\n", batch_le[i],
             (unsigned long long)cum);
     }
-    cum += GET(batch_bucket[N_BATCH]);
+    cum += GET(m->batch_bucket[N_BATCH]);
     out(&b, "tlmd_decoder_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     out(&b, "tlmd_decoder_batch_size_sum %llu\ntlmd_decoder_batch_size_count %llu\n",
-        (unsigned long long)GET(batch_sum), (unsigned long long)GET(batch_count));
+        (unsigned long long)GET(m->batch_sum), (unsigned long long)GET(m->batch_count));
     out(&b,
         "# HELP tlmd_decoder_batch_size_max Largest decoder batch so far.\n"
         "# TYPE tlmd_decoder_batch_size_max gauge\ntlmd_decoder_batch_size_max %llu\n",
-        (unsigned long long)GET(batch_max));
+        (unsigned long long)GET(m->batch_max));
     out(&b,
         "# HELP tlmd_cache_hits_total Compile lookups answered from the store.\n"
         "# TYPE tlmd_cache_hits_total counter\ntlmd_cache_hits_total %llu\n",
-        (unsigned long long)GET(cache_hits));
+        (unsigned long long)GET(m->cache_hits));
     out(&b,
         "# HELP tlmd_cache_misses_total Compile lookups that had to compile.\n"
         "# TYPE tlmd_cache_misses_total counter\ntlmd_cache_misses_total %llu\n",
-        (unsigned long long)GET(cache_misses));
+        (unsigned long long)GET(m->cache_misses));
     out(&b,
         "# HELP tlmd_cache_evictions_total Kernels evicted by the store's size bound.\n"
         "# TYPE tlmd_cache_evictions_total counter\ntlmd_cache_evictions_total %llu\n",
@@ -182,22 +217,27 @@ char *metrics_render(const store_stats *ss)
     out(&b,
         "# HELP tlmd_compiles_total Kernels compiled (cache misses that built).\n"
         "# TYPE tlmd_compiles_total counter\ntlmd_compiles_total %llu\n",
-        (unsigned long long)GET(compiles));
+        (unsigned long long)GET(m->compiles));
     out(&b,
         "# HELP tlmd_single_flight_joins_total Tasks that joined an identical compile.\n"
         "# TYPE tlmd_single_flight_joins_total counter\ntlmd_single_flight_joins_total %llu\n",
-        (unsigned long long)GET(sf_joins));
+        (unsigned long long)GET(m->sf_joins));
+    out(&b,
+        "# HELP tlmd_measurement_records_total Candidate records (measured or failed to build) "
+        "written to the store.\n"
+        "# TYPE tlmd_measurement_records_total counter\ntlmd_measurement_records_total %llu\n",
+        (unsigned long long)GET(m->records));
     out(&b, "# HELP tlmd_compile_seconds Compiler time per kernel (all candidates).\n"
             "# TYPE tlmd_compile_seconds histogram\n");
     cum = 0;
     for (int i = 0; i < N_COMPILE; i++) {
-        cum += GET(compile_bucket[i]);
+        cum += GET(m->compile_bucket[i]);
         out(&b, "tlmd_compile_seconds_bucket{le=\"%g\"} %llu\n", compile_le[i],
             (unsigned long long)cum);
     }
-    cum += GET(compile_bucket[N_COMPILE]);
+    cum += GET(m->compile_bucket[N_COMPILE]);
     out(&b, "tlmd_compile_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     out(&b, "tlmd_compile_seconds_sum %.6f\ntlmd_compile_seconds_count %llu\n",
-        (double)GET(compile_sum_us) / 1e6, (unsigned long long)GET(compile_count));
+        (double)GET(m->compile_sum_us) / 1e6, (unsigned long long)GET(m->compile_count));
     return b.p;
 }

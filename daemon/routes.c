@@ -1,6 +1,7 @@
-/* routes.c — the HTTP API of DESIGN §10: routing, method/auth/content checks, request
- * decoding for /v1/compile, and the small GET routes (kernels, jobs, targets, version, cache
- * stats, health, metrics). Store reads run on the pool; the loop never touches SQLite. */
+/* routes.c — the HTTP API of DESIGN §10: one route table {path pattern, methods, auth,
+ * checks before the body, handler}, request decoding for /v1/compile, and the small GET routes
+ * (kernels, jobs, targets, version, cache stats, health, metrics, models). Store reads run on
+ * the pool; the loop never touches SQLite. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,57 @@
 #include "daemon/tlmd.h"
 #include "proto/error.h"
 #include "proto/workload.h"
+
+struct routes {
+    const tlmd_env *env;
+    const tlmd_status *status;
+    jobs *js;
+    dec *d;
+    metrics *m;
+};
+
+routes *routes_new(const tlmd_env *env, const tlmd_status *status, jobs *js, dec *d, metrics *m)
+{
+    routes *rt = calloc(1, sizeof *rt);
+    if (!rt) return NULL;
+    rt->env = env;
+    rt->status = status;
+    rt->js = js;
+    rt->d = d;
+    rt->m = m;
+    return rt;
+}
+
+void routes_free(routes *rt)
+{
+    free(rt);
+}
+
+typedef void (*route_fn)(routes *rt, http_req *r);
+
+static void check_compile(routes *rt, http_req *r);
+static void do_compile(routes *rt, http_req *r);
+static void do_kernel(routes *rt, http_req *r);
+static void do_job(routes *rt, http_req *r);
+static void do_targets(routes *rt, http_req *r);
+static void do_version(routes *rt, http_req *r);
+static void do_store_read(routes *rt, http_req *r);
+static void do_healthz(routes *rt, http_req *r);
+static void do_readyz(routes *rt, http_req *r);
+static void do_models(routes *rt, http_req *r);
+
+/* The API. A pattern's "{name}" matches one non-empty path segment (r->arg points at it);
+ * methods lists what the route takes (GET includes HEAD); auth the methods that need a
+ * bearer token when tokens are configured; check runs when the headers are known (before
+ * the body is read) and may decide the answer (pend); handler runs with the whole body.
+ * The index of a route is its metrics label; "unknown" follows the last. */
+typedef struct route {
+    const char *pattern;
+    const char *methods;
+    const char *auth;
+    route_fn check;
+    route_fn handler;
+} route;
 
 enum {
     R_COMPILE,
@@ -28,27 +80,75 @@ enum {
     R_UNKNOWN,
     R_COUNT
 };
-static const char *const labels[R_COUNT] = {"/v1/compile",
-                                            "/v1/kernels/{key}",
-                                            "/v1/kernels/{key}/source",
-                                            "/v1/kernels/{key}/meta",
-                                            "/v1/jobs/{id}",
-                                            "/v1/targets",
-                                            "/v1/version",
-                                            "/v1/cache/stats",
-                                            "/healthz",
-                                            "/readyz",
-                                            "/metrics",
-                                            "/v1/models",
-                                            "unknown"};
+
+static const route ROUTES[R_UNKNOWN] = {
+    [R_COMPILE] = {"/v1/compile", "POST", "POST", check_compile, do_compile},
+    [R_KERNEL] = {"/v1/kernels/{key}", "GET", NULL, NULL, do_kernel},
+    [R_KERNEL_SOURCE] = {"/v1/kernels/{key}/source", "GET", NULL, NULL, do_kernel},
+    [R_KERNEL_META] = {"/v1/kernels/{key}/meta", "GET", NULL, NULL, do_kernel},
+    [R_JOB] = {"/v1/jobs/{id}", "GET, DELETE", "DELETE", NULL, do_job},
+    [R_TARGETS] = {"/v1/targets", "GET", NULL, NULL, do_targets},
+    [R_VERSION] = {"/v1/version", "GET", NULL, NULL, do_version},
+    [R_CACHE_STATS] = {"/v1/cache/stats", "GET", NULL, NULL, do_store_read},
+    [R_HEALTHZ] = {"/healthz", "GET", NULL, NULL, do_healthz},
+    [R_READYZ] = {"/readyz", "GET", NULL, NULL, do_readyz},
+    [R_METRICS] = {"/metrics", "GET", NULL, NULL, do_store_read},
+    [R_MODELS] = {"/v1/models", "GET", NULL, NULL, do_models},
+};
 
 int routes_label_count(void)
 {
     return R_COUNT;
 }
-const char *routes_label(int i)
+
+/* The patterns, then "unknown": one source for routing and the metrics' labels. Called once
+ * at start-up, before any other thread reads it. */
+const char *const *routes_labels(void)
 {
-    return i >= 0 && i < R_COUNT ? labels[i] : "unknown";
+    static const char *labels[R_COUNT];
+    for (int i = 0; i < R_UNKNOWN; i++)
+        labels[i] = ROUTES[i].pattern;
+    labels[R_UNKNOWN] = "unknown";
+    return labels;
+}
+
+/* Whether url matches pattern; *arg / *arg_len get the "{...}" segment. */
+static bool route_match(const char *pattern, const char *url, const char **arg, size_t *arg_len)
+{
+    const char *p = pattern, *u = url;
+    while (*p) {
+        if (*p == '{') {
+            size_t n = strcspn(u, "/");
+            if (n == 0) return false;
+            *arg = u;
+            *arg_len = n;
+            u += n;
+            p = strchr(p, '}');
+            if (!p) return false;
+            p++;
+        } else if (*p++ != *u++) {
+            return false;
+        }
+    }
+    return *u == 0;
+}
+
+static int route_of(const char *url, const char **arg, size_t *arg_len)
+{
+    for (int i = 0; i < R_UNKNOWN; i++)
+        if (route_match(ROUTES[i].pattern, url, arg, arg_len)) return i;
+    return R_UNKNOWN;
+}
+
+/* Whether method is one of list ("GET, DELETE"); HEAD counts as GET. */
+static bool method_in(const char *method, const char *list)
+{
+    if (!list) return false;
+    const char *m = !strcmp(method, "HEAD") ? "GET" : method;
+    size_t n = strlen(m);
+    for (const char *s = list; (s = strstr(s, m)); s += n)
+        if ((s == list || s[-1] == ' ') && (s[n] == 0 || s[n] == ',')) return true;
+    return false;
 }
 
 static bool is_hex64(const char *s, size_t n)
@@ -59,71 +159,15 @@ static bool is_hex64(const char *s, size_t n)
     return true;
 }
 
-/* Route of a URL; *arg points at the key or job id inside it. */
-static int route_of(const char *url, const char **arg, size_t *arg_len)
-{
-    static const struct {
-        const char *path;
-        int route;
-    } fixed[] = {{"/v1/compile", R_COMPILE}, {"/v1/targets", R_TARGETS},
-                 {"/v1/version", R_VERSION}, {"/v1/cache/stats", R_CACHE_STATS},
-                 {"/healthz", R_HEALTHZ},    {"/readyz", R_READYZ},
-                 {"/metrics", R_METRICS},    {"/v1/models", R_MODELS}};
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-        if (!strcmp(url, fixed[i].path)) return fixed[i].route;
-    if (!strncmp(url, "/v1/kernels/", 12)) {
-        const char *k = url + 12;
-        const char *slash = strchr(k, '/');
-        *arg = k;
-        *arg_len = slash ? (size_t)(slash - k) : strlen(k);
-        if (!slash) return R_KERNEL;
-        if (!strcmp(slash, "/source")) return R_KERNEL_SOURCE;
-        if (!strcmp(slash, "/meta")) return R_KERNEL_META;
-        return R_UNKNOWN;
-    }
-    if (!strncmp(url, "/v1/jobs/", 9) && url[9] && !strchr(url + 9, '/')) {
-        *arg = url + 9;
-        *arg_len = strlen(url + 9);
-        return R_JOB;
-    }
-    return R_UNKNOWN;
-}
-
 /* ---- bearer tokens ---- */
 
-int routes_load_tokens(tlmd_server *s, tlm_error *err)
-{
-    if (!s->cfg.token_file[0]) return 0;
-    FILE *f = fopen(s->cfg.token_file, "r");
-    if (!f)
-        return tlm_err_set(err, TLM_EINVAL, "token_file", "cannot open %s: %s", s->cfg.token_file,
-                           strerror(errno));
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, " \t\r\n");
-        if (!n || line[0] == '#') continue;
-        line[n] = 0;
-        char **p = realloc(s->tokens, (size_t)(s->n_tokens + 1) * sizeof *p);
-        if (!p || !(p[s->n_tokens] = strdup(line))) {
-            fclose(f);
-            return tlm_err_set(err, TLM_ENOMEM, "token_file", "out of memory");
-        }
-        s->tokens = p;
-        s->n_tokens++;
-    }
-    fclose(f);
-    if (!s->n_tokens)
-        return tlm_err_set(err, TLM_EINVAL, "token_file", "%s holds no token", s->cfg.token_file);
-    return 0;
-}
-
 /* Constant-time comparison: a token must not be guessable byte by byte from timings. */
-static bool token_ok(const char *given)
+static bool token_ok(const routes *rt, const char *given)
 {
     bool ok = false;
     size_t gl = strlen(given);
-    for (int i = 0; i < g_srv.n_tokens; i++) {
-        const char *t = g_srv.tokens[i];
+    for (int i = 0; i < rt->env->n_tokens; i++) {
+        const char *t = rt->env->tokens[i];
         size_t tl = strlen(t);
         unsigned char diff = (unsigned char)(gl != tl);
         for (size_t j = 0; j < tl; j++)
@@ -139,41 +183,28 @@ static void pend(http_req *r, int status, const char *code, const char *msg, con
     r->pending_body = proto_error_body(code, msg, field);
 }
 
-void routes_begin(http_req *r)
+void routes_begin(void *arg, http_req *r)
 {
-    const char *arg = NULL;
-    size_t alen = 0;
-    r->route = route_of(r->url, &arg, &alen);
-    const char *m = r->method;
-    bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD");
-    const char *allow = NULL;
-    switch (r->route) {
-    case R_UNKNOWN: {
+    routes *rt = arg;
+    r->route = route_of(r->url, &r->arg, &r->arg_len);
+    if (r->route == R_UNKNOWN) {
         char msg[300];
         snprintf(msg, sizeof msg, "no route %.200s (see GET /v1/version and proto/openapi.yaml)",
                  r->url);
         pend(r, 404, PROTO_CODE_NOT_FOUND, msg, "");
         return;
     }
-    case R_COMPILE:
-        if (strcmp(m, "POST")) allow = "POST";
-        break;
-    case R_JOB:
-        if (!get && strcmp(m, "DELETE")) allow = "GET, DELETE";
-        break;
-    default:
-        if (!get) allow = "GET";
-    }
-    if (allow) {
+    const route *ro = &ROUTES[r->route];
+    if (!method_in(r->method, ro->methods)) {
         char msg[128];
-        snprintf(msg, sizeof msg, "%s does not take %s; allowed: %s", labels[r->route], m, allow);
+        snprintf(msg, sizeof msg, "%s does not take %s; allowed: %s", ro->pattern, r->method,
+                 ro->methods);
         pend(r, 405, PROTO_CODE_METHOD_NOT_ALLOWED, msg, "");
         return;
     }
-    bool guarded = r->route == R_COMPILE || (r->route == R_JOB && !strcmp(m, "DELETE"));
-    if (guarded && g_srv.n_tokens) {
+    if (method_in(r->method, ro->auth) && rt->env->n_tokens) {
         const char *auth = http_header(r, "Authorization");
-        if (!auth || strncasecmp(auth, "Bearer ", 7) || !token_ok(auth + 7)) {
+        if (!auth || strncasecmp(auth, "Bearer ", 7) || !token_ok(rt, auth + 7)) {
             pend(r, 401, PROTO_CODE_UNAUTHORIZED,
                  auth ? "the bearer token is not accepted"
                       : "this route needs an Authorization: Bearer TOKEN header",
@@ -181,27 +212,39 @@ void routes_begin(http_req *r)
             return;
         }
     }
-    if (r->route == R_COMPILE) {
-        if (g_srv.shutting_down) {
-            pend(r, 503, PROTO_CODE_UNAVAILABLE, "the server is shutting down", "");
-            return;
-        }
-        const char *ct = http_header(r, "Content-Type");
-        if (ct && (strncasecmp(ct, "application/json", 16) ||
-                   (ct[16] && ct[16] != ';' && ct[16] != ' '))) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "Content-Type %.100s is not accepted; send application/json",
-                     ct);
-            pend(r, 415, PROTO_CODE_UNSUPPORTED_MEDIA_TYPE, msg, "");
-            return;
-        }
-        const char *cl = http_header(r, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > g_srv.cfg.max_body) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request body is larger than %zu bytes",
-                     g_srv.cfg.max_body);
-            pend(r, 413, PROTO_CODE_BODY_TOO_LARGE, msg, "");
-        }
+    if (ro->check) ro->check(rt, r);
+}
+
+void routes_dispatch(void *arg, http_req *r)
+{
+    routes *rt = arg;
+    if (r->route >= 0 && r->route < R_UNKNOWN)
+        ROUTES[r->route].handler(rt, r);
+    else
+        http_reply_error(r, 404, PROTO_CODE_NOT_FOUND, "no such route", "");
+}
+
+/* POST /v1/compile before its body: shutting down, content type, declared length. */
+static void check_compile(routes *rt, http_req *r)
+{
+    if (rt->status->shutting_down) {
+        pend(r, 503, PROTO_CODE_UNAVAILABLE, "the server is shutting down", "");
+        return;
+    }
+    const char *ct = http_header(r, "Content-Type");
+    if (ct &&
+        (strncasecmp(ct, "application/json", 16) || (ct[16] && ct[16] != ';' && ct[16] != ' '))) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "Content-Type %.100s is not accepted; send application/json", ct);
+        pend(r, 415, PROTO_CODE_UNSUPPORTED_MEDIA_TYPE, msg, "");
+        return;
+    }
+    const char *cl = http_header(r, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > rt->env->cfg.max_body) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes",
+                 rt->env->cfg.max_body);
+        pend(r, 413, PROTO_CODE_BODY_TOO_LARGE, msg, "");
     }
 }
 
@@ -219,7 +262,7 @@ static int bad(tlm_error *e, int code, const char *field, const char *msg)
 /* "graph" or "model" → fused, deduplicated subgraphs as the job's workloads, with their
  * occurrence counts, anchor names and the network's summary. Building and fusing a zoo model
  * takes milliseconds (LLaMA-7B is ~1,000 nodes), so it runs here on the loop thread. */
-static int decode_network(const json_t *j, job_params *p, tlm_error *e)
+static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_error *e)
 {
     const json_t *gj = json_object_get(j, "graph");
     const char *kind = gj ? "graph" : "model";
@@ -250,7 +293,7 @@ static int decode_network(const json_t *j, job_params *p, tlm_error *e)
         fe_graph_free(g);
         return rc;
     }
-    int limit = g_srv.cfg.max_workloads * NET_WORKLOADS_FACTOR;
+    int limit = rt->env->cfg.max_workloads * NET_WORKLOADS_FACTOR;
     if (fu.n > limit) {
         rc = tlm_err_set(e, TLM_ELIMIT, kind, "the %s fuses into %d unique subgraphs; at most %d",
                          kind, fu.n, limit);
@@ -293,8 +336,9 @@ static int decode_network(const json_t *j, job_params *p, tlm_error *e)
         for (int i = 0; zi && i < 3; i++) {
             if (!(zi->options & opts[i].bit)) continue;
             json_t *v = json_object_get(mj, opts[i].key);
-            int64_t d = i == 0 ? zi->defaults.batch
-                               : i == 1 ? zi->defaults.image_size : zi->defaults.seq_len;
+            int64_t d = i == 0   ? zi->defaults.batch
+                        : i == 1 ? zi->defaults.image_size
+                                 : zi->defaults.seq_len;
             json_object_set_new(p->model, opts[i].key,
                                 v ? json_incref(v) : json_integer((json_int_t)d));
         }
@@ -306,7 +350,95 @@ out:
     return rc;
 }
 
-static int decode_compile(http_req *r, job_params *p, tlm_error *e)
+/* "mode", "candidates", "budget" and "strategy" → the pipeline's mode and options.
+ *   generate (the default): the served model's one pass (PL_MODE_TLM), or space_default
+ *            (PL_MODE_DEFAULT) when the server serves no model;
+ *   default:  space_default whatever the server serves;
+ *   topk:     the model's k best candidates, measured where this host runs them; refused
+ *             with 422 when no model is served (there is nothing to rank; "generate" gives
+ *             the default schedule and says so in schedule_source);
+ *   tune:     the measured search, 422 until a search is registered (pl_set_search). */
+static int decode_mode(const routes *rt, const json_t *j, job_params *p, tlm_error *e)
+{
+    json_t *mode = json_object_get(j, "mode");
+    const char *ms = mode ? json_string_value(mode) : "generate";
+    static const char allowed[] = "must be \"generate\", \"default\", \"topk\" or \"tune\"";
+    if (!ms) return bad(e, TLM_EINVAL, "mode", allowed);
+    p->k = 1;
+    if (!strcmp(ms, "generate")) {
+        p->mode_name = "generate";
+        p->mode = rt->env->model ? PL_MODE_TLM : PL_MODE_DEFAULT;
+    } else if (!strcmp(ms, "default")) {
+        p->mode_name = "default";
+        p->mode = PL_MODE_DEFAULT;
+    } else if (!strcmp(ms, "topk")) {
+        p->mode_name = "topk";
+        p->mode = PL_MODE_TOPK;
+        p->k = 4 < rt->env->cfg.max_candidates ? 4 : rt->env->cfg.max_candidates;
+    } else if (!strcmp(ms, "tune")) {
+        p->mode_name = "tune";
+        p->mode = PL_MODE_TUNE;
+    } else {
+        return bad(e, TLM_EINVAL, "mode", allowed);
+    }
+    json_t *cand = json_object_get(j, "candidates");
+    if (cand) {
+        double d = json_number_value(cand);
+        if (!json_is_number(cand) || d != (double)(long long)d || d < 1 ||
+            d > rt->env->cfg.max_candidates)
+            return tlm_err_set(e, TLM_EINVAL, "candidates", "must be an integer in [1, %d]",
+                               rt->env->cfg.max_candidates);
+        if (p->mode == PL_MODE_TOPK) p->k = (int)d;
+    }
+    json_t *b = json_object_get(j, "budget");
+    if (b) {
+        if (!json_is_object(b))
+            return bad(e, TLM_EINVAL, "budget",
+                       "must be an object {\"trials\": n, \"seconds\": s}");
+        const char *key;
+        json_t *v;
+        json_object_foreach(b, key, v)
+        {
+            double d = json_number_value(v);
+            if (!strcmp(key, "trials")) {
+                if (!json_is_integer(v) || d < 1 || d > 1000000)
+                    return bad(e, TLM_EINVAL, "budget.trials",
+                               "must be an integer in [1, 1000000]");
+                p->trials = (int)d;
+            } else if (!strcmp(key, "seconds")) {
+                if (!json_is_number(v) || !(d > 0) || d > 86400)
+                    return bad(e, TLM_EINVAL, "budget.seconds", "must be a number in (0, 86400]");
+                p->seconds = d;
+            } else {
+                return tlm_err_set(e, TLM_EINVAL, "budget",
+                                   "unknown key \"%.64s\"; allowed: "
+                                   "trials, seconds",
+                                   key);
+            }
+        }
+    }
+    json_t *st = json_object_get(j, "strategy");
+    if (st) {
+        const char *sv = json_string_value(st);
+        if (!sv || (strcmp(sv, "evolutionary") && strcmp(sv, "htam")))
+            return bad(e, TLM_EINVAL, "strategy", "must be \"evolutionary\" or \"htam\"");
+        snprintf(p->strategy, sizeof p->strategy, "%s", sv);
+    }
+    /* well-formed; now whether this server can do it */
+    if (p->mode == PL_MODE_TOPK && !rt->env->model)
+        return tlm_err_set(e, TLM_EUNSUPPORTED, "mode",
+                           "mode \"topk\" ranks the schedule model's candidates, and this server "
+                           "serves no model (%s); use \"generate\", which serves the default "
+                           "schedule here",
+                           rt->env->schedules_reason);
+    if (p->mode == PL_MODE_TUNE && !pl_has_search(PL_MODE_TUNE))
+        return bad(e, TLM_EUNSUPPORTED, "mode",
+                   "mode \"tune\" is not yet supported by this server; use \"generate\" or "
+                   "\"topk\"");
+    return 0;
+}
+
+static int decode_compile(const routes *rt, http_req *r, job_params *p, tlm_error *e)
 {
     if (!r->body || !r->len) return bad(e, PROTO_EJSON, "", "the request body is empty");
     json_error_t je;
@@ -329,16 +461,16 @@ static int decode_compile(http_req *r, job_params *p, tlm_error *e)
     }
     json_object_foreach(j, key, v)
     {
-        static const char *const known[] = {"target",         "workloads",  "graph",  "model",
-                                            "mode",           "candidates", "budget", "stream",
-                                            "include_binary", NULL};
+        static const char *const known[] = {"target", "workloads",      "graph",  "model",
+                                            "mode",   "candidates",     "budget", "strategy",
+                                            "stream", "include_binary", NULL};
         bool ok = false;
         for (int i = 0; known[i]; i++)
             ok |= !strcmp(key, known[i]);
         if (!ok) {
             rc = tlm_err_set(e, TLM_EINVAL, key,
                              "unknown field; allowed: target, workloads, graph, model, mode, "
-                             "candidates, budget, stream, include_binary");
+                             "candidates, budget, strategy, stream, include_binary");
             goto out;
         }
     }
@@ -357,43 +489,7 @@ static int decode_compile(http_req *r, job_params *p, tlm_error *e)
         snprintf(e->field, sizeof e->field, "target");
         goto out;
     }
-    json_t *mode = json_object_get(j, "mode");
-    p->mode = MODE_GENERATE;
-    p->k = 1;
-    if (mode) {
-        const char *ms = json_string_value(mode);
-        if (!ms) {
-            rc = bad(e, TLM_EINVAL, "mode", "must be \"generate\", \"topk\" or \"tune\"");
-            goto out;
-        }
-        if (!strcmp(ms, "topk")) {
-            p->mode = MODE_TOPK;
-            p->k = 4 < g_srv.cfg.max_candidates ? 4 : g_srv.cfg.max_candidates;
-        } else if (!strcmp(ms, "tune")) {
-            rc = bad(e, TLM_EUNSUPPORTED, "mode",
-                     "mode \"tune\" is not yet supported; use \"generate\" or \"topk\"");
-            goto out;
-        } else if (strcmp(ms, "generate")) {
-            rc = bad(e, TLM_EINVAL, "mode", "must be \"generate\", \"topk\" or \"tune\"");
-            goto out;
-        }
-    }
-    json_t *cand = json_object_get(j, "candidates");
-    if (cand) {
-        double d = json_number_value(cand);
-        if (!json_is_number(cand) || d != (double)(long long)d || d < 1 ||
-            d > g_srv.cfg.max_candidates) {
-            rc = tlm_err_set(e, TLM_EINVAL, "candidates", "must be an integer in [1, %d]",
-                             g_srv.cfg.max_candidates);
-            goto out;
-        }
-        if (p->mode == MODE_TOPK) p->k = (int)d;
-    }
-    json_t *b = json_object_get(j, "budget");
-    if (b && !json_is_object(b)) {
-        rc = bad(e, TLM_EINVAL, "budget", "must be an object {\"trials\": n, \"seconds\": s}");
-        goto out;
-    }
+    if ((rc = decode_mode(rt, j, p, e))) goto out;
     static const char *const bools[] = {"stream", "include_binary"};
     for (int i = 0; i < 2; i++) {
         json_t *x = json_object_get(j, bools[i]);
@@ -414,16 +510,16 @@ static int decode_compile(http_req *r, job_params *p, tlm_error *e)
         goto out;
     }
     if (!wls) {
-        rc = decode_network(j, p, e);
+        rc = decode_network(rt, j, p, e);
         goto out;
     }
     if (!json_is_array(wls) || json_array_size(wls) == 0) {
         rc = bad(e, TLM_EINVAL, "workloads", "must be a non-empty array of workload objects");
         goto out;
     }
-    if ((int)json_array_size(wls) > g_srv.cfg.max_workloads) {
+    if ((int)json_array_size(wls) > rt->env->cfg.max_workloads) {
         rc = tlm_err_set(e, TLM_ELIMIT, "workloads", "at most %d workloads per request",
-                         g_srv.cfg.max_workloads);
+                         rt->env->cfg.max_workloads);
         goto out;
     }
     p->n = (int)json_array_size(wls);
@@ -447,9 +543,9 @@ out:
     return rc;
 }
 
-static void do_compile(http_req *r)
+static void do_compile(routes *rt, http_req *r)
 {
-    if (g_srv.shutting_down) {
+    if (rt->status->shutting_down) {
         http_reply_error(r, 503, PROTO_CODE_UNAVAILABLE, "the server is shutting down", "");
         return;
     }
@@ -457,24 +553,25 @@ static void do_compile(http_req *r)
     memset(&p, 0, sizeof p);
     tlm_error e;
     tlm_err_clear(&e);
-    if (decode_compile(r, &p, &e)) {
+    if (decode_compile(rt, r, &p, &e)) {
         http_reply_tlm_error(r, &e);
         return;
     }
-    if (g_srv.jobs_in_flight >= g_srv.cfg.max_jobs) {
+    if (jobs_in_flight(rt->js) >= rt->env->cfg.max_jobs) {
         job_params_free(&p);
         char msg[128];
         snprintf(msg, sizeof msg, "%d jobs are in flight (the limit); retry later",
-                 g_srv.jobs_in_flight);
+                 jobs_in_flight(rt->js));
         http_reply_error(r, 429, PROTO_CODE_QUEUE_FULL, msg, "");
         return;
     }
-    job_start(r, &p);
+    job_start(rt->js, r, &p);
 }
 
 /* ---- store reads on the pool ---- */
 
 typedef struct kop {
+    routes *rt;
     uv_work_t w;
     http_req *r;
     int route;
@@ -499,14 +596,14 @@ static void kop_work(uv_work_t *w)
     tlm_err_clear(&op->err);
     switch (op->route) {
     case R_KERNEL:
-        op->rc = store_kernel_get(g_srv.st, op->key, &op->k, &op->err);
+        op->rc = store_kernel_get(op->rt->env->st, op->key, &op->k, &op->err);
         break;
     case R_KERNEL_SOURCE:
     case R_KERNEL_META:
-        op->rc = store_kernel_meta(g_srv.st, op->key, &op->k, &op->err);
+        op->rc = store_kernel_meta(op->rt->env->st, op->key, &op->k, &op->err);
         break;
     default:
-        op->rc = store_stats_get(g_srv.st, &op->ss, &op->err);
+        op->rc = store_stats_get(op->rt->env->st, &op->ss, &op->err);
     }
 }
 
@@ -518,16 +615,17 @@ static json_t *parse_or_null(const char *s)
 
 static json_t *kernel_meta_json(const store_kernel *k)
 {
-    return json_pack("{s:s, s:s*, s:s*, s:s*, s:s*, s:o, s:s*, s:s*, s:s*, s:s*, s:s*, s:o, "
-                     "s:s, s:I, s:I, s:I, s:I, s:s}",
-                     "key", k->key, "workload_hash", k->workload_hash, "target_hash",
-                     k->target_hash, "target", k->target_name, "compiler_id", k->compiler_id,
-                     "workload", parse_or_null(k->workload_json), "model_id", k->model_id,
-                     "schedule", k->schedule, "sentence", k->sentence, "entry", k->entry, "format",
-                     k->format, "launch", parse_or_null(k->launch_json), "binary_sha256",
-                     k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "created_at",
-                     (json_int_t)k->created_at, "last_used_at", (json_int_t)k->last_used_at, "hits",
-                     (json_int_t)k->hits, "url", "");
+    return json_pack(
+        "{s:s, s:s*, s:s*, s:s*, s:s*, s:o, s:s*, s:s*, s:s, s:s*, s:s*, s:s*, s:o, "
+        "s:s, s:I, s:I, s:I, s:I, s:s}",
+        "key", k->key, "workload_hash", k->workload_hash, "target_hash", k->target_hash, "target",
+        k->target_name, "compiler_id", k->compiler_id, "workload", parse_or_null(k->workload_json),
+        "model_id", k->model_id, "schedule", k->schedule, "schedule_source",
+        k->schedule_source ? k->schedule_source : "unknown", "sentence", k->sentence, "entry",
+        k->entry, "format", k->format, "launch", parse_or_null(k->launch_json), "binary_sha256",
+        k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "created_at",
+        (json_int_t)k->created_at, "last_used_at", (json_int_t)k->last_used_at, "hits",
+        (json_int_t)k->hits, "url", "");
 }
 
 static void kop_after(uv_work_t *w, int status)
@@ -567,7 +665,10 @@ static void kop_after(uv_work_t *w, int status)
                                 json_integer(op->k.source ? (json_int_t)strlen(op->k.source) : 0));
             http_reply_json(r, 200, m);
         } else if (op->route == R_METRICS) {
-            char *text = metrics_render(&op->ss);
+            const routes *rt = op->rt;
+            metrics_gauges g = {jobs_in_flight(rt->js), jobs_flights_in_flight(rt->js),
+                                dec_queue_depth(rt->d)};
+            char *text = metrics_render(rt->m, &g, &op->ss);
             if (text) {
                 http_reply(r, 200, "text/plain; version=0.0.4", text, strlen(text), NULL);
                 free(text);
@@ -580,125 +681,131 @@ static void kop_after(uv_work_t *w, int status)
                 (json_int_t)op->ss.kernels, "bytes", (json_int_t)op->ss.bytes, "max_bytes",
                 (json_int_t)op->ss.max_bytes, "store_hits", (json_int_t)op->ss.hits, "store_misses",
                 (json_int_t)op->ss.misses, "evictions", (json_int_t)op->ss.evictions, "corrupt",
-                (json_int_t)op->ss.corrupt, "hits", (json_int_t)metrics_cache_hits(), "misses",
-                (json_int_t)metrics_cache_misses(), "compiles", (json_int_t)metrics_compiles(),
-                "path", g_srv.cfg.store_path);
+                (json_int_t)op->ss.corrupt, "hits", (json_int_t)metrics_cache_hits(op->rt->m),
+                "misses", (json_int_t)metrics_cache_misses(op->rt->m), "compiles",
+                (json_int_t)metrics_compiles(op->rt->m), "path", op->rt->env->cfg.store_path);
             json_object_set_new(o, "single_flight_joins",
-                                json_integer((json_int_t)metrics_single_flight()));
+                                json_integer((json_int_t)metrics_single_flight(op->rt->m)));
             http_reply_json(r, 200, o);
         }
     }
     store_kernel_free(&op->k);
     free(op);
-    srv_kick();
+    if (r) http_kick(r->srv);
 }
 
-static void start_kop(http_req *r, int route, const char *key)
+static void start_kop(routes *rt, http_req *r, int route_id, const char *key)
 {
     kop *op = calloc(1, sizeof *op);
     if (!op) {
         http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
         return;
     }
+    op->rt = rt;
     op->r = r;
-    op->route = route;
+    op->route = route_id;
     if (key) snprintf(op->key, sizeof op->key, "%s", key);
     op->w.data = op;
     r->op = op;
     r->detach = kop_detach;
     http_suspend(r);
-    uv_queue_work(g_srv.loop, &op->w, kop_work, kop_after);
+    uv_queue_work(rt->env->loop, &op->w, kop_work, kop_after);
 }
 
-static void do_version(http_req *r)
+static void do_version(routes *rt, http_req *r)
 {
-    const tlm_config *c = &g_srv.model->cfg;
+    const tlmd_env *env = rt->env;
+    /* "model" describes the weight file that was read (null when none was), and "served"
+     * says whether generate decodes with it; "schedules" is what generate serves. */
+    json_t *model = json_null();
+    if (env->weights_loaded[0]) {
+        const tlm_config *c = &env->weights_cfg;
+        model =
+            json_pack("{s:s, s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I}", "id",
+                      env->weights_sha, "path", env->weights_loaded, "vocab_hash", env->vocab_hash,
+                      "trained", env->weights_trained, "served", env->model != NULL, "n_layer",
+                      c->n_layer, "n_head", c->n_head, "n_embd", c->n_embd, "n_ctx", c->n_ctx,
+                      "vocab_size", c->vocab_size, "n_params", (json_int_t)env->weights_params);
+    }
     json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:b, s:i, s:{s:s, s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:I},"
-        " s:{s:s, s:s}, s:s, s:s}",
-        "version", TLMD_VERSION, "api", "v1", "model_id", g_srv.model_id, "vocab_hash",
-        g_srv.vocab_hash, "weights_trained", g_srv.weights_trained, "lang_version", LANG_VERSION,
-        "model", "id", g_srv.model_id, "path", g_srv.cfg.weights, "vocab_hash", g_srv.vocab_hash,
-        "trained", g_srv.weights_trained, "n_layer", c->n_layer, "n_head", c->n_head, "n_embd",
-        c->n_embd, "n_ctx", c->n_ctx, "vocab_size", c->vocab_size, "n_params",
-        (json_int_t)g_srv.model->n_params, "toolchain", "cc", g_srv.cc_key, "nvrtc",
-        g_srv.nvrtc_key, "device", "cpu", "store", g_srv.cfg.store_path);
+        "{s:s, s:s, s:s, s:s, s:s, s:o, s:b, s:s, s:i, s:o, s:{s:s, s:s}, s:s, s:s, s:s, s:s}",
+        "version", TLMD_VERSION, "api", "v1", "schedules", env->model ? "tlm" : "default",
+        "schedules_reason", rt->env->schedules_reason, "model_id", env->model_id, "weights",
+        env->weights_loaded[0] ? json_string(env->weights_loaded) : json_null(), "weights_trained",
+        env->weights_trained, "vocab_hash", env->vocab_hash, "lang_version", LANG_VERSION, "model",
+        model, "toolchain", "cc", env->cc_key, "nvrtc", env->nvrtc_key, "device", env->device_id,
+        "device_name", env->device_name, "device_reason", env->device_reason, "store",
+        rt->env->cfg.store_path);
+    json_t *modes = json_pack("[s, s]", "generate", "default");
+    if (env->model) json_array_append_new(modes, json_string("topk"));
+    if (pl_has_search(PL_MODE_TUNE)) json_array_append_new(modes, json_string("tune"));
+    json_object_set_new(o, "modes", modes);
     http_reply_json(r, 200, o);
 }
 
-void routes_dispatch(http_req *r)
+static void do_kernel(routes *rt, http_req *r)
 {
-    const char *arg = NULL;
-    size_t alen = 0;
-    route_of(r->url, &arg, &alen);
-    char key[65] = "";
-    switch (r->route) {
-    case R_COMPILE:
-        do_compile(r);
-        return;
-    case R_KERNEL:
-    case R_KERNEL_SOURCE:
-    case R_KERNEL_META:
-        if (!is_hex64(arg, alen)) {
-            http_reply_error(r, 404, PROTO_CODE_NOT_FOUND,
-                             "a kernel key is 64 lowercase hex digits", "key");
-            return;
-        }
-        memcpy(key, arg, 64);
-        key[64] = 0;
-        start_kop(r, r->route, key);
-        return;
-    case R_JOB: {
-        char id[64];
-        snprintf(id, sizeof id, "%.*s", (int)(alen < 63 ? alen : 63), arg);
-        if (!strcmp(r->method, "DELETE")) {
-            if (job_cancel(id))
-                http_reply_error(r, 404, PROTO_CODE_NOT_FOUND, "no such job", "id");
-            else
-                http_reply_json(r, 200, json_pack("{s:s, s:s}", "job", id, "state", "cancelled"));
-            return;
-        }
-        bool found = false;
-        json_t *j = job_lookup_json(id, &found);
-        if (!found)
-            http_reply_error(r, 404, PROTO_CODE_NOT_FOUND,
-                             "no such job (finished jobs are kept "
-                             "for a while, then forgotten)",
-                             "id");
-        else
-            http_reply_json(r, 200, j);
+    if (!is_hex64(r->arg, r->arg_len)) {
+        http_reply_error(r, 404, PROTO_CODE_NOT_FOUND, "a kernel key is 64 lowercase hex digits",
+                         "key");
         return;
     }
-    case R_TARGETS:
-        http_reply(r, 200, "application/json", g_srv.targets_json, strlen(g_srv.targets_json),
-                   NULL);
-        return;
-    case R_VERSION:
-        do_version(r);
-        return;
-    case R_CACHE_STATS:
-    case R_METRICS:
-        start_kop(r, r->route, NULL);
-        return;
-    case R_MODELS: {
-        json_t *models = fe_zoo_list_json();
-        if (models)
-            http_reply_json(r, 200, json_pack("{s:o}", "models", models));
+    char key[65];
+    memcpy(key, r->arg, 64);
+    key[64] = 0;
+    start_kop(rt, r, r->route, key);
+}
+
+static void do_job(routes *rt, http_req *r)
+{
+    char id[64];
+    snprintf(id, sizeof id, "%.*s", (int)(r->arg_len < 63 ? r->arg_len : 63), r->arg);
+    if (!strcmp(r->method, "DELETE")) {
+        if (job_cancel(rt->js, id))
+            http_reply_error(r, 404, PROTO_CODE_NOT_FOUND, "no such job", "id");
         else
-            http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
+            http_reply_json(r, 200, json_pack("{s:s, s:s}", "job", id, "state", "cancelled"));
         return;
     }
-    case R_HEALTHZ:
-        http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
-        return;
-    case R_READYZ:
-        if (g_srv.ready && !g_srv.shutting_down)
-            http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
-        else
-            http_reply_error(r, 503, PROTO_CODE_UNAVAILABLE,
-                             g_srv.shutting_down ? "shutting down" : "starting", "");
-        return;
-    default:
-        http_reply_error(r, 404, PROTO_CODE_NOT_FOUND, "no such route", "");
-    }
+    bool found = false;
+    json_t *j = job_lookup_json(rt->js, id, &found);
+    if (!found)
+        http_reply_error(r, 404, PROTO_CODE_NOT_FOUND,
+                         "no such job (finished jobs are kept for a while, then forgotten)", "id");
+    else
+        http_reply_json(r, 200, j);
+}
+
+static void do_targets(routes *rt, http_req *r)
+{
+    const char *t = rt->env->targets_json;
+    http_reply(r, 200, "application/json", t, strlen(t), NULL);
+}
+
+static void do_store_read(routes *rt, http_req *r)
+{
+    start_kop(rt, r, r->route, NULL);
+}
+
+static void do_models(routes *rt, http_req *r)
+{
+    json_t *models = fe_zoo_list_json();
+    if (models)
+        http_reply_json(r, 200, json_pack("{s:o}", "models", models));
+    else
+        http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
+}
+
+static void do_healthz(routes *rt, http_req *r)
+{
+    http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void do_readyz(routes *rt, http_req *r)
+{
+    if (rt->status->ready && !rt->status->shutting_down)
+        http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
+    else
+        http_reply_error(r, 503, PROTO_CODE_UNAVAILABLE,
+                         rt->status->shutting_down ? "shutting down" : "starting", "");
 }

@@ -1,18 +1,28 @@
-/* tlmd.h — the compile server's shared state and the interfaces between its files.
+/* tlmd.h — the compile server's modules and the interfaces between them.
+ *
+ * State: no global server object. main.c builds, before the loop starts,
+ *  - a tlmd_env: the configuration and everything decided at start-up (the served model,
+ *    identities, targets, tokens, the store handle, the loop). It is read-only afterwards,
+ *    so any thread may read it; every module gets a const pointer to it;
+ *  - one state object per module, handed to the modules that talk to it: http_server
+ *    (http.c), routes (routes.c), jobs (jobs.c), dec (decoder.c), metrics (metrics.c), and
+ *    main's own lifecycle (tlmd_status) and inbox (tlmd_inbox).
+ * The logger is the one process-wide facility (tlmd_log; main.c sets it up).
  *
  * Threads (DESIGN §9):
  *  - the LOOP thread runs one libuv loop that owns libmicrohttpd (no internal MHD thread),
  *    every connection, every job and flight, the metrics' non-atomic counters and the list
  *    of jobs. Unless a function says otherwise, it may only be called on the loop thread.
  *  - the DECODER thread owns the tlm_decoder and batches every pending decode; it talks to
- *    the loop only through dec_submit (in) and srv_post (out: a mutex-protected queue plus
+ *    the loop only through dec_submit (in) and tlmd_post (out: a mutex-protected queue plus
  *    uv_async_send, drained whole by the loop).
- *  - libuv POOL threads run store lookups/inserts, codegen and compilation (uv_queue_work);
- *    their after-callbacks run on the loop thread. Each thread uses its own SQLite
- *    connection (store.h does that).
+ *  - libuv POOL threads run store lookups/inserts and the pipeline (uv_queue_work); their
+ *    after-callbacks run on the loop thread. Each thread uses its own SQLite connection
+ *    (store.h does that).
+ *  - the SIGNAL thread takes SIGTERM/SIGINT/SIGHUP with sigwait and posts them to the loop.
  * Files: main.c (config, logging, start-up, signals, shutdown, sd_notify), http.c (MHD
- * driven by the loop, requests, responses, streams), routes.c (the API), jobs.c (compile
- * jobs, single flight, pool work), decoder.c, metrics.c.
+ * driven by the loop, requests, responses, streams), routes.c (the API, a route table),
+ * jobs.c (compile jobs, single flight, the pipeline on the pool), decoder.c, metrics.c.
  */
 #ifndef TLMD_H
 #define TLMD_H
@@ -26,10 +36,12 @@
 #include <microhttpd.h>
 #include <uv.h>
 
+#include "compiler/driver/pipeline.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
 #include "compiler/tlm/select.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/tlm/tlm_cuda.h"
 #include "compiler/util/err.h"
 #include "store/store.h"
 
@@ -41,14 +53,19 @@ enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 void tlmd_log(int level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int tlmd_log_level_parse(const char *s);
-int tlmd_log_reopen(void);
+/* Opens (or reopens, for SIGHUP) file as the log; NULL or "" logs to stderr. */
+int tlmd_log_open(int level, const char *file);
+double tlmd_now(void);  /* monotonic seconds (any thread) */
+double tlmd_wall(void); /* Unix time, seconds (any thread) */
 
-/* ---- configuration (process-wide, written before the loop starts) ---- */
+/* ---- configuration: defaults < config file < TLMD_* environment < flags ---- */
 typedef struct tlmd_config {
     char listen_addr[64];
-    int port;
+    int port; /* the bound port once listening (0 asks for any) */
     char store_path[1024];
-    char weights[1024];
+    char weights[1024];    /* a weight file, or "none" */
+    char weights_from[64]; /* who set it: "default", "--weights", "TLMD_WEIGHTS", "config" */
+    bool serve_untrained;  /* serve weights whose MANIFEST does not say trained */
     char device[32];
     char token_file[1024];
     char log_file[1024];
@@ -63,62 +80,78 @@ typedef struct tlmd_config {
     int decoder_slots;
 } tlmd_config;
 
-/* ---- the loop's message queue (srv_post: any thread) ---- */
-typedef struct tlmd_msg {
-    void (*fn)(void *arg);
-    void *arg;
-    struct tlmd_msg *next;
-} tlmd_msg;
-
-struct http_req;
-struct job;
-
-typedef struct tlmd_server {
+/* ---- the environment: read-only once the loop runs (any thread) ---- */
+typedef struct tlmd_env {
     tlmd_config cfg;
     uv_loop_t *loop;
-    struct MHD_Daemon *mhd;
-    int listen_fd_activated; /* from systemd, -1 if none */
-    uv_poll_t mhd_poll;
-    uv_timer_t mhd_timer;
-    uv_async_t async;
-    uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t watchdog;
-    uv_timer_t shutdown_timer;
-    bool in_mhd, need_kick;
-    pthread_mutex_t q_mu;
-    tlmd_msg *q_head, *q_tail;
-    store *st;
-    tlm_model *model;
-    char model_id[65];
-    char vocab_hash[65];
+    store *st; /* thread-safe: every thread gets its own connection */
+    /* The schedules served: with a model, generate decodes with it ("tlm"); without one
+     * (--weights none, a missing default file, untrained weights without --serve-untrained)
+     * generate serves space_default. */
+    const tlm_model *model; /* the served model, NULL when serving default schedules */
+    char model_id[65];      /* the served model's id (its file's SHA-256), or "none" */
+    char schedules_reason[1400];
+    char weights_loaded[1024]; /* the weight file that was read ("" when none) */
+    char weights_sha[65];      /* its SHA-256 ("" when none) */
+    tlm_config weights_cfg;    /* its configuration (zero when none) */
+    uint64_t weights_params;
     bool weights_trained;
-    char cc_key[768], nvrtc_key[768];
-    char *targets_json;
-    char **tokens;
+    char vocab_hash[65];
+    /* Where the decoder runs: device_id "cpu" | "cuda:N", with the full name and why. The
+     * device itself belongs to the decoder thread once it runs. */
+    tlm_device *dev;
+    char device_id[32];
+    char device_name[192];
+    char device_reason[700];
+    char cc_key[768], nvrtc_key[768]; /* toolchain identities, computed once at start-up */
+    char *targets_json;               /* GET /v1/targets */
+    char **tokens;                    /* bearer tokens; none: no authentication */
     int n_tokens;
-    bool ready, shutting_down, stopped;
-    double shutdown_started;
-    uint64_t next_job_id;
-    int jobs_in_flight;
-    struct job *jobs; /* recent jobs, newest first */
-    int n_jobs;
-    struct http_req *reqs; /* live requests (to resume them all at shutdown) */
-} tlmd_server;
+} tlmd_env;
 
-extern tlmd_server g_srv;
+/* ---- main.c: the loop's inbox and the server's lifecycle ---- */
+typedef struct tlmd_inbox tlmd_inbox;
+/* Runs fn(arg) on the loop thread soon (any thread). */
+void tlmd_post(tlmd_inbox *q, void (*fn)(void *), void *arg);
 
-void srv_post(void (*fn)(void *), void *arg); /* any thread */
-void srv_kick(void);                          /* run MHD now (or after the current run) */
-double tlmd_now(void);                        /* monotonic seconds */
-double tlmd_wall(void);                       /* Unix time, seconds */
-void srv_shutdown_begin(const char *why);
+typedef struct tlmd_status {
+    bool ready;         /* started, not yet shutting down: /readyz */
+    bool shutting_down; /* new compiles are refused with 503 */
+} tlmd_status;
+
+/* ---- metrics.c (counters fed by any thread unless said otherwise) ---- */
+typedef struct metrics metrics;
+typedef struct metrics_gauges {
+    int jobs_in_flight, flights_in_flight, decoder_queue_depth;
+} metrics_gauges;
+/* labels: the route label of each route index (kept, not copied). */
+metrics *metrics_new(const char *const *labels, int n_labels);
+void metrics_free(metrics *m);
+void metrics_request(metrics *m, int route, int status); /* loop thread */
+void metrics_batch(metrics *m, int size);
+void metrics_compile_seconds(metrics *m, double s);
+void metrics_cache(metrics *m, bool hit);
+void metrics_compile_done(metrics *m);
+void metrics_records(metrics *m, int n); /* measurement records written */
+void metrics_single_flight_join(metrics *m);
+uint64_t metrics_compiles(const metrics *m);
+uint64_t metrics_cache_hits(const metrics *m);
+uint64_t metrics_cache_misses(const metrics *m);
+uint64_t metrics_single_flight(const metrics *m);
+uint64_t metrics_records_total(const metrics *m);
+/* malloc'ed Prometheus text (loop thread) */
+char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stats *ss);
 
 /* ---- http.c ---- */
+typedef struct http_server http_server;
 typedef struct http_req {
+    http_server *srv;
     struct MHD_Connection *conn;
     char method[16];
     char *url;
-    int route; /* metrics label index */
+    int route;       /* the route table's index (metrics label) */
+    const char *arg; /* the key or job id inside url (routes_begin) */
+    size_t arg_len;
     char *body;
     size_t len, cap;
     bool too_large;
@@ -138,8 +171,25 @@ typedef struct http_req {
     struct http_req *prev, *next;
 } http_req;
 
-int http_start(tlmd_server *s, tlm_error *err);
-void http_stop(tlmd_server *s);
+/* What http.c calls for every request: begin when the headers are known (may set
+ * r->pending_status to answer before the body), dispatch when the body is complete. */
+typedef struct http_handlers {
+    void (*begin)(void *arg, http_req *r);
+    void (*dispatch)(void *arg, http_req *r);
+    void *arg;
+} http_handlers;
+
+http_server *http_new(const tlmd_env *env, metrics *m);
+/* Listens (or takes the socket systemd passed) and runs MHD from env->loop. */
+int http_start(http_server *h, const http_handlers *hd, tlm_error *err);
+int http_port(const http_server *h); /* the bound port */
+bool http_socket_activated(const http_server *h);
+/* Stops accepting new connections (shutdown); answers in progress continue. */
+void http_quiesce(http_server *h);
+void http_stop(http_server *h);
+void http_free(http_server *h);
+/* Runs MHD now (or after the current run, when called from inside one). */
+void http_kick(http_server *h);
 /* Responses (loop thread). A suspended request is resumed. Takes the json reference. */
 void http_reply_json(http_req *r, int status, json_t *body);
 void http_reply_error(http_req *r, int status, const char *code, const char *msg,
@@ -154,44 +204,11 @@ void http_stream_line(http_req *r, json_t *event); /* takes the reference */
 void http_stream_end(http_req *r);
 const char *http_header(http_req *r, const char *name);
 /* Resumes every suspended request with 503 (shutdown). */
-void http_fail_all(void);
-unsigned http_connections(void);
-
-/* ---- routes.c ---- */
-void routes_begin(http_req *r);    /* headers known: method/route/auth/type/length checks */
-void routes_dispatch(http_req *r); /* body complete */
-int routes_load_tokens(tlmd_server *s, tlm_error *err);
-int routes_label_count(void);
-const char *routes_label(int i);
-
-/* ---- jobs.c ---- */
-typedef enum { MODE_GENERATE, MODE_TOPK } tlmd_mode;
-typedef struct job_params {
-    target tgt;
-    tlmd_mode mode;
-    int k;
-    bool stream, include_binary;
-    int n;
-    ir_workload *wl; /* n, owned by the job after job_start */
-    /* graph and model requests (NULL for "workloads"): per workload, its kernel launches in
-     * the network and the anchor node of its first occurrence; and the summary of the network
-     * {"kind": "graph"|"model", "name", "subgraphs", "launches", "flops", "macs", "fuse_s"}
-     * that the answer, the accepted and the done events carry. Owned like wl. */
-    int64_t *occ;
-    char (*node)[64];
-    json_t *model;
-} job_params;
-/* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model. Replies itself
- * on errors. */
-void job_start(http_req *r, job_params *p);
-/* Frees what p owns (for a request that never reaches job_start). */
-void job_params_free(job_params *p);
-json_t *job_lookup_json(const char *id, bool *found);
-int job_cancel(const char *id); /* 0, TLM_ENOTFOUND */
-void jobs_fail_all(const char *why);
-int jobs_flights_in_flight(void);
+void http_fail_all(http_server *h);
+unsigned http_connections(const http_server *h);
 
 /* ---- decoder.c ---- */
+typedef struct dec dec;
 typedef struct dec_item {
     const space *sp;
     int k;                /* beam width, 1 = greedy */
@@ -208,22 +225,57 @@ typedef struct dec_item {
     int slot;
     struct dec_item *next;
 } dec_item;
-int dec_start(tlmd_server *s, tlm_error *err);
-int dec_submit(dec_item *it); /* any thread; TLM_EUNSUPPORTED once stopped */
-void dec_stop(void);
-int dec_queue_depth(void); /* any thread */
+/* Starts the decoder thread on env->model (required) and env->dev; completions go to q. */
+int dec_start(const tlmd_env *env, metrics *m, tlmd_inbox *q, dec **out, tlm_error *err);
+int dec_submit(dec *d, dec_item *it); /* any thread; TLM_EUNSUPPORTED once stopped */
+/* Active decodes run to completion (they are short); queued ones fail. Joins the thread. */
+void dec_stop(dec *d);
+void dec_free(dec *d);       /* after dec_stop; NULL is a no-op */
+int dec_queue_depth(dec *d); /* any thread; 0 for NULL */
 
-/* ---- metrics.c ---- */
-void metrics_request(int route, int status);
-void metrics_batch(int size); /* decoder thread */
-void metrics_compile_seconds(double s);
-void metrics_cache(bool hit);
-void metrics_compile_done(void);
-uint64_t metrics_compiles(void);
-uint64_t metrics_cache_hits(void);
-uint64_t metrics_cache_misses(void);
-uint64_t metrics_single_flight(void);
-void metrics_single_flight_join(void);
-char *metrics_render(const store_stats *ss); /* malloc'ed Prometheus text */
+/* ---- jobs.c ---- */
+typedef struct jobs jobs;
+typedef struct job_params {
+    target tgt;
+    const char *mode_name; /* as requested: "generate" | "default" | "topk" | "tune" (static) */
+    pl_mode mode;          /* what the pipeline runs (generate: TLM with a model, else DEFAULT) */
+    int k;                 /* TOPK candidates */
+    int trials;            /* TUNE budget (0: the search's default) */
+    double seconds;
+    char strategy[32];
+    bool stream, include_binary;
+    int n;
+    ir_workload *wl; /* n, owned by the job after job_start */
+    /* graph and model requests (NULL for "workloads"): per workload, its kernel launches in
+     * the network and the anchor node of its first occurrence; and the summary of the network
+     * {"kind": "graph"|"model", "name", "subgraphs", "launches", "flops", "macs", "fuse_s"}
+     * that the answer, the accepted and the done events carry. Owned like wl. */
+    int64_t *occ;
+    char (*node)[64];
+    json_t *model;
+} job_params;
+/* d may be NULL (no model served: nothing is decoded). */
+jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h);
+void jobs_free(jobs *js); /* after the loop ended */
+/* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model. Replies itself
+ * on errors. */
+void job_start(jobs *js, http_req *r, job_params *p);
+/* Frees what p owns (for a request that never reaches job_start). */
+void job_params_free(job_params *p);
+json_t *job_lookup_json(jobs *js, const char *id, bool *found);
+int job_cancel(jobs *js, const char *id); /* 0, TLM_ENOTFOUND */
+void jobs_fail_all(jobs *js, const char *why);
+int jobs_in_flight(const jobs *js);
+int jobs_flights_in_flight(const jobs *js);
+
+/* ---- routes.c ---- */
+typedef struct routes routes;
+routes *routes_new(const tlmd_env *env, const tlmd_status *status, jobs *js, dec *d, metrics *m);
+void routes_free(routes *rt);
+void routes_begin(void *rt, http_req *r);    /* http_handlers.begin */
+void routes_dispatch(void *rt, http_req *r); /* http_handlers.dispatch */
+/* The route labels (metrics), one per route index, "unknown" last. */
+int routes_label_count(void);
+const char *const *routes_labels(void);
 
 #endif

@@ -9,6 +9,7 @@
  * whichever comes first.
  */
 #include "store/store.h"
+#include "compiler/util/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum {
     ST_BEGIN,
@@ -36,6 +38,7 @@ enum {
     ST_LRU,
     ST_MEAS_ADD,
     ST_MEAS_BEST,
+    ST_MEAS_LIST,
     ST_META_GET,
     ST_META_SET,
     ST__COUNT
@@ -44,7 +47,12 @@ enum {
 #define KERNEL_COLS                                                                                \
     "key, workload_hash, target_hash, compiler_id, model_id, workload_json, target_name, "         \
     "schedule, sentence, source, binary_sha256, binary_size, format, entry, launch_json, "         \
-    "est_time_s, measured_time_s, created_at, last_used_at, hits, rowid"
+    "est_time_s, measured_time_s, created_at, last_used_at, hits, schedule_source, rowid"
+
+#define MEAS_COLS                                                                                  \
+    "id, workload_hash, target_hash, sketch, schedule, status, median_s, gflops, rel_err, "        \
+    "created_at, workload_json, target_name, toolchain_id, model_id, sentence, schedule_source, "  \
+    "min_s, n_samples, host_id, detail"
 
 static const char *const SQL[ST__COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -53,9 +61,9 @@ static const char *const SQL[ST__COUNT] = {
     [ST_PUT] = "INSERT OR REPLACE INTO kernels (key, workload_hash, target_hash, compiler_id, "
                "model_id, workload_json, target_name, schedule, sentence, source, binary, "
                "binary_sha256, binary_size, format, entry, launch_json, est_time_s, "
-               "measured_time_s, bytes, created_at, last_used_at, hits) VALUES (?1, ?2, ?3, "
-               "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-               "?20, ?20, 0)",
+               "measured_time_s, bytes, created_at, last_used_at, hits, schedule_source) VALUES "
+               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+               "?18, ?19, ?20, ?20, 0, ?21)",
     /* The blob is the last column so the fixed-index reads below stay shared with ST_META. */
     [ST_GET] = "SELECT " KERNEL_COLS ", binary FROM kernels WHERE key = ?1",
     [ST_META] = "SELECT " KERNEL_COLS " FROM kernels WHERE key = ?1",
@@ -67,12 +75,15 @@ static const char *const SQL[ST__COUNT] = {
     [ST_LRU] = "SELECT key, bytes FROM kernels WHERE key <> ?1 "
                "ORDER BY last_used_at, hits, key",
     [ST_MEAS_ADD] = "INSERT INTO measurements (workload_hash, target_hash, sketch, schedule, "
-                    "status, median_s, gflops, rel_err, created_at) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    [ST_MEAS_BEST] = "SELECT id, workload_hash, target_hash, sketch, schedule, status, "
-                     "median_s, gflops, rel_err, created_at FROM measurements "
+                    "status, median_s, gflops, rel_err, created_at, workload_json, target_name, "
+                    "toolchain_id, model_id, sentence, schedule_source, min_s, n_samples, "
+                    "host_id, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                    "?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+    [ST_MEAS_BEST] = "SELECT " MEAS_COLS " FROM measurements "
                      "WHERE workload_hash = ?1 AND target_hash = ?2 AND status = 'ok' "
                      "AND gflops IS NOT NULL ORDER BY gflops DESC, id LIMIT ?3",
+    [ST_MEAS_LIST] = "SELECT " MEAS_COLS " FROM measurements "
+                     "WHERE workload_hash = ?1 AND target_hash = ?2 ORDER BY id LIMIT ?3",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
     [ST_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
 };
@@ -150,6 +161,22 @@ static const struct {
      "CREATE INDEX tuner_edges_parent ON tuner_edges (parent);"
      "CREATE INDEX tuner_edges_child ON tuner_edges (child);"
      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT);"},
+    {2,
+     /* Where each kernel's schedule came from, and measurement records a trainer or a search
+      * can use on their own (which workload, target, compiler, model, sentence, machine).
+      * Older rows keep NULL in the new columns. */
+     "ALTER TABLE kernels ADD COLUMN schedule_source TEXT;"
+     "ALTER TABLE measurements ADD COLUMN workload_json TEXT;"
+     "ALTER TABLE measurements ADD COLUMN target_name TEXT;"
+     "ALTER TABLE measurements ADD COLUMN toolchain_id TEXT;"
+     "ALTER TABLE measurements ADD COLUMN model_id TEXT;"
+     "ALTER TABLE measurements ADD COLUMN sentence TEXT;"
+     "ALTER TABLE measurements ADD COLUMN schedule_source TEXT;"
+     "ALTER TABLE measurements ADD COLUMN min_s REAL;"
+     "ALTER TABLE measurements ADD COLUMN n_samples INTEGER;"
+     "ALTER TABLE measurements ADD COLUMN host_id TEXT;"
+     "ALTER TABLE measurements ADD COLUMN detail TEXT;"
+     "CREATE INDEX measurements_workload ON measurements (workload_hash, target_hash, id);"},
 };
 
 struct store_conn {
@@ -213,19 +240,32 @@ static int64_t stamp_now(store *st)
 
 int store_sha256_hex(const void *data, size_t n, char out_hex[65])
 {
-    unsigned char md[32];
-    unsigned int len = 0;
-    if (!EVP_Digest(data, n, md, &len, EVP_sha256(), NULL) || len != 32) {
-        out_hex[0] = 0;
-        return TLM_EIO;
+    return tlm_sha256_hex(data, n, out_hex) ? TLM_EIO : 0;
+}
+
+static char g_host_id[17];
+static pthread_once_t g_host_once = PTHREAD_ONCE_INIT;
+
+static void host_id_init(void)
+{
+    char buf[256] = "";
+    FILE *f = fopen("/etc/machine-id", "r");
+    if (f) {
+        if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+        fclose(f);
+        buf[strcspn(buf, " \r\n")] = 0;
     }
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out_hex[2 * i] = hex[md[i] >> 4];
-        out_hex[2 * i + 1] = hex[md[i] & 15];
-    }
-    out_hex[64] = 0;
-    return 0;
+    if (!buf[0] && gethostname(buf, sizeof buf - 1) != 0) snprintf(buf, sizeof buf, "unknown");
+    buf[sizeof buf - 1] = 0;
+    char hex[65];
+    if (store_sha256_hex(buf, strlen(buf), hex) != 0) snprintf(hex, sizeof hex, "unknown");
+    snprintf(g_host_id, sizeof g_host_id, "%.16s", hex);
+}
+
+const char *store_host_id(void)
+{
+    pthread_once(&g_host_once, host_id_init);
+    return g_host_id;
 }
 
 static bool is_key(const char *key)
@@ -267,12 +307,7 @@ int store_cache_key(const char *workload_canonical, const char *target_canonical
     ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32;
     EVP_MD_CTX_free(ctx);
     if (!ok) return tlm_err_set(err, TLM_EIO, "key", "SHA-256 failed");
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out_hex[2 * i] = hex[md[i] >> 4];
-        out_hex[2 * i + 1] = hex[md[i] & 15];
-    }
-    out_hex[64] = 0;
+    tlm_hex(md, 32, out_hex);
     return 0;
 }
 
@@ -696,16 +731,17 @@ static char *col_text(sqlite3_stmt *s, int i, bool *oom)
 void store_kernel_free(store_kernel *k)
 {
     if (!k) return;
-    char **strs[] = {&k->workload_hash, &k->target_hash, &k->compiler_id, &k->model_id,
-                     &k->workload_json, &k->target_name, &k->schedule,    &k->sentence,
-                     &k->source,        &k->format,      &k->entry,       &k->launch_json};
+    char **strs[] = {&k->workload_hash,  &k->target_hash, &k->compiler_id, &k->model_id,
+                     &k->workload_json,  &k->target_name, &k->schedule,    &k->sentence,
+                     &k->source,         &k->format,      &k->entry,       &k->launch_json,
+                     &k->schedule_source};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(*strs[i]);
     free(k->binary);
     memset(k, 0, sizeof *k);
 }
 
-/* Fills the fields of KERNEL_COLS (indices 0..19); the rowid (20) and blob (21) are the
+/* Fills the fields of KERNEL_COLS (indices 0..20); the rowid (21) and blob (22) are the
  * caller's. */
 static int read_kernel(sqlite3_stmt *s, store_kernel *k, tlm_error *err)
 {
@@ -733,6 +769,10 @@ static int read_kernel(sqlite3_stmt *s, store_kernel *k, tlm_error *err)
     k->created_at = sqlite3_column_int64(s, 17);
     k->last_used_at = sqlite3_column_int64(s, 18);
     k->hits = sqlite3_column_int64(s, 19);
+    /* rows from before schema 2 do not know their source */
+    k->schedule_source =
+        sqlite3_column_type(s, 20) == SQLITE_NULL ? strdup("unknown") : col_text(s, 20, &oom);
+    if (!k->schedule_source) oom = true;
     if (oom) {
         store_kernel_free(k);
         return tlm_err_set(err, TLM_ENOMEM, "store", "out of memory reading a kernel");
@@ -849,6 +889,7 @@ int store_kernel_put(store *st, const store_kernel *k, tlm_error *err)
     bind_real(s, 18, k->measured_time_s);
     sqlite3_bind_int64(s, 19, bytes);
     sqlite3_bind_int64(s, 20, stamp_now(st));
+    bind_text(s, 21, k->schedule_source);
     rc = stmt_exec(c, s, "inserting a kernel", err);
     uint64_t evicted = 0;
     if (!rc && st->opts.max_bytes > 0) rc = evict(st, c, k->key, &evicted, err);
@@ -882,11 +923,11 @@ static int kernel_read(store *st, const char *key, bool with_blob, store_kernel 
     }
     rc = read_kernel(s, out, err);
     if (!rc) {
-        *rowid = sqlite3_column_int64(s, 20);
+        *rowid = sqlite3_column_int64(s, 21);
         if (with_blob) {
             /* The blob's real length, not the recorded one: verification compares both. */
-            int n = sqlite3_column_bytes(s, 21);
-            const void *b = sqlite3_column_blob(s, 21);
+            int n = sqlite3_column_bytes(s, 22);
+            const void *b = sqlite3_column_blob(s, 22);
             if (n > 0 && b) {
                 out->binary = malloc((size_t)n);
                 if (!out->binary) {
@@ -1039,6 +1080,19 @@ int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out
     bind_real(s, 7, m->gflops);
     bind_real(s, 8, m->rel_err);
     sqlite3_bind_int64(s, 9, stamp_now(st));
+    bind_text(s, 10, m->workload_json);
+    bind_text(s, 11, m->target_name);
+    bind_text(s, 12, m->toolchain_id);
+    bind_text(s, 13, m->model_id);
+    bind_text(s, 14, m->sentence);
+    bind_text(s, 15, m->schedule_source);
+    bind_real(s, 16, m->min_s);
+    if (m->n_samples > 0)
+        sqlite3_bind_int(s, 17, m->n_samples);
+    else
+        sqlite3_bind_null(s, 17);
+    bind_text(s, 18, m->host_id ? m->host_id : store_host_id());
+    bind_text(s, 19, m->detail);
     if ((rc = tx_begin(c, err))) {
         stmt_done(s);
         return rc;
@@ -1062,12 +1116,22 @@ void store_measurements_free(store_measurement *ms, size_t count)
         free(ms[i].sketch);
         free(ms[i].schedule);
         free(ms[i].status);
+        free(ms[i].workload_json);
+        free(ms[i].target_name);
+        free(ms[i].toolchain_id);
+        free(ms[i].model_id);
+        free(ms[i].sentence);
+        free(ms[i].schedule_source);
+        free(ms[i].host_id);
+        free(ms[i].detail);
     }
     free(ms);
 }
 
-int store_measurements_best(store *st, const char *workload_hash, const char *target_hash, int n,
-                            store_measurement **out, size_t *count, tlm_error *err)
+/* Reads the MEAS_COLS rows of a prepared ST_MEAS_BEST / ST_MEAS_LIST query. */
+static int measurements_query(store *st, int which, const char *workload_hash,
+                              const char *target_hash, int n, store_measurement **out,
+                              size_t *count, tlm_error *err)
 {
     *out = NULL;
     *count = 0;
@@ -1078,7 +1142,7 @@ int store_measurements_best(store *st, const char *workload_hash, const char *ta
     store_conn *c = store_conn_get(st, err);
     if (!c) return err ? err->code : TLM_EIO;
     sqlite3_stmt *s = NULL;
-    int rc = stmt_get(c, ST_MEAS_BEST, &s, err);
+    int rc = stmt_get(c, which, &s, err);
     if (rc) return rc;
     bind_text(s, 1, workload_hash);
     bind_text(s, 2, target_hash);
@@ -1108,6 +1172,16 @@ int store_measurements_best(store *st, const char *workload_hash, const char *ta
         m->gflops = col_real(s, 7);
         m->rel_err = col_real(s, 8);
         m->created_at = sqlite3_column_int64(s, 9);
+        m->workload_json = col_text(s, 10, &oom);
+        m->target_name = col_text(s, 11, &oom);
+        m->toolchain_id = col_text(s, 12, &oom);
+        m->model_id = col_text(s, 13, &oom);
+        m->sentence = col_text(s, 14, &oom);
+        m->schedule_source = col_text(s, 15, &oom);
+        m->min_s = col_real(s, 16);
+        m->n_samples = sqlite3_column_int(s, 17);
+        m->host_id = col_text(s, 18, &oom);
+        m->detail = col_text(s, 19, &oom);
         if (oom) break;
     }
     stmt_done(s);
@@ -1122,6 +1196,18 @@ int store_measurements_best(store *st, const char *workload_hash, const char *ta
     *out = ms;
     *count = k;
     return 0;
+}
+
+int store_measurements_best(store *st, const char *workload_hash, const char *target_hash, int n,
+                            store_measurement **out, size_t *count, tlm_error *err)
+{
+    return measurements_query(st, ST_MEAS_BEST, workload_hash, target_hash, n, out, count, err);
+}
+
+int store_measurements_list(store *st, const char *workload_hash, const char *target_hash, int n,
+                            store_measurement **out, size_t *count, tlm_error *err)
+{
+    return measurements_query(st, ST_MEAS_LIST, workload_hash, target_hash, n, out, count, err);
 }
 
 /* ---- meta -------------------------------------------------------------------------- */

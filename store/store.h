@@ -36,7 +36,7 @@
 /* The schema version this build creates and migrates to. Table `schema_version` holds one
  * row (version INTEGER PRIMARY KEY, applied_at INTEGER) per applied migration; the current
  * version is the largest. A file with a newer version is refused and its tables left alone. */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct store store;
 typedef struct store_conn store_conn;
@@ -67,6 +67,9 @@ typedef struct store_kernel {
     char *format;           /* required: "elf-so" | "cubin" */
     char *entry;            /* required: the entry symbol */
     char *launch_json;      /* launch configuration (grid/block/smem), JSON */
+    char *schedule_source;  /* where the schedule came from: "default", "tlm", "topk", "given",
+                             * "tuned", "htam"; rows from before schema 2 (NULL) read back as
+                             * "unknown" */
     double est_time_s;      /* NAN when unknown */
     double measured_time_s; /* NAN when unknown */
     int64_t created_at;     /* µs since the epoch */
@@ -74,19 +77,38 @@ typedef struct store_kernel {
     int64_t hits;
 } store_kernel;
 
-/* One measured (or failed) schedule: the training data and the tuners' history. */
+/* One measured (or failed) schedule: the training data and the tuners' history. Every
+ * candidate the pipeline built and measured (not only the winner) gives one, and so does a
+ * candidate that failed to build. Optional text fields may be NULL, optional numbers NAN
+ * (n_samples 0). Schema 1 rows read back with the fields added in schema 2 NULL / NAN / 0. */
 typedef struct store_measurement {
     int64_t id;          /* set by the store */
     char *workload_hash; /* required */
     char *target_hash;   /* required */
     char *sketch;
-    char *schedule;     /* required */
-    char *status;       /* required: "ok", or why it failed ("wrong", "crash", "timeout", ...) */
-    double median_s;    /* NAN when not timed */
-    double gflops;      /* NAN when not timed */
-    double rel_err;     /* NAN when not checked */
-    int64_t created_at; /* set by the store, µs since the epoch */
+    char *schedule;  /* required */
+    char *status;    /* required: "ok", or why it failed ("wrong", "crash", "timeout",
+                      * "load_error", "build_error", ...) */
+    double median_s; /* NAN when not timed */
+    double gflops;   /* NAN when not timed */
+    double rel_err;  /* NAN when not checked */
+    /* schema 2: what a trainer or a search needs to use the record without the kernel */
+    char *workload_json;   /* the canonical workload (ir_workload_canonical) */
+    char *target_name;     /* e.g. "cpu:avx512", "cuda:sm_90" */
+    char *toolchain_id;    /* drv_toolchain_key: the compiler that built it */
+    char *model_id;        /* the model that proposed it ("none" without one) */
+    char *sentence;        /* the decisions as tensor-language text */
+    char *schedule_source; /* "default" | "tlm" | "topk" | "given" | "tuned" | "htam" */
+    double min_s;          /* fastest sample; NAN when not timed */
+    int n_samples;         /* timed samples behind median_s / min_s; 0 when not timed */
+    char *host_id;         /* the machine it ran on; NULL on input: store_host_id() */
+    char *detail;          /* why it failed, when it did */
+    int64_t created_at;    /* set by the store, µs since the epoch */
 } store_measurement;
+
+/* This machine's id for measurement records: the first 16 hex digits of SHA-256 over
+ * /etc/machine-id (or, without one, the host name). Computed once per process; any thread. */
+const char *store_host_id(void);
 
 typedef struct store_stats {
     int64_t kernels;   /* rows in kernels (from SQL) */
@@ -149,13 +171,17 @@ void store_kernel_free(store_kernel *k);
 
 int store_stats_get(store *st, store_stats *out, tlm_error *err);
 
-/* Appends a measurement record; *id_out (may be NULL) receives its id. */
+/* Appends a measurement record; *id_out (may be NULL) receives its id. A NULL host_id is
+ * recorded as store_host_id(). */
 int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out, tlm_error *err);
 
 /* The up-to-n records with status "ok" and the highest gflops for a workload on a target,
  * best first. *out is an array of *count records (NULL when none), released with
  * store_measurements_free. */
 int store_measurements_best(store *st, const char *workload_hash, const char *target_hash, int n,
+                            store_measurement **out, size_t *count, tlm_error *err);
+/* Every record for a workload on a target (any status), oldest first, at most n. */
+int store_measurements_list(store *st, const char *workload_hash, const char *target_hash, int n,
                             store_measurement **out, size_t *count, tlm_error *err);
 void store_measurements_free(store_measurement *ms, size_t count);
 

@@ -1,5 +1,8 @@
 /* test_integration.c — tlmd on loopback: the real (sanitized) daemon, started on a free port
- * with a temporary store and a tiny random model, driven with libcurl.
+ * with a temporary store and a tiny random model, driven with libcurl. The random model is
+ * untrained, so tlmd serves the default schedules unless a test passes --serve-untrained
+ * (the decoder, topk); the tests of what tlmd serves (weights none / missing / untrained /
+ * trained, devices) start it in each of those ways.
  * TLMD_BIN names the daemon (default build/san/tlmd). No Criterion .timeout: with --jobs it
  * leaks in Criterion 2.4 (LeakSanitizer fails the binary); every wait here is bounded instead
  * (curl 120 s, start-up 60 s, exits 30-60 s). */
@@ -26,6 +29,7 @@
 
 #include "compiler/lang/lang.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/tlm/tlm_cuda.h"
 
 #include "tests/common/tlmd_harness.h"
 
@@ -77,6 +81,22 @@ static const char *header_value(const resp *r, const char *name, char *out, size
     return NULL;
 }
 
+static void file_sha256(const char *path, char hex[65])
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    static unsigned char wb[8 << 20];
+    size_t wn = fread(wb, 1, sizeof wb, f);
+    fclose(f);
+    sha256_hex(wb, wn, hex);
+}
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
 static const char dense_conv[] =
     "[{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":32},\"epilogue\":[\"bias_add\",\"relu\"]"
     "},"
@@ -104,9 +124,12 @@ Test(daemon, compile_fetch_and_cache_hit)
             strlen(json_string_value(json_object_get(json_object_get(a, "target"), "hash"))), 64);
         json_t *ks = json_object_get(a, "kernels");
         cr_assert_eq(json_array_size(ks), 2);
+        cr_assert_str_eq(json_string_value(json_object_get(a, "effective_mode")), "default");
         for (size_t i = 0; i < 2; i++) {
             json_t *k = json_array_get(ks, i);
             cr_assert_str_eq(json_string_value(json_object_get(k, "cache")), "miss");
+            /* untrained weights are not served: the rule of thumb is */
+            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), "default");
             cr_assert_str_eq(json_string_value(json_object_get(k, "format")),
                              ti ? "cubin" : "elf-so");
             const char *sha = json_string_value(json_object_get(k, "binary_sha256"));
@@ -149,6 +172,8 @@ Test(daemon, compile_fetch_and_cache_hit)
             cr_assert_eq(m.status, 200);
             json_t *mj = body_json(&m);
             cr_assert_str_eq(json_string_value(json_object_get(mj, "binary_sha256")), sha);
+            cr_assert_str_eq(json_string_value(json_object_get(mj, "schedule_source")), "default");
+            cr_assert_str_eq(json_string_value(json_object_get(mj, "model_id")), "none");
             json_decref(mj);
             resp_free(&m);
         }
@@ -167,9 +192,13 @@ Test(daemon, compile_fetch_and_cache_hit)
         cr_assert_eq(r.status, 200);
         json_t *a = body_json(&r);
         json_t *ks = json_object_get(a, "kernels");
-        for (size_t i = 0; i < json_array_size(ks); i++)
+        for (size_t i = 0; i < json_array_size(ks); i++) {
             cr_assert_str_eq(json_string_value(json_object_get(json_array_get(ks, i), "cache")),
                              "hit");
+            cr_assert_str_eq(
+                json_string_value(json_object_get(json_array_get(ks, i), "schedule_source")),
+                "default", "a hit keeps the source it was stored with");
+        }
         cr_assert_eq(json_integer_value(json_object_get(json_object_get(a, "stats"), "hits")), 2);
         /* the job is remembered */
         char path[128];
@@ -177,6 +206,7 @@ Test(daemon, compile_fetch_and_cache_hit)
         resp jr = get(&d, path);
         cr_assert_eq(jr.status, 200);
         cr_assert(strstr(jr.body.p, "\"done\""));
+        cr_assert(strstr(jr.body.p, "\"schedule_source\":\"default\""), "%s", jr.body.p);
         resp_free(&jr);
         json_decref(a);
         resp_free(&r);
@@ -184,17 +214,17 @@ Test(daemon, compile_fetch_and_cache_hit)
     cr_assert_eq(cache_stat(&d, "compiles"), compiles);
     cr_assert_eq(cache_stat(&d, "hits"), 4);
     cr_assert_eq(metric(&d, "tlmd_compiles_total"), m_compiles);
-    /* version: the model id is the weight file's SHA-256; random weights are not trained */
+    /* version: random weights are not trained, so they are read (model.id is the file's
+     * SHA-256) but not served: schedules are default and the served model id is "none" */
     resp v = get(&d, "/v1/version");
     json_t *vj = body_json(&v);
     cr_assert(json_is_false(json_object_get(vj, "weights_trained")));
-    FILE *f = fopen(d.weights, "rb");
-    static unsigned char wb[8 << 20];
-    size_t wn = fread(wb, 1, sizeof wb, f);
-    fclose(f);
     char hex[65];
-    sha256_hex(wb, wn, hex);
-    cr_assert_str_eq(json_string_value(json_object_get(vj, "model_id")), hex);
+    file_sha256(d.weights, hex);
+    cr_assert_str_eq(json_string_value(json_object_get(vj, "model_id")), "none");
+    cr_assert_str_eq(json_string_value(json_object_get(vj, "schedules")), "default");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(vj, "model"), "id")), hex);
+    cr_assert(json_is_false(json_object_get(json_object_get(vj, "model"), "served")));
     json_decref(vj);
     resp_free(&v);
     resp t = get(&d, "/v1/targets");
@@ -238,6 +268,7 @@ static void check_stream(const tlmd *d, bool by_accept)
             seen[idx] = true;
             kernels++;
             cr_assert(json_object_get(json_object_get(ev, "kernel"), "binary_sha256"));
+            cr_assert_str_eq(jstr(json_object_get(ev, "kernel"), "schedule_source"), "default");
         } else {
             cr_assert_str_eq(type, "done");
             done = true;
@@ -304,7 +335,8 @@ Test(daemon, thirty_two_concurrent_clients_batch)
 {
     tlmd d;
     setup_dir(&d);
-    start(&d, NULL);
+    const char *extra[] = {"--serve-untrained", NULL};
+    start(&d, extra); /* the model decodes: batching is what this test is about */
     enum { N = 32 };
     client cs[N];
     pthread_t th[N];
@@ -354,7 +386,7 @@ Test(daemon, bad_inputs_table)
     char ok_body[256], big[64];
     snprintf(ok_body, sizeof ok_body, "{\"target\":\"cpu\",\"workloads\":%s}", W);
     snprintf(big, sizeof big, "@big");
-    char b[40][512];
+    char b[48][512];
     int nb = 0;
 #define B(...) (snprintf(b[nb], sizeof b[nb], __VA_ARGS__), b[nb++])
     const bad_case cases[] = {
@@ -405,11 +437,23 @@ Test(daemon, bad_inputs_table)
         {"mode tune", "POST", "/v1/compile",
          B("{\"target\":\"cpu\",\"mode\":\"tune\",\"workloads\":%s}", W), NULL, NULL, 422,
          "unsupported", "mode"},
-        {"empty graph", "POST", "/v1/compile", "{\"target\":\"cpu\",\"graph\":{}}", NULL, NULL,
-         400, "invalid_field", "graph.inputs"},
+        {"empty graph", "POST", "/v1/compile", "{\"target\":\"cpu\",\"graph\":{}}", NULL, NULL, 400,
+         "invalid_field", "graph.inputs"},
         {"unknown model", "POST", "/v1/compile",
          "{\"target\":\"cpu\",\"model\":{\"name\":\"vgg\"}}", NULL, NULL, 422, "unsupported",
          "model.name"},
+        {"topk without a model", "POST", "/v1/compile",
+         B("{\"target\":\"cpu\",\"mode\":\"topk\",\"workloads\":%s}", W), NULL, NULL, 422,
+         "unsupported", "mode"},
+        {"budget unknown key", "POST", "/v1/compile",
+         B("{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"hours\":1},\"workloads\":%s}", W),
+         NULL, NULL, 400, "invalid_field", "budget"},
+        {"budget trials not integer", "POST", "/v1/compile",
+         B("{\"target\":\"cpu\",\"budget\":{\"trials\":2.5},\"workloads\":%s}", W), NULL, NULL, 400,
+         "invalid_field", "budget.trials"},
+        {"strategy unknown", "POST", "/v1/compile",
+         B("{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"guess\",\"workloads\":%s}", W),
+         NULL, NULL, 400, "invalid_field", "strategy"},
         {"candidates too many", "POST", "/v1/compile",
          B("{\"target\":\"cpu\",\"mode\":\"topk\",\"candidates\":1000,\"workloads\":%s}", W), NULL,
          NULL, 400, "invalid_field", "candidates"},
@@ -516,6 +560,9 @@ static void *sigterm_client(void *arg)
     return NULL;
 }
 
+/* SIGTERM while CPU and CUDA compiles are in flight (NVRTC installs its own signal handlers
+ * while it compiles: this once crashed tlmd): a job must have been in flight, every client
+ * gets a complete answer or never connected, at least one got one, exit 0, store intact. */
 Test(daemon, sigterm_during_jobs_exits_cleanly)
 {
     tlmd d;
@@ -537,17 +584,22 @@ Test(daemon, sigterm_during_jobs_exits_cleanly)
     }
     /* wait until work is in flight */
     double t0 = now_s();
-    while (now_s() - t0 < 20 && metric(&d, "tlmd_jobs_in_flight") < 1)
+    double in_flight = 0;
+    while (now_s() - t0 < 60 && (in_flight = metric(&d, "tlmd_jobs_in_flight")) < 1)
         usleep(10000);
+    cr_assert_geq(in_flight, 1, "no job was ever in flight: the test would prove nothing");
     int st = stop_with(&d, SIGTERM, 30);
     cr_assert(st >= 0, "tlmd did not exit after SIGTERM; see %s", d.log);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    int answered = 0;
     for (int i = 0; i < N; i++) {
         pthread_join(th[i], NULL);
         /* finished in the grace period, refused/failed as shutting down, or never connected */
         cr_assert(ws[i].status == 200 || ws[i].status == 503 || ws[i].status == 0,
                   "client %d got %ld", i, ws[i].status);
+        answered += ws[i].status == 200 || ws[i].status == 503;
     }
+    cr_assert_geq(answered, 1, "no client got a complete answer (200 or 503)");
     /* the store is consistent and the daemon starts again on it */
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(d.store, &db), SQLITE_OK);
@@ -697,13 +749,58 @@ Test(daemon, job_deadline_fails_cleanly)
     teardown(&d);
 }
 
+/* A row of the store's measurements for one workload on one target. */
+typedef struct {
+    char schedule[4096], status[32], source[16];
+    double median_s, min_s;
+    int n_samples;
+    bool has_context; /* workload_json, target_name, toolchain_id, sentence, host_id, model_id */
+} meas_row;
+
+static int read_measurements(const char *store, const char *whash, const char *target_name,
+                             meas_row *rows, int cap)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(store, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s;
+    cr_assert_eq(
+        sqlite3_prepare_v2(db,
+                           "SELECT schedule, status, schedule_source, median_s, min_s, "
+                           "n_samples, workload_json IS NOT NULL AND target_name IS NOT "
+                           "NULL AND toolchain_id IS NOT NULL AND sentence IS NOT NULL AND "
+                           "host_id IS NOT NULL AND model_id IS NOT NULL FROM measurements "
+                           "WHERE workload_hash = ?1 AND target_name = ?2 ORDER BY id",
+                           -1, &s, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_bind_text(s, 1, whash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, target_name, -1, SQLITE_STATIC);
+    int n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW && n < cap) {
+        meas_row *r = &rows[n++];
+        snprintf(r->schedule, sizeof r->schedule, "%s", (const char *)sqlite3_column_text(s, 0));
+        snprintf(r->status, sizeof r->status, "%s", (const char *)sqlite3_column_text(s, 1));
+        const unsigned char *src = sqlite3_column_text(s, 2);
+        snprintf(r->source, sizeof r->source, "%s", src ? (const char *)src : "");
+        r->median_s = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 3);
+        r->min_s = sqlite3_column_type(s, 4) == SQLITE_NULL ? -1 : sqlite3_column_double(s, 4);
+        r->n_samples = sqlite3_column_int(s, 5);
+        r->has_context = sqlite3_column_int(s, 6) != 0;
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return n;
+}
+
 Test(daemon, topk_measured_on_this_cpu_model_score_elsewhere)
 {
     tlmd d;
     setup_dir(&d);
-    start(&d, NULL);
+    const char *extra[] = {"--serve-untrained", NULL};
+    start(&d, extra); /* topk ranks the model's candidates */
     const char *targets[] = {"cpu", "cuda:sm_80"};
     const char *want[] = {"measured", "model_score"};
+    char whash[2][65], sched[2][4096];
+    json_int_t cands[2], recs[2];
     for (int i = 0; i < 2; i++) {
         char body[512];
         snprintf(body, sizeof body,
@@ -716,17 +813,25 @@ Test(daemon, topk_measured_on_this_cpu_model_score_elsewhere)
         cr_assert_str_eq(json_string_value(json_object_get(j, "mode")), "topk");
         json_t *k = json_array_get(json_object_get(j, "kernels"), 0);
         cr_assert_str_eq(json_string_value(json_object_get(k, "selection")), want[i]);
+        cr_assert_str_eq(jstr(k, "schedule_source"), "topk");
+        cands[i] = json_integer_value(json_object_get(k, "candidates"));
+        recs[i] = json_integer_value(json_object_get(k, "records"));
+        cr_assert(cands[i] >= 2 && cands[i] <= 3, "candidates %d", (int)cands[i]);
+        snprintf(whash[i], sizeof whash[i], "%s", jstr(k, "workload_hash"));
+        snprintf(sched[i], sizeof sched[i], "%s", jstr(k, "schedule"));
         if (i == 0) cr_assert(json_real_value(json_object_get(k, "measured_time_s")) > 0);
         char key[65];
         snprintf(key, sizeof key, "%s", json_string_value(json_object_get(k, "key")));
         json_decref(j);
         resp_free(&r);
-        /* topk and generate are different cache entries; topk repeats are hits */
+        /* topk and generate are different cache entries; topk repeats are hits that keep
+         * their source */
         r = post(&d, body);
         j = body_json(&r);
         k = json_array_get(json_object_get(j, "kernels"), 0);
         cr_assert_str_eq(json_string_value(json_object_get(k, "cache")), "hit");
         cr_assert_str_eq(json_string_value(json_object_get(k, "key")), key);
+        cr_assert_str_eq(jstr(k, "schedule_source"), "topk");
         json_decref(j);
         resp_free(&r);
         snprintf(body, sizeof body,
@@ -737,8 +842,498 @@ Test(daemon, topk_measured_on_this_cpu_model_score_elsewhere)
         j = body_json(&r);
         k = json_array_get(json_object_get(j, "kernels"), 0);
         cr_assert_str_neq(json_string_value(json_object_get(k, "key")), key);
+        cr_assert_str_eq(jstr(k, "schedule_source"), "tlm", "--serve-untrained: generate decodes");
+        cr_assert_str_eq(jstr(j, "effective_mode"), "tlm");
         json_decref(j);
         resp_free(&r);
     }
+    cr_assert_eq(metric(&d, "tlmd_measurement_records_total"), (double)(recs[0] + recs[1]));
+    int st = stop_with(&d, SIGTERM, 60);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d; see %s", st, d.log);
+    /* On this CPU every candidate was built and measured, and every one (not only the winner)
+     * is a record with what a trainer needs; the chosen kernel is the fastest correct one. */
+    meas_row rows[16];
+    int n = read_measurements(d.store, whash[0], "cpu", rows, 16);
+    cr_assert_eq(n, cands[0], "%d records for %d candidates", n, (int)cands[0]);
+    cr_assert_eq(n, recs[0]);
+    double best = 1e30;
+    const char *best_sched = NULL;
+    for (int i = 0; i < n; i++) {
+        cr_assert_str_eq(rows[i].source, "topk");
+        cr_assert(rows[i].has_context, "record %d lacks its context", i);
+        if (strcmp(rows[i].status, "ok")) continue;
+        cr_assert(rows[i].n_samples > 0 && rows[i].min_s > 0 && rows[i].min_s <= rows[i].median_s,
+                  "record %d: %d samples, min %g, median %g", i, rows[i].n_samples, rows[i].min_s,
+                  rows[i].median_s);
+        if (rows[i].median_s < best) {
+            best = rows[i].median_s;
+            best_sched = rows[i].schedule;
+        }
+    }
+    cr_assert(best_sched, "no candidate measured ok");
+    cr_assert_str_eq(best_sched, sched[0], "the chosen kernel is the fastest measured candidate");
+    /* Elsewhere (cuda:sm_80, no GPU here) nothing is measured: no "ok" record is invented. */
+    n = read_measurements(d.store, whash[1], "cuda:sm_80", rows, 16);
+    cr_assert_eq(n, recs[1]);
+    for (int i = 0; i < n; i++)
+        cr_assert_str_eq(rows[i].status, "build_error");
+    /* the kernels table keeps the sources */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(d.store, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT group_concat(schedule_source, ',') FROM (SELECT "
+                                    "schedule_source FROM kernels ORDER BY schedule_source)",
+                                    -1, &s, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(s, 0), "tlm,tlm,topk,topk");
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    teardown(&d);
+}
+
+/* ---- what tlmd serves: weights none, untrained, trained, missing; devices ---- */
+
+/* Runs tlmd (args after the binary, NULL-terminated; env "NAME=value" entries or NULL) in
+ * cwd until it exits, at most 60 s. Returns its wait status (-1: it did not exit); out gets
+ * its stdout and stderr. */
+static int run_tlmd(const char *cwd, const char *const *args, const char *const *env, char *out,
+                    size_t cap)
+{
+    const char *bin = getenv("TLMD_BIN");
+    char abs[4096];
+    if (!realpath(bin && bin[0] ? bin : "build/san/tlmd", abs)) cr_assert_fail("no tlmd binary");
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/run.log", cwd);
+    unlink(logp);
+    const char *argv[32] = {abs};
+    int n = 1;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (chdir(cwd)) _exit(126);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
+        execv(abs, (char *const *)argv);
+        _exit(127);
+    }
+    int st = -1;
+    double t0 = now_s();
+    while (now_s() - t0 < 60) {
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+        st = -1;
+        usleep(20000);
+    }
+    if (st == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    out[0] = 0;
+    FILE *f = fopen(logp, "r");
+    if (f) {
+        size_t k = fread(out, 1, cap - 1, f);
+        out[k] = 0;
+        fclose(f);
+    }
+    return st;
+}
+
+static json_t *version_json(const tlmd *d)
+{
+    resp v = get(d, "/v1/version");
+    cr_assert_eq(v.status, 200);
+    json_t *j = body_json(&v);
+    resp_free(&v);
+    return j;
+}
+
+/* Compiles one small dense kernel (mode NULL: the default, generate); returns its kernel
+ * object (the caller decrefs). */
+static json_t *compile_one(const tlmd *d, const char *mode)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"target\":\"cpu\",%s%s%s\"workloads\":[{\"op\":\"dense\",\"shape\":{\"M\":16,"
+             "\"N\":32,\"K\":8},\"epilogue\":[\"relu\"]}]}",
+             mode ? "\"mode\":\"" : "", mode ? mode : "", mode ? "\"," : "");
+    resp r = post(d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *a = body_json(&r);
+    resp_free(&r);
+    json_t *k = json_incref(json_array_get(json_object_get(a, "kernels"), 0));
+    json_decref(a);
+    cr_assert(k);
+    return k;
+}
+
+Test(daemon, weights_none_serves_default_schedules)
+{
+    tlmd d;
+    setup_dir(&d);
+    const char *extra[] = {"--weights", "none", NULL}; /* the last --weights wins */
+    start(&d, extra);
+    json_t *v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    cr_assert(strstr(jstr(v, "schedules_reason"), "none"), "%s", jstr(v, "schedules_reason"));
+    cr_assert_str_eq(jstr(v, "model_id"), "none");
+    cr_assert(json_is_null(json_object_get(v, "weights")));
+    cr_assert(json_is_null(json_object_get(v, "model")));
+    cr_assert(json_is_false(json_object_get(v, "weights_trained")));
+    cr_assert_str_eq(jstr(v, "device"), "cpu");
+    cr_assert(strstr(jstr(v, "device_reason"), "no schedule model"), "%s",
+              jstr(v, "device_reason"));
+    json_t *modes = json_object_get(v, "modes");
+    cr_assert_eq(json_array_size(modes), 2, "generate and default; no topk without a model");
+    json_decref(v);
+
+    json_t *k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    cr_assert_str_eq(jstr(k, "cache"), "miss");
+    cr_assert_str_eq(jstr(k, "selection"), "first");
+    char key[65];
+    snprintf(key, sizeof key, "%s", jstr(k, "key"));
+    json_decref(k);
+    /* "default" names the same kernel as generate does on a server without a model */
+    k = compile_one(&d, "default");
+    cr_assert_str_eq(jstr(k, "key"), key);
+    cr_assert_str_eq(jstr(k, "cache"), "hit");
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    json_decref(k);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/kernels/%s/meta", key);
+    resp m = get(&d, path);
+    json_t *mj = body_json(&m);
+    cr_assert_str_eq(jstr(mj, "schedule_source"), "default");
+    cr_assert_str_eq(jstr(mj, "model_id"), "none");
+    json_decref(mj);
+    resp_free(&m);
+    /* topk cannot be honoured without a model: a clear 422 at "mode", not another kernel */
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"topk\",\"workloads\":[{\"op\":\"dense\","
+                      "\"shape\":{\"M\":16,\"N\":32,\"K\":8}}]}");
+    cr_assert_eq(r.status, 422, "%s", r.body.p);
+    json_t *ej = body_json(&r);
+    json_t *e = json_object_get(ej, "error");
+    cr_assert_str_eq(jstr(e, "field"), "mode");
+    cr_assert(strstr(jstr(e, "message"), "no model"), "%s", jstr(e, "message"));
+    json_decref(ej);
+    resp_free(&r);
+    cr_assert_eq(metric(&d, "tlmd_decoder_batch_size_count"), 0, "nothing was decoded");
+    teardown(&d);
+}
+
+/* Starts tlmd like the harness's start() but with exactly these arguments after --listen and
+ * --store (no --weights), in cwd, with env entries ("NAME=value") added. */
+static void start_custom(tlmd *d, const char *cwd, const char *const *args, const char *const *env)
+{
+    const char *bin = getenv("TLMD_BIN");
+    char abs[4096];
+    if (!realpath(bin && bin[0] ? bin : "build/san/tlmd", abs)) cr_assert_fail("no tlmd binary");
+    for (int attempt = 0; attempt < 5; attempt++) {
+        d->port = free_port();
+        char listen[64];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
+        const char *argv[32] = {abs,      "--listen",    listen, "--store",
+                                d->store, "--log-level", "debug"};
+        int n = 7;
+        for (int i = 0; args && args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            if (chdir(cwd)) _exit(126);
+            int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            for (int i = 0; env && env[i]; i++)
+                putenv((char *)env[i]);
+            setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
+            execv(abs, (char *const *)argv);
+            _exit(127);
+        }
+        d->pid = pid;
+        double t0 = now_s();
+        while (now_s() - t0 < 60) {
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                d->pid = 0;
+                break;
+            }
+            if (healthy(d)) return;
+            usleep(50000);
+        }
+        if (d->pid) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, NULL, 0);
+            d->pid = 0;
+        }
+    }
+    cr_assert_fail("tlmd did not start; see %s", d->log);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return text;
+}
+
+Test(daemon, missing_default_weights_warn_and_serve_default)
+{
+    tlmd d;
+    setup_dir(&d);
+    /* d.dir has no model_weights/tlm.bin: the default path is missing, which is not an error */
+    start_custom(&d, d.dir, NULL, NULL);
+    json_t *v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    cr_assert(strstr(jstr(v, "schedules_reason"), "model_weights/tlm.bin"), "%s",
+              jstr(v, "schedules_reason"));
+    cr_assert(json_is_null(json_object_get(v, "weights")));
+    json_decref(v);
+    json_t *k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    json_decref(k);
+    const char *log = read_file(d.log);
+    cr_assert(strstr(log, "level=warn msg=weights_missing"), "no warning in the log: %s", log);
+    stop_with(&d, SIGTERM, 60);
+    /* TLMD_WEIGHTS=none: the same through the environment, without a warning */
+    unlink(d.log);
+    const char *env[] = {"TLMD_WEIGHTS=none", NULL};
+    start_custom(&d, d.dir, NULL, env);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    cr_assert(strstr(jstr(v, "schedules_reason"), "TLMD_WEIGHTS none"), "%s",
+              jstr(v, "schedules_reason"));
+    json_decref(v);
+    cr_assert(!strstr(read_file(d.log), "level=warn"), "%s", read_file(d.log));
+    teardown(&d);
+}
+
+Test(daemon, unreadable_explicit_weights_are_a_startup_error)
+{
+    tlmd d;
+    setup_dir(&d);
+    char out[16384];
+    /* an explicit file that does not exist: exit 2, naming the flag and the path */
+    const char *a1[] = {"--store", d.store, "--weights", "/nonexistent/tlm.bin", NULL};
+    int st = run_tlmd(d.dir, a1, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "--weights") && strstr(out, "/nonexistent/tlm.bin"), "%s", out);
+    /* the environment and the config file are named too */
+    const char *env[] = {"TLMD_WEIGHTS=/nonexistent/env.bin", NULL};
+    const char *a2[] = {"--store", d.store, NULL};
+    st = run_tlmd(d.dir, a2, env, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "TLMD_WEIGHTS") && strstr(out, "/nonexistent/env.bin"), "%s", out);
+    char conf[400];
+    snprintf(conf, sizeof conf, "%s/tlmd.conf", d.dir);
+    FILE *f = fopen(conf, "w");
+    fputs("weights = /nonexistent/conf.bin\n", f);
+    fclose(f);
+    const char *a3[] = {"--store", d.store, "--config", conf, NULL};
+    st = run_tlmd(d.dir, a3, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "config") && strstr(out, "/nonexistent/conf.bin"), "%s", out);
+    /* a file that is not a weight file */
+    char junk[400];
+    snprintf(junk, sizeof junk, "%s/junk.bin", d.dir);
+    f = fopen(junk, "w");
+    fputs("not a model at all, but long enough to have a header of 128 bytes ......"
+          "...........................................................................",
+          f);
+    fclose(f);
+    const char *a4[] = {"--store", d.store, "--weights", junk, NULL};
+    st = run_tlmd(d.dir, a4, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "--weights") && strstr(out, "junk.bin") && strstr(out, "magic"), "%s",
+              out);
+    /* a bad config value is named as well */
+    f = fopen(conf, "w");
+    fputs("serve_untrained = maybe\n", f);
+    fclose(f);
+    const char *a5[] = {"--store", d.store, "--config", conf, "--weights", "none", NULL};
+    st = run_tlmd(d.dir, a5, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "serve_untrained"), "%s", out);
+    /* --help documents the choices */
+    const char *a6[] = {"--help", NULL};
+    st = run_tlmd(d.dir, a6, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert(strstr(out, "--weights FILE|none") && strstr(out, "--serve-untrained") &&
+                  strstr(out, "TLMD_SERVE_UNTRAINED") && strstr(out, "auto|cpu|cuda"),
+              "%s", out);
+    teardown(&d);
+}
+
+static void write_manifest(const tlmd *d, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/MANIFEST", d->dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(daemon, untrained_weights_serve_default_unless_serve_untrained)
+{
+    tlmd d;
+    setup_dir(&d);
+    char sha[65];
+    file_sha256(d.weights, sha);
+    /* 1. untrained (no MANIFEST): read, not served */
+    start(&d, NULL);
+    json_t *v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    cr_assert(strstr(jstr(v, "schedules_reason"), "not trained"), "%s",
+              jstr(v, "schedules_reason"));
+    cr_assert_str_eq(jstr(v, "weights"), d.weights);
+    cr_assert(json_is_false(json_object_get(v, "weights_trained")));
+    cr_assert_str_eq(jstr(json_object_get(v, "model"), "id"), sha);
+    json_decref(v);
+    json_t *k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    char default_key[65];
+    snprintf(default_key, sizeof default_key, "%s", jstr(k, "key"));
+    json_decref(k);
+    cr_assert(strstr(read_file(d.log), "msg=weights_untrained"));
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+
+    /* 2. --serve-untrained: the model decodes; its kernel has another key, and the default
+     * kernel stays cached under its own */
+    const char *extra[] = {"--serve-untrained", NULL};
+    start(&d, extra);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "tlm");
+    cr_assert_str_eq(jstr(v, "model_id"), sha);
+    cr_assert(json_is_true(json_object_get(json_object_get(v, "model"), "served")));
+    cr_assert_eq(json_array_size(json_object_get(v, "modes")), 3);
+    json_decref(v);
+    k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
+    cr_assert_str_eq(jstr(k, "cache"), "miss");
+    cr_assert_str_neq(jstr(k, "key"), default_key);
+    json_decref(k);
+    k = compile_one(&d, "default");
+    cr_assert_str_eq(jstr(k, "key"), default_key);
+    cr_assert_str_eq(jstr(k, "cache"), "hit", "default kernels do not depend on the weights");
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    json_decref(k);
+    cr_assert(metric(&d, "tlmd_decoder_batch_size_count") >= 1);
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+
+    /* 3. a MANIFEST for other weights does not make these trained */
+    write_manifest(&d, "trained = true\nsha256 = "
+                       "0000000000000000000000000000000000000000000000000000000000000000\n");
+    start(&d, NULL);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    json_decref(v);
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+
+    /* 4. a MANIFEST saying these weights are trained: served without the flag */
+    char man[200];
+    snprintf(man, sizeof man, "# how they were made\ntrained = true\nsha256 = %s\n", sha);
+    write_manifest(&d, man);
+    start(&d, NULL);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "tlm");
+    cr_assert(json_is_true(json_object_get(v, "weights_trained")));
+    cr_assert_str_eq(jstr(v, "model_id"), sha);
+    json_decref(v);
+    k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
+    cr_assert_str_eq(jstr(k, "cache"), "hit", "the same weights and mode as step 2: same key");
+    json_decref(k);
+    teardown(&d);
+}
+
+/* Whether this machine has a usable GPU, as tlmd's auto would find it. */
+static bool have_gpu(void)
+{
+    tlm_device *dev = NULL;
+    tlm_error e;
+    bool gpu = tlm_device_open("auto", &dev, &e) == 0 && tlm_device_kind(dev) == TLM_DEVICE_CUDA;
+    tlm_device_close(dev);
+    return gpu;
+}
+
+Test(daemon, device_cpu_auto_and_cuda)
+{
+    tlmd d;
+    setup_dir(&d);
+    bool gpu = have_gpu();
+    /* auto with a model to decode: the GPU when there is one, else the CPU, saying why */
+    const char *a1[] = {"--serve-untrained", "--device", "auto", NULL};
+    start(&d, a1);
+    json_t *v = version_json(&d);
+    if (gpu) {
+        cr_assert_str_eq(jstr(v, "device"), "cuda:0");
+        cr_assert(strstr(jstr(v, "device_reason"), "auto: a CUDA driver"), "%s",
+                  jstr(v, "device_reason"));
+    } else {
+        cr_assert_str_eq(jstr(v, "device"), "cpu");
+        cr_assert(strstr(jstr(v, "device_reason"), "auto: no usable GPU ("), "%s",
+                  jstr(v, "device_reason"));
+    }
+    json_decref(v);
+    json_t *k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
+    json_decref(k);
+    cr_assert(strstr(read_file(d.log), "msg=device requested=auto"));
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+    /* cpu: as asked */
+    const char *a2[] = {"--serve-untrained", "--device", "cpu", NULL};
+    start(&d, a2);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "device"), "cpu");
+    cr_assert_str_eq(jstr(v, "device_reason"), "requested (--device cpu)");
+    json_decref(v);
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+    /* cuda without a GPU: a clear start-up error, exit 2 (with one: it starts on it) */
+    char out[16384];
+    const char *a3[] = {"--store",           d.store,    "--weights", d.weights,
+                        "--serve-untrained", "--device", "cuda",      NULL};
+    if (!gpu) {
+        int st = run_tlmd(d.dir, a3, NULL, out, sizeof out);
+        cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+        cr_assert(strstr(out, "--device cuda"), "%s", out);
+        /* even when no model is served: an explicit request that cannot be met is an error */
+        const char *a4[] = {"--store", d.store, "--weights", "none", "--device", "cuda:0", NULL};
+        st = run_tlmd(d.dir, a4, NULL, out, sizeof out);
+        cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+        cr_assert(strstr(out, "--device cuda:0"), "%s", out);
+    } else {
+        const char *a5[] = {"--serve-untrained", "--device", "cuda", NULL};
+        start(&d, a5);
+        v = version_json(&d);
+        cr_assert_str_eq(jstr(v, "device"), "cuda:0");
+        json_decref(v);
+        k = compile_one(&d, "topk");
+        cr_assert_str_eq(jstr(k, "schedule_source"), "topk");
+        json_decref(k);
+        cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+    }
+    /* a device name that is none of them */
+    const char *a6[] = {"--store", d.store, "--device", "tpu", NULL};
+    int st = run_tlmd(d.dir, a6, NULL, out, sizeof out);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, out);
+    cr_assert(strstr(out, "--device"), "%s", out);
     teardown(&d);
 }

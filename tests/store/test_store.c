@@ -86,6 +86,7 @@ static void mk_kernel(store_kernel *k, int i, size_t bin, size_t src)
     k->format = strdup(i % 2 ? "cubin" : "elf-so");
     k->entry = xstrdupf("kernel_%d", i);
     k->launch_json = xstrdupf("{\"grid\":[%d,1,1],\"block\":[128,1,1]}", i + 1);
+    k->schedule_source = strdup(i % 2 ? "topk" : "tlm");
     k->est_time_s = 1e-3 * (i + 1);
     k->measured_time_s = 2e-3 * (i + 1);
 }
@@ -221,6 +222,7 @@ Test(store, put_get_round_trip_all_fields)
     assert_str(g.format, "cubin", "format");
     assert_str(g.entry, k.entry, "entry");
     assert_str(g.launch_json, k.launch_json, "launch_json");
+    assert_str(g.schedule_source, "topk", "schedule_source");
     cr_assert_eq(g.binary_size, k.binary_size);
     cr_assert_eq(memcmp(g.binary, k.binary, k.binary_size), 0);
     char sha[65];
@@ -282,6 +284,7 @@ Test(store, optional_fields_read_back_as_null_and_nan)
     cr_assert_null(g.source);
     cr_assert_null(g.schedule);
     cr_assert_null(g.launch_json);
+    assert_str(g.schedule_source, "unknown", "a kernel stored without a source");
     cr_assert(isnan(g.est_time_s));
     cr_assert(isnan(g.measured_time_s));
     cr_assert_eq(stats(st).bytes, 3);
@@ -531,7 +534,7 @@ Test(store, schema_version_wal_and_reopen)
     cr_assert(stat(wal, &sb) != 0 || sb.st_size == 0, "WAL left with %lld bytes",
               (long long)sb.st_size);
     cr_assert_eq(raw_int(t.path, "SELECT max(version) FROM schema_version"), STORE_SCHEMA_VERSION);
-    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), 1);
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION);
 
     for (int round = 0; round < 2; round++) {
         st = open_store(t.path, 0);
@@ -546,7 +549,7 @@ Test(store, schema_version_wal_and_reopen)
         cr_assert_eq(store_meta_get(st, "absent", &v, &e), TLM_ENOTFOUND);
         store_close(st);
     }
-    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), 1,
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION,
                  "reopening must not re-run migrations");
     /* journal_mode is persistent in the file: a fresh raw connection sees WAL. */
     sqlite3 *db;
@@ -584,7 +587,7 @@ Test(store, version_zero_database_is_migrated)
     cr_assert_eq(store_measurement_add(st, &m, NULL, &e), 0, "%s", e.msg);
     store_close(st);
     cr_assert_eq(raw_int(t.path, "SELECT max(version) FROM schema_version"), STORE_SCHEMA_VERSION);
-    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), 2);
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), 1 + STORE_SCHEMA_VERSION);
     cr_assert_eq(raw_int(t.path, "SELECT x FROM legacy"), 42, "migration must keep other data");
     cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM sqlite_master WHERE name IN "
                                  "('kernels','measurements','tuner_nodes','tuner_edges','meta')"),
@@ -613,7 +616,88 @@ Test(store, empty_file_and_newer_version)
     cr_assert_eq(e.code, TLM_EUNSUPPORTED);
     cr_assert_str_eq(e.field, "store.path");
     cr_assert(strstr(e.msg, "99") != NULL, "%s", e.msg);
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION + 1);
+    tmp_remove(&t);
+}
+
+/* The schema exactly as version 1 shipped it (kernels and measurements; the tuner tables and
+ * meta are left out: migration 2 does not touch them). */
+static const char schema_v1[] =
+    "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);"
+    "INSERT INTO schema_version VALUES (1, 1);"
+    "CREATE TABLE kernels ( key TEXT PRIMARY KEY NOT NULL CHECK (length(key) = 64),"
+    " workload_hash TEXT NOT NULL, target_hash TEXT NOT NULL, compiler_id TEXT, model_id TEXT,"
+    " workload_json TEXT, target_name TEXT, schedule TEXT, sentence TEXT, source TEXT,"
+    " binary BLOB NOT NULL, binary_sha256 TEXT NOT NULL, binary_size INTEGER NOT NULL,"
+    " format TEXT NOT NULL CHECK (format IN ('elf-so', 'cubin')), entry TEXT NOT NULL,"
+    " launch_json TEXT, est_time_s REAL, measured_time_s REAL, bytes INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, last_used_at INTEGER NOT NULL,"
+    " hits INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX kernels_lru ON kernels (last_used_at, hits, key, bytes);"
+    "CREATE TABLE measurements ( id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " workload_hash TEXT NOT NULL, target_hash TEXT NOT NULL, sketch TEXT,"
+    " schedule TEXT NOT NULL, status TEXT NOT NULL, median_s REAL, gflops REAL, rel_err REAL,"
+    " created_at INTEGER NOT NULL);"
+    "CREATE INDEX measurements_best ON measurements (workload_hash, target_hash, gflops);"
+    "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT);";
+
+Test(store, version_one_database_is_migrated_with_its_data)
+{
+    tmp t;
+    tmp_make(&t);
+    /* a v1 file written by an older tlmd: one kernel (binary "abc") and one measurement */
+    char sha[65], key[65];
+    sha_hex("abc", 3, sha);
+    cr_assert_eq(store_cache_key("w", "t", "c", "m", "", key, NULL), 0);
+    char sql[4096];
+    snprintf(sql, sizeof sql,
+             "%s INSERT INTO kernels (key, workload_hash, target_hash, model_id, schedule, binary,"
+             " binary_sha256, binary_size, format, entry, bytes, created_at, last_used_at, hits)"
+             " VALUES ('%s', 'wh', 'th', 'old-model', 'tile(i,4)', CAST('abc' AS BLOB), '%s', 3,"
+             " 'elf-so', 'f', 3, 10, 10, 5);"
+             "INSERT INTO measurements (workload_hash, target_hash, schedule, status, median_s,"
+             " gflops, rel_err, created_at) VALUES ('wh', 'th', 'tile(i,4)', 'ok', 0.5, 2.0, 0,"
+             " 10);",
+             schema_v1, key, sha);
+    raw_exec(t.path, sql);
+
+    store *st = open_store(t.path, 0);
+    cr_assert_eq(raw_int(t.path, "SELECT max(version) FROM schema_version"), STORE_SCHEMA_VERSION);
+    /* the old kernel is served as before; its source is not known */
+    store_kernel g;
+    tlm_error e = {0};
+    cr_assert_eq(store_kernel_get(st, key, &g, &e), 0, "%s", e.msg);
+    cr_assert_eq(g.binary_size, 3);
+    cr_assert_eq(memcmp(g.binary, "abc", 3), 0);
+    assert_str(g.model_id, "old-model", "model_id");
+    assert_str(g.schedule, "tile(i,4)", "schedule");
+    assert_str(g.schedule_source, "unknown", "schedule_source of a v1 row");
+    cr_assert_eq(g.hits, 6);
+    store_kernel_free(&g);
+    /* the old measurement reads back, the new fields empty */
+    store_measurement *ms;
+    size_t n;
+    cr_assert_eq(store_measurements_best(st, "wh", "th", 5, &ms, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, 1);
+    assert_str(ms[0].schedule, "tile(i,4)", "schedule");
+    cr_assert_float_eq(ms[0].gflops, 2.0, 0);
+    cr_assert_null(ms[0].workload_json);
+    cr_assert_null(ms[0].schedule_source);
+    cr_assert_null(ms[0].host_id);
+    cr_assert(isnan(ms[0].min_s));
+    cr_assert_eq(ms[0].n_samples, 0);
+    store_measurements_free(ms, n);
+    /* and the new columns work on the migrated file */
+    store_kernel k;
+    mk_kernel(&k, 3, 32, 8);
+    cr_assert_eq(store_kernel_put(st, &k, &e), 0, "%s", e.msg);
+    cr_assert_eq(store_kernel_meta(st, k.key, &g, &e), 0);
+    assert_str(g.schedule_source, "topk", "schedule_source after migration");
+    store_kernel_free(&g);
+    store_kernel_free(&k);
+    store_close(st);
     cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM schema_version"), 2);
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM kernels"), 2);
     tmp_remove(&t);
 }
 
@@ -722,6 +806,71 @@ Test(store, measurements_best_ranks_ok_records_by_gflops)
     cr_assert_eq(store_measurement_add(st, &bad, NULL, &e), TLM_EINVAL);
     cr_assert_str_eq(e.field, "status");
     cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM measurements"), 7);
+    store_close(st);
+    tmp_remove(&t);
+}
+
+Test(store, measurement_records_keep_everything_a_trainer_needs)
+{
+    tmp t;
+    tmp_make(&t);
+    store *st = open_store(t.path, 0);
+    tlm_error e = {0};
+    store_measurement m = {.workload_hash = "w",
+                           .target_hash = "t",
+                           .schedule = "tile(i,8)",
+                           .status = "ok",
+                           .median_s = 2e-3,
+                           .gflops = 7.5,
+                           .rel_err = 1e-7,
+                           .workload_json = "{\"op\":\"dense\"}",
+                           .target_name = "cpu:avx2",
+                           .toolchain_id = "gcc 12; flags=-mavx2",
+                           .model_id = "none",
+                           .sentence = "T 8 V 16",
+                           .schedule_source = "topk",
+                           .min_s = 1.5e-3,
+                           .n_samples = 5,
+                           .detail = NULL};
+    cr_assert_eq(store_measurement_add(st, &m, NULL, &e), 0, "%s", e.msg);
+    store_measurement f = {.workload_hash = "w",
+                           .target_hash = "t",
+                           .schedule = "tile(i,3)",
+                           .status = "build_error",
+                           .median_s = NAN,
+                           .gflops = NAN,
+                           .rel_err = NAN,
+                           .min_s = NAN,
+                           .schedule_source = "topk",
+                           .host_id = "elsewhere",
+                           .detail = "cc: error"};
+    cr_assert_eq(store_measurement_add(st, &f, NULL, &e), 0, "%s", e.msg);
+    store_measurement *ms;
+    size_t n;
+    cr_assert_eq(store_measurements_list(st, "w", "t", 10, &ms, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, 2, "every record, whatever its status, oldest first");
+    assert_str(ms[0].workload_json, "{\"op\":\"dense\"}", "workload_json");
+    assert_str(ms[0].target_name, "cpu:avx2", "target_name");
+    assert_str(ms[0].toolchain_id, "gcc 12; flags=-mavx2", "toolchain_id");
+    assert_str(ms[0].model_id, "none", "model_id");
+    assert_str(ms[0].sentence, "T 8 V 16", "sentence");
+    assert_str(ms[0].schedule_source, "topk", "schedule_source");
+    cr_assert_float_eq(ms[0].min_s, 1.5e-3, 0);
+    cr_assert_eq(ms[0].n_samples, 5);
+    /* no host given: this machine's id, the same for every record of this process */
+    assert_str(ms[0].host_id, store_host_id(), "host_id");
+    cr_assert_eq(strlen(store_host_id()), 16);
+    cr_assert_null(ms[0].detail);
+    assert_str(ms[1].status, "build_error", "status");
+    assert_str(ms[1].host_id, "elsewhere", "an explicit host id");
+    assert_str(ms[1].detail, "cc: error", "detail");
+    cr_assert(isnan(ms[1].median_s) && isnan(ms[1].min_s));
+    cr_assert_eq(ms[1].n_samples, 0);
+    store_measurements_free(ms, n);
+    cr_assert_eq(store_measurements_list(st, "w", "t", 1, &ms, &n, &e), 0);
+    cr_assert_eq(n, 1);
+    assert_str(ms[0].schedule, "tile(i,8)", "the limit keeps the oldest");
+    store_measurements_free(ms, n);
     store_close(st);
     tmp_remove(&t);
 }
