@@ -61,7 +61,7 @@ trap 'exit 130' INT TERM
 start_daemon() {
     for _ in 1 2 3; do
         port=$("$LOAD" port)
-        "$TLMD" --listen "127.0.0.1:$port" --store "$1" --weights "$tmp/tlm.bin" \
+        "$TLMD" --listen "127.0.0.1:$port" --store "$1" --weights "$tmp/tlm.bin" --serve-untrained \
             --log-level info --log-file "$tmp/tlmd.log" >>"$tmp/tlmd.out" 2>&1 &
         pid=$!
         for _ in $(seq 1 600); do
