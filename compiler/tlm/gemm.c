@@ -22,14 +22,16 @@
  *    per call: no copy of the model is kept).
  * Threads share column blocks (and row chunks); the bits do not depend on the split.
  *
- * Measured on this host (Xeon, AVX-512, 1 thread, a busy machine, so +-20%): with w in
- * cache, against OpenBLAS sgemm at the exact shape, 1 row (a GEMV) within 10% either way
- * and 16-64 rows between 0.7x and 1.5x its time, mostly faster, for K x N of the 2M/10M
- * models and the lm head (128 x 4273, 256 x 1500). With w from memory, walking each panel
- * down all K rows instead of the KB-row blocks made the 10M model's decode step at one row
- * take 1.7x as long on AVX-512 and 3x on AVX2 (one to four cache lines per row of w, rows N
- * floats apart). Without packing, 16 rows of a 512 x 2048 product took 2.4x as long (the panel's
- * rows, 8 KiB apart, fall into a few cache sets and are evicted between tiles).
+ * Measured on this host (Xeon, AVX-512, 1 thread, a busy 2-core machine, so single figures
+ * move by +-30%): with w in cache, against OpenBLAS sgemm (its AVX-512 kernels) at the exact
+ * shape, for K x N of the 2M/10M models and the lm heads (128 x 4273, 256 x 1500) at 1 to
+ * 64 rows, between 0.4x and 1.9x its time, about 0.9x typically; the AVX2 path on the same
+ * host about 1.5-2x the AVX-512 path's time (half the vector width). With w from memory,
+ * walking each panel down all K rows instead of the KB-row blocks made the 10M model's
+ * decode step at one row take 1.7x as long on AVX-512 and 3x on AVX2 (one to four cache
+ * lines per row of w, rows N floats apart). Without packing, 16 rows of a 512 x 2048
+ * product took 2.4x as long (the panel's rows, 8 KiB apart, fall into a few cache sets and
+ * are evicted between tiles).
  *
  * The vector paths are compiled for their instruction sets with target attributes (the
  * library itself is built for generic x86-64) and are only called after
