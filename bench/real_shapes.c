@@ -1,0 +1,643 @@
+/* real_shapes.c — our CPU kernels on the public suite of real-model shapes
+ * (bench/suites/real_shapes.json), for each target, beside OpenBLAS and oneDNN.
+ *
+ * For every workload and every target (default cpu and cpu:avx2; AVX2 code runs on AVX-512
+ * hosts) it compiles through the pipeline entry (compiler/driver/pipeline.h) and measures:
+ *   - default:  pl_run with PL_MODE_DEFAULT (space_default, what the server serves untrained);
+ *   - random:   N schedules from space_sample (a seed per workload and target), each a
+ *               pl_run with PL_MODE_GIVEN, measured: one run per schedule so that each gets
+ *               a runner budget from the best time so far and the sweep can be paced
+ *               (--budget-min); every candidate's time, and a failed one's schedule, is kept;
+ *   - best:     the faster of the default and the best random one.
+ * Every figure is the median time of a kernel checked against the reference interpreter
+ * (measure module; a wrong kernel counts as failed, not as fast). Then, once per workload,
+ * the peers of bench/peers.h in the same process: OpenBLAS sgemm for dense / batch_matmul
+ * (bias+gelu as a second pass where that is the epilogue), oneDNN matmul for dense, oneDNN
+ * convolution plain (our ABI's layouts) and blocked (its own layouts, reorders untimed) for
+ * conv2d / depthwise_conv2d, oneDNN softmax / layer_norm / pooling; and the machine's limits
+ * (FMA peak, read bandwidth) for the report's ratios and bandwidth floors.
+ *
+ * Resumable: one JSON line per (workload, target) and per workload's peers is appended to the
+ * output file as soon as it is measured, and a rerun skips what is already there for the same
+ * bench build (SHA-256 of this executable, which links libtlm statically: a changed compiler
+ * re-measures) and the same N, unless --fresh (which truncates the file). PyTorch and ONNX
+ * Runtime peers come from bench/peers_torch.py / peers_ort.py; bench/report_real_shapes.py
+ * joins everything into bench/results/real_shapes.md. bench/real_shapes.sh runs it all.
+ *
+ * Usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAME[,NAME...]]
+ *                    [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE] [--fresh]
+ *                    [--list]
+ *   --only takes names or shell patterns (fnmatch), comma-separated.
+ *   --quick: the suite's "quick" workloads (unless --only), N = 4, fewer timing samples.
+ *   --budget-min M: our part aims to finish in M minutes: each pair's random search gets a
+ *   share of the time left and stops early (>= 2 candidates) when it has used it; the
+ *   record's random_tried says how many of the N were measured. 0 (default): all N.
+ *   --part ours: our kernels only; peers: OpenBLAS/oneDNN and the machine limits only (run
+ *   that part with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset; see bench/peers.h).
+ */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bench/peers.h"
+#include "compiler/driver/pipeline.h"
+#include "compiler/measure/measure.h"
+#include "compiler/space/space.h"
+#include "compiler/target/target.h"
+#include "compiler/util/util.h"
+#include "proto/workload.h"
+
+#define RS_MAX_TARGETS 8
+#define RS_MAX_ONLY 64
+
+typedef struct {
+    const char *suite, *out, *part;
+    const char *targets[RS_MAX_TARGETS];
+    int n_targets;
+    const char *only[RS_MAX_ONLY];
+    int n_only;
+    int nrand;
+    double budget_s; /* our part's wall budget (0: none) */
+    bool quick, fresh, list;
+} rs_opts;
+
+static char g_build[17]; /* first 16 hex digits of this executable's SHA-256 */
+
+/* The sweep's clock, for --budget-min: what our part may still spend, shared by the pairs
+ * (workload, target) left to measure. */
+static struct {
+    double start, def_spent;
+    int n_def, pairs_left;
+} g_clock;
+
+/* ---- small helpers ---- */
+
+static int rs_usage(void)
+{
+    fprintf(stderr,
+            "usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAMES]\n"
+            "                   [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE]\n"
+            "                   [--fresh] [--list]\n");
+    return 2;
+}
+
+/* Splits a comma list in place (s is modified and kept). */
+static int rs_split(char *s, const char **out, int cap)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        if (*tok) out[n++] = tok;
+    return n;
+}
+
+static void rs_build_id(void)
+{
+    snprintf(g_build, sizeof g_build, "unknown");
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f) return;
+    size_t cap = 1 << 20, n = 0;
+    unsigned char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        unsigned char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb, cap *= 2;
+    }
+    fclose(f);
+    char hex[65];
+    if (buf && tlm_sha256_hex(buf, n, hex) == 0) snprintf(g_build, sizeof g_build, "%.16s", hex);
+    free(buf);
+}
+
+static uint64_t rs_hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool rs_selected(const rs_opts *o, const char *name, bool quick_flag)
+{
+    if (o->n_only) {
+        for (int i = 0; i < o->n_only; i++)
+            if (!fnmatch(o->only[i], name, 0)) return true;
+        return false;
+    }
+    return !o->quick || quick_flag;
+}
+
+/* Keys already in the output file: "name\ttarget" for ours (same build and N), "name\tpeers". */
+typedef struct {
+    char **k;
+    int n, cap;
+} rs_keys;
+
+static void rs_keys_add(rs_keys *ks, const char *k)
+{
+    if (ks->n == ks->cap) {
+        int nc = ks->cap ? ks->cap * 2 : 64;
+        char **nk = realloc(ks->k, sizeof(char *) * (size_t)nc);
+        if (!nk) return;
+        ks->k = nk, ks->cap = nc;
+    }
+    ks->k[ks->n++] = strdup(k);
+}
+
+static bool rs_keys_has(const rs_keys *ks, const char *k)
+{
+    for (int i = 0; i < ks->n; i++)
+        if (!strcmp(ks->k[i], k)) return true;
+    return false;
+}
+
+static void rs_keys_load(rs_keys *ks, const char *path, int nrand)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) continue;
+        const char *kind = json_string_value(json_object_get(j, "kind"));
+        const char *name = json_string_value(json_object_get(j, "name"));
+        char k[512];
+        if (kind && name && !strcmp(kind, "ours")) {
+            const char *b = json_string_value(json_object_get(j, "build"));
+            const char *t = json_string_value(json_object_get(j, "target"));
+            int n = (int)json_integer_value(json_object_get(j, "random_n"));
+            if (b && t && !strcmp(b, g_build) && n == nrand) {
+                snprintf(k, sizeof k, "%s\t%s", name, t);
+                rs_keys_add(ks, k);
+            }
+        } else if (kind && name && !strcmp(kind, "peers")) {
+            snprintf(k, sizeof k, "%s\tpeers", name);
+            rs_keys_add(ks, k);
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+}
+
+static void rs_emit(FILE *out, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (s) {
+        fprintf(out, "%s\n", s);
+        fflush(out);
+        fsync(fileno(out));
+        free(s);
+    }
+    json_decref(j);
+}
+
+static json_t *rs_num(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* ---- our kernels ---- */
+
+static json_t *rs_time_json(const char *status, double median_s, double gflops)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "status", json_string(status));
+    json_object_set_new(j, "gflops", median_s > 0 ? rs_num(gflops) : json_null());
+    json_object_set_new(j, "median_s", median_s > 0 ? json_real(median_s) : json_null());
+    return j;
+}
+
+/* One pl_run, measured: the default (given == NULL) or the n given schedules, of which the
+ * pipeline keeps the fastest correct one. repeats: timing samples per candidate; timeout_s:
+ * the runner's budget per candidate (a slow one is cut short: timeout, not competitive). */
+static int rs_pipeline(pl_job *j, const ir_workload *w, const target *t, const space_sched *given,
+                       int n, uint64_t seed, int repeats, double timeout_s)
+{
+    pl_opts o;
+    pl_opts_init(&o);
+    o.mode = given ? PL_MODE_GIVEN : PL_MODE_DEFAULT;
+    o.given = given;
+    o.n_given = given ? n : 0;
+    o.measure = PL_MEASURE_ON;
+    measure_opts_init(&o.mo);
+    o.mo.seed = seed; /* one input set per workload: the reference is computed once */
+    o.mo.repeats = repeats;
+    o.mo.timeout_s = timeout_s;
+    tlm_error e;
+    int rc = pl_run(j, w, t, &o, &e);
+    if (rc && j->n_recs == 0) fprintf(stderr, "  pipeline: %s %s\n", e.field, e.msg);
+    return rc == 0 && j->measured && j->chosen_mr.status == MEASURE_OK ? 0 : -1;
+}
+
+static double rs_build_s(const pl_job *j)
+{
+    double s = 0;
+    for (int i = 0; i < j->n_recs; i++)
+        s += j->recs[i].codegen_s + j->recs[i].compile_s;
+    return s;
+}
+
+static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *w,
+                         const char *tname, FILE *out)
+{
+    tlm_error e;
+    target t;
+    if (target_parse(tname, &t, &e)) {
+        fprintf(stderr, "%s: target %s: %s\n", name, tname, e.msg);
+        return -1;
+    }
+    if (!target_host_can_run(&t)) {
+        fprintf(stderr, "%s: this host cannot run %s kernels; skipped\n", name, tname);
+        return -1;
+    }
+    const double t0 = tlm_now_s();
+    const uint64_t seed = 0x7e57 ^ rs_hash_str(name);
+    const int rep_full = o->quick ? 5 : 7, rep_search = 3;
+
+    /* the default, as the server serves it untrained */
+    pl_job dj;
+    int drc = rs_pipeline(&dj, w, &t, NULL, 0, seed, rep_full, 120.0);
+    if (!dj.sp) {
+        fprintf(stderr, "%s [%s]: could not prepare the job\n", name, tname);
+        pl_job_free(&dj);
+        return -1;
+    }
+    const space *sp = dj.sp;
+    const double flops = (double)ir_subgraph_flops(dj.g), bytes = (double)ir_subgraph_bytes(dj.g);
+    int exact = 0;
+    const double log10_size = space_log10_size(sp, &exact);
+    const char *def_status = dj.n_recs ? dj.recs[dj.n_recs - 1].status : "error";
+    double def_s = drc == 0 ? dj.chosen_mr.median_s : 0,
+           def_gf = drc == 0 ? dj.chosen_mr.gflops : 0;
+    char def_txt[1024] = "";
+    if (dj.n_cands) space_print(sp, &dj.cands[0].sched, def_txt, sizeof def_txt);
+    double build_s = rs_build_s(&dj);
+    fprintf(stderr, "[%s %s] default %s %.2f GFLOP/s %.3g ms (%.1f s)\n", name, tname,
+            drc == 0 ? "ok" : def_status, def_gf, def_s * 1e3, tlm_now_s() - t0);
+
+    /* N random schedules, each through the pipeline in mode "given", measured. Each gets a
+     * runner budget from the best time so far: the runner takes fewer samples of a candidate
+     * slower than about twice that and stops one slower still (timeout: it could not have
+     * been the best), so slow schedules cannot eat the sweep. With a sweep budget (--budget-min)
+     * the search of this pair stops once it has used its share of what is left (at least 2
+     * candidates): random_tried says how many it measured. */
+    g_clock.def_spent += tlm_now_s() - t0;
+    g_clock.n_def++;
+    double allowance = INFINITY;
+    if (o->budget_s > 0) {
+        double left = o->budget_s - (tlm_now_s() - g_clock.start);
+        double mean_def = g_clock.def_spent / g_clock.n_def;
+        allowance = (left - mean_def * (g_clock.pairs_left - 1)) / g_clock.pairs_left;
+    }
+    json_t *rand_s = json_array(), *fails = json_array();
+    int n_ok = 0, n_fail = 0, tried = 0;
+    double rand_s_best = 0, rand_gf_best = 0, budget = 0;
+    char rand_txt[1024] = "";
+    uint64_t rng = seed ^ rs_hash_str(tname);
+    const double t_rand = tlm_now_s();
+    for (int k = 0; k < o->nrand; k++) {
+        space_sched s;
+        space_sample(sp, &rng, &s); /* drawn even when skipped: the sequence stays the same */
+        if (k >= 2 && tlm_now_s() - t_rand > allowance) break;
+        double ref_s = rand_s_best > 0 && (def_s <= 0 || rand_s_best < def_s) ? rand_s_best : def_s;
+        budget = ref_s > 0 ? 2.0 + 2.0 * ref_s * (rep_search + 2) : 20.0;
+        if (budget > 20.0) budget = 20.0;
+        pl_job rj;
+        int rrc = rs_pipeline(&rj, w, &t, &s, 1, seed, rep_search, budget);
+        tried++;
+        const pl_record *r = rj.n_recs ? &rj.recs[rj.n_recs - 1] : NULL;
+        if (rrc == 0) {
+            n_ok++;
+            json_array_append_new(rand_s, json_real(rj.chosen_mr.median_s));
+            if (rand_s_best <= 0 || rj.chosen_mr.median_s < rand_s_best) {
+                rand_s_best = rj.chosen_mr.median_s, rand_gf_best = rj.chosen_mr.gflops;
+                space_print(sp, &s, rand_txt, sizeof rand_txt);
+            }
+        } else {
+            n_fail++;
+            json_array_append_new(rand_s, json_string(r ? r->status : "error"));
+            /* kept for whoever fixes it: a failed candidate is a bug or a timeout */
+            json_t *f = json_object();
+            char txt[1024];
+            space_print(sp, &s, txt, sizeof txt);
+            json_object_set_new(f, "status", json_string(r ? r->status : "error"));
+            json_object_set_new(f, "schedule", json_string(txt));
+            json_object_set_new(f, "detail", json_string(r ? r->detail : ""));
+            json_array_append_new(fails, f);
+        }
+        build_s += rs_build_s(&rj);
+        pl_job_free(&rj);
+    }
+    const bool rand_wins = rand_s_best > 0 && (def_s <= 0 || rand_s_best < def_s);
+    const double best_s = rand_wins ? rand_s_best : def_s,
+                 best_gf = rand_wins ? rand_gf_best : def_gf;
+    const double wall = tlm_now_s() - t0;
+    fprintf(stderr,
+            "[%s %s] best of %d random %.2f GFLOP/s (%d ok); best %.2f GFLOP/s %.3g ms; "
+            "%.1f s\n",
+            name, tname, tried, rand_gf_best, n_ok, best_gf, best_s * 1e3, wall);
+
+    json_t *j = json_object();
+    json_object_set_new(j, "kind", json_string("ours"));
+    json_object_set_new(j, "name", json_string(name));
+    json_object_set_new(j, "target", json_string(tname));
+    json_object_set_new(j, "build", json_string(g_build));
+    json_object_set_new(j, "random_n", json_integer(o->nrand));
+    json_object_set_new(j, "flops", json_real(flops));
+    json_object_set_new(j, "bytes", json_real(bytes));
+    json_object_set_new(j, "space_log10", rs_num(log10_size));
+    json_object_set_new(j, "sketch", json_string(space_sketch_name(sp->sketch)));
+    json_object_set_new(j, "default", rs_time_json(drc == 0 ? "ok" : def_status, def_s, def_gf));
+    json_object_set_new(j, "default_schedule", json_string(def_txt));
+    json_object_set_new(j, "random",
+                        rs_time_json(rand_s_best > 0 ? "ok" : "none", rand_s_best, rand_gf_best));
+    json_object_set_new(j, "random_schedule", json_string(rand_txt));
+    json_object_set_new(j, "random_ok", json_integer(n_ok));
+    json_object_set_new(j, "random_failed", json_integer(n_fail));
+    json_object_set_new(j, "random_tried", json_integer(tried));
+    json_object_set_new(j, "random_allowance_s", rs_num(allowance));
+    json_object_set_new(j, "random_median_s", rand_s);
+    json_object_set_new(j, "random_failures", fails);
+    json_object_set_new(j, "best", rs_time_json(best_s > 0 ? "ok" : "none", best_s, best_gf));
+    json_object_set_new(j, "best_from", json_string(rand_wins ? "random" : "default"));
+    json_object_set_new(j, "best_schedule", json_string(rand_wins ? rand_txt : def_txt));
+    json_object_set_new(j, "compile_s", json_real(build_s));
+    json_object_set_new(j, "wall_s", json_real(wall));
+    json_object_set_new(j, "time", json_integer((json_int_t)time(NULL)));
+    rs_emit(out, j);
+    pl_job_free(&dj);
+    return drc == 0 ? 0 : -1;
+}
+
+/* ---- peers (OpenBLAS, oneDNN) ---- */
+
+static bool rs_epi_is(const ir_workload *w, int n, const ir_epilogue *e)
+{
+    if (w->n_epilogue != n) return false;
+    for (int i = 0; i < n; i++)
+        if (w->epilogue[i] != e[i]) return false;
+    return true;
+}
+
+static void rs_peer_set(json_t *j, const char *key, double sec)
+{
+    json_object_set_new(j, key, sec > 0 ? json_real(sec) : json_null());
+}
+
+static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
+{
+    double t0 = tlm_now_s();
+    json_t *j = json_object();
+    json_object_set_new(j, "kind", json_string("peers"));
+    json_object_set_new(j, "name", json_string(name));
+    const int64_t *s = w->shape;
+    static const ir_epilogue bias_gelu[2] = {IR_EPI_BIAS_ADD, IR_EPI_GELU};
+    switch (w->op) {
+    case IR_OP_DENSE: {
+        bool bg = rs_epi_is(w, 2, bias_gelu) && !w->transpose_a && !w->transpose_b;
+        double t = bg ? peer_sgemm_bias_gelu_s(s[IR_DENSE_M], s[IR_DENSE_N], s[IR_DENSE_K])
+                      : peer_sgemm_s(s[IR_DENSE_M], s[IR_DENSE_N], s[IR_DENSE_K], w->transpose_a,
+                                     w->transpose_b);
+        rs_peer_set(j, "openblas_s", t);
+        /* OpenBLAS figures cover the GEMM plus, for bias+gelu, a separate epilogue pass;
+         * other epilogues are not timed on this side. */
+        json_object_set_new(j, "openblas_epilogue", json_boolean(bg || w->n_epilogue == 0));
+        if (!w->transpose_a && !w->transpose_b) {
+            rs_peer_set(j, "dnnl_matmul_s",
+                        peer_dnnl_matmul_s(s[IR_DENSE_M], s[IR_DENSE_N], s[IR_DENSE_K]));
+            json_object_set_new(j, "dnnl_matmul_impl", json_string(peer_dnnl_last_impl()));
+        }
+        break;
+    }
+    case IR_OP_BATCH_MATMUL: {
+        /* B independent sgemm calls, each on all cores: what a BLAS-backed framework loops */
+        double t =
+            peer_sgemm_s(s[IR_BMM_M], s[IR_BMM_N], s[IR_BMM_K], w->transpose_a, w->transpose_b);
+        rs_peer_set(j, "openblas_s", t > 0 ? t * (double)s[IR_BMM_B] : -1);
+        json_object_set_new(j, "openblas_epilogue", json_boolean(w->n_epilogue == 0));
+        break;
+    }
+    case IR_OP_CONV2D:
+    case IR_OP_DEPTHWISE_CONV2D:
+        rs_peer_set(j, "dnnl_plain_s", peer_dnnl_conv_s(w, false));
+        json_object_set_new(j, "dnnl_plain_impl", json_string(peer_dnnl_last_impl()));
+        rs_peer_set(j, "dnnl_blocked_s", peer_dnnl_conv_s(w, true));
+        json_object_set_new(j, "dnnl_blocked_impl", json_string(peer_dnnl_last_impl()));
+        break;
+    case IR_OP_MAX_POOL2D:
+    case IR_OP_AVG_POOL2D:
+        rs_peer_set(j, "dnnl_plain_s", peer_dnnl_pool_s(w));
+        json_object_set_new(j, "dnnl_plain_impl", json_string(peer_dnnl_last_impl()));
+        break;
+    case IR_OP_SOFTMAX:
+        if (w->n_epilogue == 0) {
+            rs_peer_set(j, "dnnl_plain_s", peer_dnnl_softmax_s(s[IR_ROW_R], s[IR_ROW_C]));
+            json_object_set_new(j, "dnnl_plain_impl", json_string(peer_dnnl_last_impl()));
+        }
+        break;
+    case IR_OP_LAYER_NORM:
+        if (w->n_epilogue == 0) {
+            rs_peer_set(j, "dnnl_plain_s", peer_dnnl_layer_norm_s(s[IR_ROW_R], s[IR_ROW_C]));
+            json_object_set_new(j, "dnnl_plain_impl", json_string(peer_dnnl_last_impl()));
+        }
+        break;
+    default:
+        break; /* rms_norm, reductions, elementwise, transpose: PyTorch only */
+    }
+    json_object_set_new(j, "wall_s", json_real(tlm_now_s() - t0));
+    fprintf(stderr, "[%s peers] %.1f s\n", name, tlm_now_s() - t0);
+    rs_emit(out, j);
+}
+
+static void rs_host_line(FILE *out, const rs_opts *o, bool limits)
+{
+    const target_cpu_info *c = target_host_cpu();
+    json_t *j = json_object();
+    json_object_set_new(j, "kind", json_string("host"));
+    json_object_set_new(j, "part", json_string(o->part));
+    json_object_set_new(j, "cpu_model", json_string(c->model));
+    json_object_set_new(j, "cores", json_integer(c->cores));
+    json_object_set_new(j, "physical_cores", json_integer(c->physical_cores));
+    json_object_set_new(j, "vector_lanes", json_integer(c->vector_lanes));
+    json_t *isa = json_array();
+    for (int b = 0; b < TARGET_ISA_COUNT; b++)
+        if (c->isa & (1u << b)) json_array_append_new(isa, json_string(target_isa_name(1u << b)));
+    json_object_set_new(j, "isa", isa);
+    json_object_set_new(j, "l3_bytes", json_integer(c->l3_bytes));
+    json_object_set_new(j, "build", json_string(g_build));
+    json_object_set_new(j, "random_n", json_integer(o->nrand));
+    json_object_set_new(j, "quick", json_boolean(o->quick));
+    if (limits) {
+        json_object_set_new(j, "openblas_core", json_string(peer_openblas_corename()));
+        json_object_set_new(j, "openblas_pinned", json_boolean(peer_openblas_pinned()));
+        json_object_set_new(j, "openblas_threads", json_integer(peer_openblas_threads()));
+        json_object_set_new(j, "fma_isa", json_string(peer_fma_isa()));
+        json_object_set_new(j, "fma_peak_gflops", rs_num(peer_fma_peak_gflops(0)));
+        json_object_set_new(j, "fma_peak1_gflops", rs_num(peer_fma_peak_gflops(1)));
+        json_object_set_new(j, "read_bw_gbs", rs_num(peer_mem_bandwidth_gbs()));
+        json_object_set_new(j, "copy_bw_gbs", rs_num(peer_mem_copy_gbs()));
+    }
+    json_object_set_new(j, "time", json_integer((json_int_t)time(NULL)));
+    rs_emit(out, j);
+}
+
+int main(int argc, char **argv)
+{
+    rs_opts o = {.suite = "bench/suites/real_shapes.json",
+                 .out = "bench/results/real_shapes.jsonl",
+                 .part = "all",
+                 .nrand = -1};
+    char *targets_arg = NULL, *only_arg = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (!strcmp(a, "--suite") && more)
+            o.suite = argv[++i];
+        else if (!strcmp(a, "--out") && more)
+            o.out = argv[++i];
+        else if (!strcmp(a, "--targets") && more)
+            targets_arg = strdup(argv[++i]);
+        else if (!strcmp(a, "--only") && more)
+            only_arg = strdup(argv[++i]);
+        else if (!strcmp(a, "--random") && more)
+            o.nrand = atoi(argv[++i]);
+        else if (!strcmp(a, "--part") && more)
+            o.part = argv[++i];
+        else if (!strcmp(a, "--budget-min") && more)
+            o.budget_s = 60.0 * atof(argv[++i]);
+        else if (!strcmp(a, "--quick"))
+            o.quick = true;
+        else if (!strcmp(a, "--fresh"))
+            o.fresh = true;
+        else if (!strcmp(a, "--list"))
+            o.list = true;
+        else
+            return rs_usage();
+    }
+    if (strcmp(o.part, "all") && strcmp(o.part, "ours") && strcmp(o.part, "peers"))
+        return rs_usage();
+    if (o.nrand < 0) o.nrand = o.quick ? 4 : 16;
+    if (o.budget_s < 0) o.budget_s = 0;
+    if (o.nrand > PL_MAX_CANDIDATES) {
+        fprintf(stderr, "--random: at most %d (one pipeline job)\n", PL_MAX_CANDIDATES);
+        return 2;
+    }
+    o.n_targets =
+        rs_split(targets_arg ? targets_arg : strdup("cpu,cpu:avx2"), o.targets, RS_MAX_TARGETS);
+    if (only_arg) o.n_only = rs_split(only_arg, o.only, RS_MAX_ONLY);
+    const bool do_ours = strcmp(o.part, "peers") != 0, do_peers = strcmp(o.part, "ours") != 0;
+
+    json_error_t je;
+    json_t *suite = json_load_file(o.suite, 0, &je);
+    json_t *list = suite ? json_object_get(suite, "workloads") : NULL;
+    if (!json_is_array(list)) {
+        fprintf(stderr, "%s: %s (line %d)\n", o.suite, suite ? "no \"workloads\" array" : je.text,
+                je.line);
+        return 2;
+    }
+    rs_build_id();
+    rs_keys done = {0};
+    if (!o.fresh) rs_keys_load(&done, o.out, o.nrand);
+    FILE *out = o.list ? NULL : fopen(o.out, o.fresh ? "w" : "a+");
+    if (!o.list && !out) {
+        perror(o.out);
+        return 1;
+    }
+    /* a line cut by an interrupted run must not swallow the next one */
+    if (out && !o.fresh && fseek(out, -1, SEEK_END) == 0 && fgetc(out) != '\n') {
+        fseek(out, 0, SEEK_END);
+        fputc('\n', out);
+    }
+    if (do_peers && !o.list) {
+        if (peer_openblas_pinned())
+            fprintf(stderr,
+                    "warning: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set: OpenBLAS may run "
+                    "older kernels than this CPU has (core %s)\n",
+                    peer_openblas_corename());
+        fprintf(stderr, "machine limits (FMA peak, bandwidth)...\n");
+    }
+    if (!o.list) rs_host_line(out, &o, do_peers);
+
+    double t_start = tlm_now_s();
+    int n_sel = 0, n_fail = 0;
+    size_t idx;
+    json_t *item;
+    /* the pairs this run will measure, for the budget's shares */
+    g_clock.start = t_start;
+    json_array_foreach(list, idx, item)
+    {
+        const char *name = json_string_value(json_object_get(item, "name"));
+        if (!do_ours || !name ||
+            !rs_selected(&o, name, json_is_true(json_object_get(item, "quick"))))
+            continue;
+        for (int ti = 0; ti < o.n_targets; ti++) {
+            char key[512];
+            snprintf(key, sizeof key, "%s\t%s", name, o.targets[ti]);
+            g_clock.pairs_left += !rs_keys_has(&done, key);
+        }
+    }
+    if (do_ours && !o.list && o.budget_s > 0)
+        fprintf(stderr, "%d (workload, target) pairs to measure in about %.1f min\n",
+                g_clock.pairs_left, o.budget_s / 60);
+    json_array_foreach(list, idx, item)
+    {
+        const char *name = json_string_value(json_object_get(item, "name"));
+        json_t *wj = json_object_get(item, "workload");
+        if (!name || !wj) {
+            fprintf(stderr, "%s: workloads[%zu]: needs \"name\" and \"workload\"\n", o.suite, idx);
+            n_fail++;
+            continue;
+        }
+        if (!rs_selected(&o, name, json_is_true(json_object_get(item, "quick")))) continue;
+        n_sel++;
+        ir_workload w;
+        tlm_error e;
+        if (proto_workload_decode(wj, &w, &e)) {
+            fprintf(stderr, "%s: workload.%s: %s\n", name, e.field, e.msg);
+            n_fail++;
+            continue;
+        }
+        if (o.list) {
+            printf("%s\n", name);
+            continue;
+        }
+        char key[512];
+        if (do_ours) {
+            for (int ti = 0; ti < o.n_targets; ti++) {
+                snprintf(key, sizeof key, "%s\t%s", name, o.targets[ti]);
+                if (rs_keys_has(&done, key)) {
+                    fprintf(stderr, "[%s %s] done (resume)\n", name, o.targets[ti]);
+                    continue;
+                }
+                if (rs_bench_ours(&o, name, &w, o.targets[ti], out)) n_fail++;
+                if (g_clock.pairs_left > 1) g_clock.pairs_left--;
+            }
+        }
+        if (do_peers) {
+            snprintf(key, sizeof key, "%s\tpeers", name);
+            if (rs_keys_has(&done, key))
+                fprintf(stderr, "[%s peers] done (resume)\n", name);
+            else
+                rs_bench_peers(name, &w, out);
+        }
+    }
+    if (!o.list)
+        fprintf(stderr, "%d workloads, %d failures, %.0f s; results in %s\n", n_sel, n_fail,
+                tlm_now_s() - t_start, o.out);
+    if (out) fclose(out);
+    json_decref(suite);
+    return n_fail ? 1 : 0;
+}

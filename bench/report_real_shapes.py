@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""Joins the real-shapes measurements into bench/results/real_shapes.md and a plot.
+
+Inputs (JSON lines; the last line per key wins, so resumed and partial reruns just append):
+  bench/results/real_shapes.jsonl        build/bench/real_shapes: "host" (machine, limits),
+                                          "ours" (per workload and target), "peers" (OpenBLAS,
+                                          oneDNN plain / blocked)
+  bench/results/real_shapes.torch.jsonl  bench/peers_torch.py (PyTorch eager)
+  bench/results/real_shapes.ort.jsonl    bench/peers_ort.py (ONNX Runtime; optional)
+Outputs: the markdown table (--md) and a PNG of speedup vs PyTorch per workload, default and
+best of N, per target (--png; needs matplotlib, Debian python3-matplotlib).
+
+Ratios are speedups, peer time / our time (> 1: ours is faster), from medians of the same run.
+Memory-bound workloads (row ops, elementwise, pools, transposes, and anything under 4 flops
+per byte) also show time / floor, floor = minimal bytes (ir_subgraph_bytes) / the measured read
+bandwidth; 'DRAM' marks those whose bytes exceed the last-level cache.
+
+Usage: report_real_shapes.py [--suite F] [--results F] [--torch F] [--ort F] [--md F] [--png F]
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+
+ROW_OPS = {"softmax", "layer_norm", "rms_norm", "reduce_sum", "reduce_mean", "reduce_max",
+           "elementwise", "transpose", "max_pool2d", "avg_pool2d", "global_avg_pool2d"}
+NORM_OPS = {"softmax", "layer_norm", "rms_norm"}
+
+
+def read_jsonl(path):
+    rows = []
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut by an interrupted run
+    return rows
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def fmt(x, nd=2, suffix=""):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:.0f}{suffix}"
+    if abs(x) >= 10:
+        return f"{x:.1f}{suffix}"
+    return f"{x:.{nd}f}{suffix}"
+
+
+def ratio(peer_s, ours_s):
+    if peer_s and ours_s and peer_s > 0 and ours_s > 0:
+        return peer_s / ours_s
+    return None
+
+
+def shape_text(w):
+    s = w["shape"]
+    op = w["op"]
+    keys = "x".join(str(v) for v in s.values())
+    extra = []
+    for key, tag, dflt in (("stride", "s", [1, 1]), ("pad", "p", [0, 0])):
+        v = w.get(key)
+        if v and v != dflt:
+            extra.append(f"{tag}{v[0]}" if v[0] == v[1] else f"{tag}{v[0]}x{v[1]}")
+    if w.get("groups", 1) != 1:
+        extra.append(f"g{w['groups']}")
+    if w.get("dilation") and w["dilation"] != [1, 1]:
+        extra.append(f"d{w['dilation'][0]}")
+    if w.get("transpose_b"):
+        extra.append("Bᵀ")
+    if w.get("epilogue"):
+        extra.append("+" + "+".join(e.replace("bias_add", "bias") for e in w["epilogue"]))
+    return f"{op} {keys}" + (" " + " ".join(extra) if extra else "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="bench/suites/real_shapes.json")
+    ap.add_argument("--results", default="bench/results/real_shapes.jsonl")
+    ap.add_argument("--torch", default="bench/results/real_shapes.torch.jsonl")
+    ap.add_argument("--ort", default="bench/results/real_shapes.ort.jsonl")
+    ap.add_argument("--md", default="bench/results/real_shapes.md")
+    ap.add_argument("--png", default="bench/results/real_shapes.png")
+    ap.add_argument("--wall", type=float, default=None, help="wall seconds of the whole run")
+    args = ap.parse_args()
+
+    with open(args.suite) as f:
+        suite = json.load(f)["workloads"]
+    rows = read_jsonl(args.results)
+    host, host_limits, ours, peers = {}, {}, {}, {}
+    for r in rows:
+        k = r.get("kind")
+        if k == "host":
+            host = r
+            if "fma_peak_gflops" in r:
+                host_limits = r
+        elif k == "ours":
+            ours[(r["name"], r["target"])] = r
+        elif k == "peers":
+            peers[r["name"]] = r
+    torch = {r["name"]: r for r in read_jsonl(args.torch) if r.get("kind") == "torch"}
+    ort = {r["name"]: r for r in read_jsonl(args.ort) if r.get("kind") == "ort"}
+    targets = []
+    for (_, t) in ours:
+        if t not in targets:
+            targets.append(t)
+    targets.sort(key=lambda t: (t != "cpu", t))
+    if not ours:
+        print("report_real_shapes: no measurements of ours in " + args.results, file=sys.stderr)
+        return 1
+
+    bw = host_limits.get("read_bw_gbs")
+    l3 = host.get("l3_bytes") or 0
+    nrand = sorted({r.get("random_n") for r in ours.values()})
+    torch_meta = next(iter(torch.values()), {})
+    ort_meta = next(iter(ort.values()), {})
+
+    # ---- per-workload figures ----
+    recs = []
+    for e in suite:
+        name, w = e["name"], e["workload"]
+        flops = bytes_ = None
+        for t in targets:
+            o = ours.get((name, t))
+            if o:
+                flops, bytes_ = o["flops"], o["bytes"]
+        if flops is None:
+            continue
+        p = peers.get(name, {})
+        th = torch.get(name, {}).get("median_s")
+        oh = ort.get(name, {}).get("median_s")
+        mem = w["op"] in ROW_OPS or (bytes_ and flops / bytes_ < 4.0)
+        if w["op"] in ("dense", "batch_matmul"):
+            plain, plain_name = p.get("openblas_s"), "OpenBLAS"
+        else:
+            plain, plain_name = p.get("dnnl_plain_s"), "oneDNN"
+        rec = {"name": name, "group": e.get("group", ""), "w": w, "flops": flops,
+               "bytes": bytes_, "mem": mem, "dram": bool(l3 and bytes_ > l3),
+               "torch_s": th, "ort_s": oh, "plain_s": plain, "plain_name": plain_name,
+               "blocked_s": p.get("dnnl_blocked_s"), "dnnl_matmul_s": p.get("dnnl_matmul_s"),
+               "peer_impl": p.get("dnnl_blocked_impl") or p.get("dnnl_plain_impl"),
+               "openblas_epi": p.get("openblas_epilogue"), "t": {}}
+        for t in targets:
+            o = ours.get((name, t))
+            if not o:
+                continue
+            d, b = o["default"], o["best"]
+            rec["t"][t] = {
+                "def_s": d.get("median_s"), "def_gf": d.get("gflops"), "def_status": d["status"],
+                "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
+                "best_from": o.get("best_from"), "ok": o.get("random_ok"),
+                "failed": o.get("random_failed"), "wall": o.get("wall_s"),
+                "compile": o.get("compile_s"), "sched": o.get("best_schedule"),
+                "random_n": o.get("random_n"),
+                "tried": o.get("random_tried", o.get("random_n")),
+            }
+        recs.append(rec)
+
+    def gf(sec, flops):
+        return flops / sec / 1e9 if sec and sec > 0 and flops else None
+
+    def floor_ratio(sec, rec):
+        if not (rec["mem"] and sec and bw and rec["bytes"]):
+            return None
+        return sec / (rec["bytes"] / (bw * 1e9))
+
+    # ---- summary ----
+    L = []
+    L.append("# Real-shapes benchmark: tlmd CPU kernels vs PyTorch, ONNX Runtime, OpenBLAS, oneDNN\n")
+    isa = ", ".join(host.get("isa", []))
+    L.append(f"Host: **{host.get('cpu_model', '?')}**, {host.get('cores', '?')} cores "
+             f"({host.get('physical_cores', '?')} physical), ISA {isa}, L3 "
+             f"{(l3 or 0) / 2**20:.0f} MiB. OpenBLAS core: **{host_limits.get('openblas_core', '?')}**"
+             f"{' (pinned by OPENBLAS_CORETYPE/L2_SIZE!)' if host_limits.get('openblas_pinned') else ''}"
+             f", {host_limits.get('openblas_threads', '?')} threads. Measured in this run: FMA peak "
+             f"{fmt(host_limits.get('fma_peak_gflops'))} GFLOP/s ({host_limits.get('fma_isa', '?')}, "
+             f"all cores; {fmt(host_limits.get('fma_peak1_gflops'))} on one), read bandwidth "
+             f"{fmt(bw)} GB/s, copy bandwidth {fmt(host_limits.get('copy_bw_gbs'))} GB/s.\n")
+    p_all, p_one = host_limits.get("fma_peak_gflops"), host_limits.get("fma_peak1_gflops")
+    cores = host.get("physical_cores") or host.get("cores") or 1
+    if p_all and p_one and cores > 1 and p_all < 0.75 * cores * p_one:
+        L.append(f"**Warning: the machine was busy.** The FMA peak on all {cores} cores was "
+                 f"{p_all / p_one:.2f}x the one-core figure (an idle machine gives about "
+                 f"{cores}x): other processes held cores during the run, so multi-threaded "
+                 f"times (ours and the peers', measured at different moments) are inflated "
+                 f"unevenly and the ratios below are noise-dominated. Rerun on an idle "
+                 f"machine.\n")
+    L.append(f"Peers: PyTorch eager {torch_meta.get('torch', '–')} ({torch_meta.get('threads', '?')} "
+             f"threads; Debian build: matmuls on OpenBLAS, convolutions on oneDNN), ONNX Runtime "
+             f"{ort_meta.get('onnxruntime', '–')} (CPU provider, one-op models, weights as "
+             f"initializers), OpenBLAS sgemm (dense, batch_matmul as B calls), oneDNN plain "
+             f"(our ABI's layouts) and blocked (its own layouts, reorders not timed) for convs, "
+             f"oneDNN softmax / layer_norm / pooling.\n")
+    L.append(f"Ours: targets {', '.join('`' + t + '`' for t in targets)} (`cpu:avx2` is x86-64-v3 "
+             f"code run on this host; the peers always run their native kernels). `default` = "
+             f"space_default through the pipeline (what the server serves untrained; 7 timing "
+             f"samples, 5 with --quick); `best` = the faster of the default and the best of "
+             f"{'/'.join(str(n) for n in nrand)} random schedules (space_sample, mode given, 3 "
+             f"samples each; fewer schedules where the sweep's pace cut a pair short: see the "
+             f"(n) marks and the cost table). Every figure is a median of a kernel checked "
+             f"against the reference. Ratios are speedups: peer time / our time (> 1 = ours faster). "
+             f"Suite: `bench/suites/real_shapes.json`, {len(recs)} of {len(suite)} workloads "
+             f"measured. Build {host.get('build', '?')}; "
+             f"{datetime.datetime.fromtimestamp(host.get('time', 0)).strftime('%Y-%m-%d %H:%M')}.\n")
+
+    L.append("## Summary (geomeans over the workloads with both figures)\n")
+    L.append("| target | default / PyTorch | best / PyTorch | default / ORT | best / ORT | "
+             "best / OpenBLAS (dense, bmm) | best / oneDNN plain (conv, dw) | "
+             "best / oneDNN blocked (conv, dw) | mem-bound time/floor, default | best | "
+             "DRAM softmax+norms best time/floor | measured | failed defaults |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    summary = {}
+    for t in targets:
+        rs = [r for r in recs if t in r["t"]]
+
+        def g(key_ours, key_peer, pred=lambda r: True):
+            return geomean([ratio(r[key_peer], r["t"][t][key_ours]) for r in rs if pred(r)])
+
+        is_mm = lambda r: r["w"]["op"] in ("dense", "batch_matmul")
+        is_conv = lambda r: r["w"]["op"] in ("conv2d", "depthwise_conv2d")
+        s = {
+            "def_pt": g("def_s", "torch_s"), "best_pt": g("best_s", "torch_s"),
+            "def_ort": g("def_s", "ort_s"), "best_ort": g("best_s", "ort_s"),
+            "best_blas": g("best_s", "plain_s", is_mm), "best_dnnl": g("best_s", "plain_s", is_conv),
+            "best_blk": g("best_s", "blocked_s", is_conv),
+            "floor_def": geomean([floor_ratio(r["t"][t]["def_s"], r) for r in rs]),
+            "floor_best": geomean([floor_ratio(r["t"][t]["best_s"], r) for r in rs]),
+            "floor_dram": geomean([floor_ratio(r["t"][t]["best_s"], r) for r in rs
+                                   if r["dram"] and r["w"]["op"] in NORM_OPS]),
+            "n": len(rs), "fail": sum(1 for r in rs if r["t"][t]["def_status"] != "ok"),
+        }
+        summary[t] = s
+        L.append(f"| `{t}` | {fmt(s['def_pt'])} | {fmt(s['best_pt'])} | {fmt(s['def_ort'])} | "
+                 f"{fmt(s['best_ort'])} | {fmt(s['best_blas'])} | {fmt(s['best_dnnl'])} | "
+                 f"{fmt(s['best_blk'])} | {fmt(s['floor_def'])} | {fmt(s['floor_best'])} | "
+                 f"{fmt(s['floor_dram'])} | {s['n']} | {s['fail']} |")
+    L.append("")
+
+    # by group
+    groups = []
+    for r in recs:
+        if r["group"] not in groups:
+            groups.append(r["group"])
+    L.append("Speedup vs PyTorch by model family (geomean, default / best):\n")
+    L.append("| family | workloads | " + " | ".join(f"`{t}`" for t in targets) + " |")
+    L.append("|---|---|" + "---|" * len(targets))
+    for gname in groups:
+        rs = [r for r in recs if r["group"] == gname]
+        cells = []
+        for t in targets:
+            d = geomean([ratio(r["torch_s"], r["t"].get(t, {}).get("def_s")) for r in rs])
+            b = geomean([ratio(r["torch_s"], r["t"].get(t, {}).get("best_s")) for r in rs])
+            cells.append(f"{fmt(d)} / {fmt(b)}")
+        L.append(f"| {gname} | {len(rs)} | " + " | ".join(cells) + " |")
+    L.append("")
+
+    # issue 10 closing criteria
+    L.append("### Issue 10 targets, as measured here\n")
+    L.append("| criterion | goal | " + " | ".join(f"`{t}`" for t in targets) + " |")
+    L.append("|---|---|" + "---|" * len(targets))
+
+    def crit(label, goal, vals, ok):
+        cells = []
+        for t in targets:
+            v = vals(t)
+            cells.append("–" if v is None else f"{fmt(v)} {'✅' if ok(v) else '❌'}")
+        L.append(f"| {label} | {goal} | " + " | ".join(cells) + " |")
+
+    crit("default / PyTorch, geomean", "≥ 0.9", lambda t: summary[t]["def_pt"], lambda v: v >= 0.9)
+    crit("best / PyTorch, geomean", "≥ 1.2", lambda t: summary[t]["best_pt"], lambda v: v >= 1.2)
+
+    def worst(t, pred, peer_key):
+        xs = [ratio(r[peer_key], r["t"][t]["best_s"]) for r in recs if t in r["t"] and pred(r)]
+        xs = [x for x in xs if x]
+        return min(xs) if xs else None
+
+    crit("dense best / OpenBLAS, worst workload", "≥ 0.9",
+         lambda t: worst(t, lambda r: r["w"]["op"] == "dense", "plain_s"), lambda v: v >= 0.9)
+    crit("NCHW 3x3 conv best / oneDNN blocked, worst", "≥ 0.8",
+         lambda t: worst(t, lambda r: r["w"]["op"] == "conv2d" and r["w"]["shape"]["KH"] == 3
+                         and r["w"].get("layout", "NCHW") == "NCHW", "blocked_s"),
+         lambda v: v >= 0.8)
+    crit("depthwise best / oneDNN blocked, worst", "≥ 0.8",
+         lambda t: worst(t, lambda r: r["w"]["op"] == "depthwise_conv2d", "blocked_s"),
+         lambda v: v >= 0.8)
+
+    def worst_floor(t):
+        xs = [floor_ratio(r["t"][t]["best_s"], r) for r in recs
+              if t in r["t"] and r["dram"] and r["w"]["op"] in NORM_OPS]
+        xs = [x for x in xs if x]
+        return max(xs) if xs else None
+
+    crit("DRAM-sized softmax/norms best time / floor, worst", "≤ 1.3", worst_floor,
+         lambda v: v <= 1.3)
+    L.append("")
+
+    # ---- per-target tables ----
+    for t in targets:
+        L.append(f"## `{t}`\n")
+        L.append("GFLOP/s (medians); `best` marks `d` when the default was the best and (n) when "
+                 "the sweep's pace let only n of the N random schedules run. Peers: PT = "
+                 "PyTorch eager, ORT = ONNX Runtime, plain = OpenBLAS sgemm for dense/bmm "
+                 "(¹ GEMM alone: the epilogue not timed on that side) or oneDNN with our layouts, "
+                 "blk = oneDNN blocked. Ratios = speedup of ours (best unless marked).\n")
+        L.append("| workload | shape | GFLOP | default | best | PT | ORT | plain | blk | "
+                 "def/PT | best/PT | best/ORT | best/plain | best/blk | best ms | "
+                 "time/floor def, best |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in recs:
+            if t not in r["t"]:
+                continue
+            o = r["t"][t]
+            fl = r["flops"]
+            d_gf = o["def_gf"] if o["def_s"] else None
+            def_txt = fmt(d_gf) if o["def_status"] == "ok" else o["def_status"]
+            best_txt = fmt(o["best_gf"]) + (" d" if o["best_from"] == "default" else "")
+            if o["tried"] is not None and o["random_n"] and o["tried"] < o["random_n"]:
+                best_txt += f" ({o['tried']})"
+            plain_txt = fmt(gf(r["plain_s"], fl))
+            if r["plain_s"] and r["plain_name"] == "OpenBLAS" and r["openblas_epi"] is False:
+                plain_txt += "¹"
+            floor_txt = "–"
+            if r["mem"]:
+                floor_txt = (f"{fmt(floor_ratio(o['def_s'], r))}, {fmt(floor_ratio(o['best_s'], r))}"
+                             + (" DRAM" if r["dram"] else ""))
+            L.append(
+                f"| {r['name']} | {shape_text(r['w'])} | {fmt(fl / 1e9, 3)} | {def_txt} | "
+                f"{best_txt} | {fmt(gf(r['torch_s'], fl))} | {fmt(gf(r['ort_s'], fl))} | "
+                f"{plain_txt} | {fmt(gf(r['blocked_s'], fl))} | "
+                f"{fmt(ratio(r['torch_s'], o['def_s']))} | {fmt(ratio(r['torch_s'], o['best_s']))} | "
+                f"{fmt(ratio(r['ort_s'], o['best_s']))} | {fmt(ratio(r['plain_s'], o['best_s']))} | "
+                f"{fmt(ratio(r['blocked_s'], o['best_s']))} | "
+                f"{fmt(o['best_s'] * 1e3 if o['best_s'] else None, 3)} | {floor_txt} |")
+        s = summary[t]
+        L.append(f"| **geomean** | | | | | | | | | **{fmt(s['def_pt'])}** | **{fmt(s['best_pt'])}** | "
+                 f"**{fmt(s['best_ort'])}** | | | | |")
+        L.append("")
+
+    # ---- cost of the run ----
+    L.append("## Cost of the sweep\n")
+    L.append("| target | workloads | wall s (ours) | compile s | random schedules measured | "
+             "candidates failed (wrong, crash, timeout, build) | slowest workload |")
+    L.append("|---|---|---|---|---|---|---|")
+    for t in targets:
+        rs = [r for r in recs if t in r["t"]]
+        wall = sum(r["t"][t]["wall"] or 0 for r in rs)
+        comp = sum(r["t"][t]["compile"] or 0 for r in rs)
+        failed = sum(r["t"][t]["failed"] or 0 for r in rs)
+        tried = sum(r["t"][t]["tried"] or 0 for r in rs)
+        asked = sum(r["t"][t]["random_n"] or 0 for r in rs)
+        slow = max(rs, key=lambda r: r["t"][t]["wall"] or 0) if rs else None
+        L.append(f"| `{t}` | {len(rs)} | {wall:.0f} | {comp:.0f} | {tried} of {asked} | {failed} | "
+                 f"{slow['name'] if slow else '–'} ({(slow['t'][t]['wall'] or 0) if slow else 0:.0f} s) |")
+    if args.wall:
+        L.append(f"\nWhole run (bench/real_shapes.sh, ours + peers + report): {args.wall:.0f} s.")
+    L.append("\nBest schedules per workload and target are in `bench/results/real_shapes.jsonl` "
+             "(`best_schedule`); plot: `bench/results/real_shapes.png`.\n")
+
+    os.makedirs(os.path.dirname(args.md) or ".", exist_ok=True)
+    with open(args.md, "w") as f:
+        f.write("\n".join(L))
+    print(f"report_real_shapes: {args.md}", file=sys.stderr)
+
+    # ---- plot ----
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401
+    except ImportError:
+        print("report_real_shapes: no matplotlib (bench/setup.sh installs it); no plot",
+              file=sys.stderr)
+        return 0
+    names = [r["name"] for r in recs if r["torch_s"]]
+    if not names:
+        return 0
+    fig, axes = plt.subplots(1, len(targets), figsize=(6.5 * len(targets), 2 + 0.22 * len(names)),
+                             sharey=True, sharex=True, squeeze=False)
+    allv = []
+    for ax, t in zip(axes[0], targets):
+        ys = list(range(len(names)))
+        by = {r["name"]: r for r in recs}
+        d = [ratio(by[n]["torch_s"], by[n]["t"].get(t, {}).get("def_s")) or 0 for n in names]
+        b = [ratio(by[n]["torch_s"], by[n]["t"].get(t, {}).get("best_s")) or 0 for n in names]
+        # bars grow from 1x: right = ours faster, left = slower
+        bb = [x if x > 0 else 1.0 for x in b]
+        dd = [x if x > 0 else 1.0 for x in d]
+        ax.barh([y + 0.2 for y in ys], [x - 1 for x in bb], left=1, height=0.4,
+                label="best of N", color="#2b7bba")
+        ax.barh([y - 0.2 for y in ys], [x - 1 for x in dd], left=1, height=0.4,
+                label="default", color="#f0a030")
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        allv += [x for x in b + d if x > 0]
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.set_xlabel("PyTorch time / our time (log)", fontsize=8)
+        ax.set_title(f"{t}: speedup vs PyTorch eager (geomean default "
+                     f"{fmt(summary[t]['def_pt'])}, best {fmt(summary[t]['best_pt'])})",
+                     fontsize=9)
+        ax.set_yticks(ys)
+        ax.set_yticklabels(names, fontsize=7)
+        ax.grid(axis="x", which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0][0].invert_yaxis()  # shared: once, suite order top to bottom
+    if allv:
+        axes[0][0].set_xlim(min(min(allv) * 0.8, 0.5), max(max(allv) * 1.25, 2.0))
+    fig.suptitle(f"tlmd on {host.get('cpu_model', '?')} ({host.get('cores', '?')} cores), "
+                 f"real-model shapes", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=110)
+    print(f"report_real_shapes: {args.png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
