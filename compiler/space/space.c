@@ -501,7 +501,11 @@ void space_default(const space *sp, space_sched *out)
         case SLOT_TILE:
             if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == ns - 1;
-                if (sl->axis >= ns) v = pick_le(vals, n, 256);            /* reduction chunk */
+                if (sl->axis >= ns) { /* reduction chunk: up to 256, never a sliver of a prime */
+                    v = pick_le(vals, n, 256);
+                    for (int k = 0; k < n && v < 16; k++)
+                        if (vals[k] >= 16) v = vals[k];
+                }
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
