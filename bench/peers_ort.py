@@ -12,8 +12,9 @@ session.run with numpy inputs, outputs allocated by ORT per call.
 
 Runs in the bench-only virtualenv: bench/.venv/bin/python bench/peers_ort.py (bench/setup.sh
 installs onnxruntime, onnx and numpy there).
-Usage: peers_ort.py [--suite FILE] [--out FILE] [--only NAMES] [--quick] [--fresh]
-(default --out bench/results/real_shapes.ort.jsonl; resumes unless --fresh).
+Usage: peers_ort.py [--suite FILE] [--out FILE] [--only NAMES] [--quick] [--fresh] [--serve]
+(default --out bench/results/real_shapes.ort.jsonl; resumes unless --fresh; --serve as in
+peers_torch.py: build/bench/real_shapes asks for each workload beside our kernels).
 """
 import math
 import os
@@ -201,8 +202,7 @@ def main():
     meta = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "threads": args.threads}
     print(f"peers_ort: onnxruntime {ort.__version__}, {args.threads} threads", file=sys.stderr)
     measure_one = ort_measure_factory(ort, onnx, np, args.threads)
-    fails = common.run_suite(args, "ort", meta, measure_one)
-    return 1 if fails else 0
+    return 1 if common.run_suite(args, "ort", meta, measure_one) else 0
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ Run it with the Debian python (/usr/bin/python3, python3-torch from bench/setup.
 Debian build of PyTorch runs matmuls on OpenBLAS and convolutions on oneDNN; run it with
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (bench/real_shapes.sh does).
 
-Usage: peers_torch.py [--suite FILE] [--out FILE] [--only NAMES] [--quick] [--fresh]
+Usage: peers_torch.py [--suite FILE] [--out FILE] [--only NAMES] [--quick] [--fresh] [--serve]
 Appends one JSON line per workload to --out (default bench/results/real_shapes.torch.jsonl)
-and skips workloads already there unless --fresh.
+and skips workloads already there unless --fresh. With --serve it answers build/bench/
+real_shapes instead, which asks for each workload right after measuring our kernels (how
+bench/real_shapes.sh runs it: peers and ours then see the same machine state).
 
 The helpers above main() (suite, options, timing, defaults) are shared with peers_ort.py,
 which imports this file without importing torch.
@@ -129,6 +131,8 @@ def parse_args(default_out, doc):
     ap.add_argument("--quick", action="store_true", help="the suite's quick workloads only")
     ap.add_argument("--fresh", action="store_true", help="truncate --out instead of resuming")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--serve", action="store_true",
+                    help="answer build/bench/real_shapes on stdin/stdout (see serve())")
     return ap.parse_args()
 
 
@@ -158,9 +162,54 @@ def done_names(path, kind):
     return names
 
 
+def measure_record(kind, meta, name, workload, measure_one):
+    """One JSON record: the peer's median seconds per call of the workload, or its error."""
+    w = normalize(workload)
+    t0 = time.perf_counter()
+    rec = {"kind": kind, "name": name, **meta}
+    try:
+        sec, detail = measure_one(w)
+        rec["median_s"] = sec
+        if detail:
+            rec["detail"] = detail
+    except Exception as ex:  # a peer that cannot run an op is a gap in the table
+        rec["median_s"] = None
+        rec["error"] = f"{type(ex).__name__}: {ex}"[:300]
+    rec["wall_s"] = round(time.perf_counter() - t0, 3)
+    rec["time"] = int(time.time())
+    ms = f'{rec["median_s"] * 1e3:.3f} ms' if rec["median_s"] else rec.get("error")
+    print(f"[{name} {kind}] {ms} ({rec['wall_s']:.1f} s)", file=sys.stderr)
+    return rec
+
+
+def serve(kind, meta, measure_one):
+    """--serve: the protocol of build/bench/real_shapes, which measures each workload's peers
+    right after our kernels (same moment, same machine state). First line out: {"ready":
+    true, meta...}; then per line in, {"name", "workload"}, one record line out. Everything
+    else the process prints goes to stderr."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # stray prints (ours or a library's) must not corrupt the protocol
+    sys.stdout = sys.stderr
+    out.write(json.dumps({"ready": True, "kind": kind, **meta}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            rec = measure_record(kind, meta, req["name"], req["workload"], measure_one)
+        except (ValueError, KeyError) as ex:
+            rec = {"kind": kind, "median_s": None, "error": f"bad request: {ex}"}
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+    return 0
+
+
 def run_suite(args, kind, meta, measure_one):
     """Measures the selected workloads with measure_one(normalized workload) -> (seconds,
     detail), appending one line each; meta: fields for every line (versions, threads)."""
+    if args.serve:
+        return serve(kind, meta, measure_one)
     entries = load_suite(args.suite)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     done = set() if args.fresh else done_names(args.out, kind)
@@ -171,24 +220,10 @@ def run_suite(args, kind, meta, measure_one):
             if name in done:
                 print(f"[{name} {kind}] done (resume)", file=sys.stderr)
                 continue
-            w = normalize(e["workload"])
-            t0 = time.perf_counter()
-            rec = {"kind": kind, "name": name, **meta}
-            try:
-                sec, detail = measure_one(w)
-                rec["median_s"] = sec
-                if detail:
-                    rec["detail"] = detail
-            except Exception as ex:  # a peer that cannot run an op is a gap in the table
-                rec["median_s"] = None
-                rec["error"] = f"{type(ex).__name__}: {ex}"[:300]
-                fails += 1
-            rec["wall_s"] = round(time.perf_counter() - t0, 3)
-            rec["time"] = int(time.time())
+            rec = measure_record(kind, meta, name, e["workload"], measure_one)
+            fails += rec["median_s"] is None
             out.write(json.dumps(rec) + "\n")
             out.flush()
-            ms = f'{rec["median_s"] * 1e3:.3f} ms' if rec["median_s"] else rec.get("error")
-            print(f"[{name} {kind}] {ms} ({rec['wall_s']:.1f} s)", file=sys.stderr)
     return fails
 
 
@@ -357,8 +392,7 @@ def main():
         with torch.inference_mode():
             return measure(w)
 
-    fails = run_suite(args, "torch", meta, measure_one)
-    return 1 if fails else 0
+    return 1 if run_suite(args, "torch", meta, measure_one) else 0
 
 
 if __name__ == "__main__":

@@ -10,36 +10,45 @@
  *               (--budget-min); every candidate's time, and a failed one's schedule, is kept;
  *   - best:     the faster of the default and the best random one.
  * Every figure is the median time of a kernel checked against the reference interpreter
- * (measure module; a wrong kernel counts as failed, not as fast). Then, once per workload,
- * the peers of bench/peers.h in the same process: OpenBLAS sgemm for dense / batch_matmul
- * (bias+gelu as a second pass where that is the epilogue), oneDNN matmul for dense, oneDNN
- * convolution plain (our ABI's layouts) and blocked (its own layouts, reorders untimed) for
+ * (measure module; a wrong kernel counts as failed, not as fast). Then, once per workload and
+ * right after our kernels, the peers of bench/peers.h in the same process: OpenBLAS sgemm for dense
+ * / batch_matmul (bias+gelu as a second pass where that is the epilogue), oneDNN matmul for dense,
+ * oneDNN convolution plain (our ABI's layouts) and blocked (its own layouts, reorders untimed) for
  * conv2d / depthwise_conv2d, oneDNN softmax / layer_norm / pooling; and the machine's limits
  * (FMA peak, read bandwidth) for the report's ratios and bandwidth floors.
  *
  * Resumable: one JSON line per (workload, target) and per workload's peers is appended to the
  * output file as soon as it is measured, and a rerun skips what is already there for the same
  * bench build (SHA-256 of this executable, which links libtlm statically: a changed compiler
- * re-measures) and the same N, unless --fresh (which truncates the file). PyTorch and ONNX
- * Runtime peers come from bench/peers_torch.py / peers_ort.py; bench/report_real_shapes.py
- * joins everything into bench/results/real_shapes.md. bench/real_shapes.sh runs it all.
+ * re-measures) and the same N, unless --fresh (which truncates the file). The PyTorch and
+ * ONNX Runtime records come from bench/peers_torch.py / peers_ort.py in --serve mode, asked
+ * at the same moment. bench/report_real_shapes.py turns the file into
+ * bench/results/real_shapes.md; bench/real_shapes.sh runs it all.
  *
  * Usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAME[,NAME...]]
  *                    [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE] [--fresh]
- *                    [--list]
+ *                    [--no-torch] [--no-ort] [--torch-python PY] [--ort-python PY] [--list]
  *   --only takes names or shell patterns (fnmatch), comma-separated.
  *   --quick: the suite's "quick" workloads (unless --only), N = 4, fewer timing samples.
- *   --budget-min M: our part aims to finish in M minutes: each pair's random search gets a
- *   share of the time left and stops early (>= 2 candidates) when it has used it; the
- *   record's random_tried says how many of the N were measured. 0 (default): all N.
- *   --part ours: our kernels only; peers: OpenBLAS/oneDNN and the machine limits only (run
- *   that part with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset; see bench/peers.h).
+ *   --budget-min M: the sweep aims to finish in M minutes: each pair's random search gets a
+ *   share of the time left after the fixed costs (defaults, peers) and stops early (>= 2
+ *   candidates) when it has used it; the record's random_tried says how many of the N were
+ *   measured. 0 (default): all N.
+ *   --part ours: our kernels only; peers: the peers and the machine limits only.
+ *   PyTorch (/usr/bin/python3 bench/peers_torch.py --serve) and ONNX Runtime
+ *   (bench/.venv/bin/python bench/peers_ort.py --serve) run as helper processes, asked for
+ *   each workload right after our kernels; a missing one leaves its column empty.
+ * OpenBLAS is a peer here (directly and inside PyTorch): run this command with
+ * OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (bench/real_shapes.sh does; see peers.h).
  */
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -62,7 +71,8 @@ typedef struct {
     const char *only[RS_MAX_ONLY];
     int n_only;
     int nrand;
-    double budget_s; /* our part's wall budget (0: none) */
+    double budget_s;                       /* the sweep's wall budget (0: none) */
+    const char *torch_python, *ort_python; /* NULL: that peer is off */
     bool quick, fresh, list;
 } rs_opts;
 
@@ -82,7 +92,8 @@ static int rs_usage(void)
     fprintf(stderr,
             "usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAMES]\n"
             "                   [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE]\n"
-            "                   [--fresh] [--list]\n");
+            "                   [--fresh] [--no-torch] [--no-ort] [--torch-python PY]\n"
+            "                   [--ort-python PY] [--list]\n");
     return 2;
 }
 
@@ -184,6 +195,10 @@ static void rs_keys_load(rs_keys *ks, const char *path, int nrand)
             }
         } else if (kind && name && !strcmp(kind, "peers")) {
             snprintf(k, sizeof k, "%s\tpeers", name);
+            rs_keys_add(ks, k);
+        } else if (kind && name && (!strcmp(kind, "torch") || !strcmp(kind, "ort")) &&
+                   json_is_number(json_object_get(j, "median_s"))) {
+            snprintf(k, sizeof k, "%s\t%s", name, kind);
             rs_keys_add(ks, k);
         }
         json_decref(j);
@@ -462,6 +477,94 @@ static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
     rs_emit(out, j);
 }
 
+/* ---- PyTorch and ONNX Runtime, asked beside our kernels ---- */
+
+/* A peer script in --serve mode (bench/peers_torch.py, peers_ort.py): one request line in
+ * ({"name", "workload"}), one record line out, so each workload's framework peers run right
+ * after our kernels, on the same machine state. */
+typedef struct {
+    const char *kind; /* "torch" | "ort" */
+    pid_t pid;
+    FILE *to, *from;
+    bool live;
+} rs_helper;
+
+extern char **environ;
+
+static void rs_helper_start(rs_helper *h, const char *kind, const char *python, const char *script)
+{
+    memset(h, 0, sizeof *h);
+    h->kind = kind;
+    if (access(python, X_OK)) {
+        fprintf(stderr, "%s peer: no %s; its column stays empty (bench/setup.sh)\n", kind, python);
+        return;
+    }
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC)) return;
+    if (pipe2(out, O_CLOEXEC)) {
+        close(in[0]), close(in[1]);
+        return;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    char *argv[] = {(char *)python, (char *)script, "--serve", NULL};
+    int rc = posix_spawn(&h->pid, python, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]), close(out[1]);
+    if (rc) {
+        fprintf(stderr, "%s peer: cannot start %s: %s\n", kind, python, strerror(rc));
+        close(in[1]), close(out[0]);
+        return;
+    }
+    h->to = fdopen(in[1], "w");
+    h->from = fdopen(out[0], "r");
+    /* the first line says it is ready (its imports worked) */
+    char *line = NULL;
+    size_t cap = 0;
+    json_t *j =
+        h->to && h->from && getline(&line, &cap, h->from) > 0 ? json_loads(line, 0, NULL) : NULL;
+    h->live = j && json_is_true(json_object_get(j, "ready"));
+    if (!h->live)
+        fprintf(stderr, "%s peer: %s %s did not start; its column stays empty\n", kind, python,
+                script);
+    json_decref(j);
+    free(line);
+}
+
+/* The peer's record for this workload (a new reference), or NULL when the helper is gone. */
+static json_t *rs_helper_ask(rs_helper *h, const char *name, json_t *wj)
+{
+    if (!h->live) return NULL;
+    json_t *req = json_pack("{s:s, s:O}", "name", name, "workload", wj);
+    char *txt = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    char *line = NULL;
+    size_t cap = 0;
+    json_t *rec = NULL;
+    if (txt && fprintf(h->to, "%s\n", txt) > 0 && fflush(h->to) == 0 &&
+        getline(&line, &cap, h->from) > 0)
+        rec = json_loads(line, 0, NULL);
+    free(txt);
+    free(line);
+    if (!json_is_object(rec)) {
+        fprintf(stderr, "%s peer: no answer for %s; stopped\n", h->kind, name);
+        h->live = false;
+        json_decref(rec);
+        return NULL;
+    }
+    return rec;
+}
+
+static void rs_helper_stop(rs_helper *h)
+{
+    if (h->to) fclose(h->to); /* EOF: the script's loop ends */
+    if (h->from) fclose(h->from);
+    if (h->pid > 0) waitpid(h->pid, NULL, 0);
+    memset(h, 0, sizeof *h);
+}
+
 static void rs_host_line(FILE *out, const rs_opts *o, bool limits)
 {
     const target_cpu_info *c = target_host_cpu();
@@ -501,6 +604,7 @@ int main(int argc, char **argv)
                  .part = "all",
                  .nrand = -1};
     char *targets_arg = NULL, *only_arg = NULL;
+    bool no_torch = false, no_ort = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -518,6 +622,14 @@ int main(int argc, char **argv)
             o.part = argv[++i];
         else if (!strcmp(a, "--budget-min") && more)
             o.budget_s = 60.0 * atof(argv[++i]);
+        else if (!strcmp(a, "--torch-python") && more)
+            o.torch_python = argv[++i];
+        else if (!strcmp(a, "--ort-python") && more)
+            o.ort_python = argv[++i];
+        else if (!strcmp(a, "--no-torch"))
+            no_torch = true;
+        else if (!strcmp(a, "--no-ort"))
+            no_ort = true;
         else if (!strcmp(a, "--quick"))
             o.quick = true;
         else if (!strcmp(a, "--fresh"))
@@ -531,6 +643,14 @@ int main(int argc, char **argv)
         return rs_usage();
     if (o.nrand < 0) o.nrand = o.quick ? 4 : 16;
     if (o.budget_s < 0) o.budget_s = 0;
+    if (no_torch)
+        o.torch_python = NULL;
+    else if (!o.torch_python)
+        o.torch_python = "/usr/bin/python3";
+    if (no_ort)
+        o.ort_python = NULL;
+    else if (!o.ort_python)
+        o.ort_python = "bench/.venv/bin/python";
     if (o.nrand > PL_MAX_CANDIDATES) {
         fprintf(stderr, "--random: at most %d (one pipeline job)\n", PL_MAX_CANDIDATES);
         return 2;
@@ -570,6 +690,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "machine limits (FMA peak, bandwidth)...\n");
     }
     if (!o.list) rs_host_line(out, &o, do_peers);
+    rs_helper helpers[2];
+    memset(helpers, 0, sizeof helpers);
+    if (do_peers && !o.list) {
+        if (o.torch_python)
+            rs_helper_start(&helpers[0], "torch", o.torch_python, "bench/peers_torch.py");
+        if (o.ort_python) rs_helper_start(&helpers[1], "ort", o.ort_python, "bench/peers_ort.py");
+    }
 
     double t_start = tlm_now_s();
     int n_sel = 0, n_fail = 0;
@@ -627,16 +754,28 @@ int main(int argc, char **argv)
             }
         }
         if (do_peers) {
+            /* right after our kernels, so both see the same machine state */
+            double tp = tlm_now_s();
             snprintf(key, sizeof key, "%s\tpeers", name);
             if (rs_keys_has(&done, key))
                 fprintf(stderr, "[%s peers] done (resume)\n", name);
             else
                 rs_bench_peers(name, &w, out);
+            for (int h = 0; h < 2; h++) {
+                if (!helpers[h].live) continue;
+                snprintf(key, sizeof key, "%s\t%s", name, helpers[h].kind);
+                if (rs_keys_has(&done, key)) continue;
+                json_t *rec = rs_helper_ask(&helpers[h], name, wj);
+                if (rec) rs_emit(out, rec);
+            }
+            g_clock.def_spent += tlm_now_s() - tp; /* a fixed cost, like the defaults */
         }
     }
     if (!o.list)
         fprintf(stderr, "%d workloads, %d failures, %.0f s; results in %s\n", n_sel, n_fail,
                 tlm_now_s() - t_start, o.out);
+    for (int h = 0; h < 2; h++)
+        rs_helper_stop(&helpers[h]);
     if (out) fclose(out);
     json_decref(suite);
     return n_fail ? 1 : 0;

@@ -4,9 +4,11 @@
 Inputs (JSON lines; the last line per key wins, so resumed and partial reruns just append):
   bench/results/real_shapes.jsonl        build/bench/real_shapes: "host" (machine, limits),
                                           "ours" (per workload and target), "peers" (OpenBLAS,
-                                          oneDNN plain / blocked)
-  bench/results/real_shapes.torch.jsonl  bench/peers_torch.py (PyTorch eager)
-  bench/results/real_shapes.ort.jsonl    bench/peers_ort.py (ONNX Runtime; optional)
+                                          oneDNN plain / blocked), "torch" and "ort" (PyTorch
+                                          eager, ONNX Runtime, asked right after ours)
+  --torch F / --ort F                     optional: standalone runs of bench/peers_torch.py /
+                                          peers_ort.py (bench/results/real_shapes.torch.jsonl,
+                                          .ort.jsonl), for workloads the sweep has no line for
 Outputs: the markdown table (--md) and a PNG of speedup vs PyTorch per workload, default and
 best of N, per target (--png; needs matplotlib, Debian python3-matplotlib).
 
@@ -16,6 +18,7 @@ per byte) also show time / floor, floor = minimal bytes (ir_subgraph_bytes) / th
 bandwidth; 'DRAM' marks those whose bytes exceed the last-level cache.
 
 Usage: report_real_shapes.py [--suite F] [--results F] [--torch F] [--ort F] [--md F] [--png F]
+                             [--wall SECONDS]
 """
 import argparse
 import datetime
@@ -92,8 +95,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="bench/suites/real_shapes.json")
     ap.add_argument("--results", default="bench/results/real_shapes.jsonl")
-    ap.add_argument("--torch", default="bench/results/real_shapes.torch.jsonl")
-    ap.add_argument("--ort", default="bench/results/real_shapes.ort.jsonl")
+    ap.add_argument("--torch", default=None, help="standalone peers_torch.py output")
+    ap.add_argument("--ort", default=None, help="standalone peers_ort.py output")
     ap.add_argument("--md", default="bench/results/real_shapes.md")
     ap.add_argument("--png", default="bench/results/real_shapes.png")
     ap.add_argument("--wall", type=float, default=None, help="wall seconds of the whole run")
@@ -113,8 +116,9 @@ def main():
             ours[(r["name"], r["target"])] = r
         elif k == "peers":
             peers[r["name"]] = r
-    torch = {r["name"]: r for r in read_jsonl(args.torch) if r.get("kind") == "torch"}
-    ort = {r["name"]: r for r in read_jsonl(args.ort) if r.get("kind") == "ort"}
+    # standalone peer files first; the sweep's own lines (asked beside our kernels) win
+    torch = {r["name"]: r for r in read_jsonl(args.torch) + rows if r.get("kind") == "torch"}
+    ort = {r["name"]: r for r in read_jsonl(args.ort) + rows if r.get("kind") == "ort"}
     targets = []
     for (_, t) in ours:
         if t not in targets:

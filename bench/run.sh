@@ -1,7 +1,7 @@
 #!/bin/bash
 # make bench: every benchmark, tables into bench/results/.
 # REAL_SHAPES=full (default) | quick | skip chooses how the real-shapes suite runs
-# (bench/real_shapes.sh: ~25 min full, a few minutes quick; it resumes when run by hand
+# (bench/real_shapes.sh: ~25 min full, ~10 min quick on 2 cores; it resumes when run by hand
 # without --fresh).
 # OpenBLAS is a peer here: this machine's environment pins it to AVX2 kernels through
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; the benchmarks run with both unset so OpenBLAS uses
