@@ -427,24 +427,31 @@ static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm)
     return ind;
 }
 
+/* Register-tile point q: its offsets o[] inside s3 (the vector axis in steps of W) and its
+ * accumulator offset in the block (accst: the block's strides). */
+static int64_t tile_point(const cgc *c, int64_t q, const int64_t *accst, int64_t *o)
+{
+    int64_t r = q, off = 0;
+    for (int i = c->ns - 1; i >= 0; i--) {
+        int64_t n = i == c->x ? c->T[i][3] / c->W : c->T[i][3];
+        o[i] = (r % n) * (i == c->x ? c->W : 1);
+        r /= n;
+        off += o[i] * accst[i];
+    }
+    return off;
+}
+
 /* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
  * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
 {
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
-    int ns = c->ns, nr = c->nr, x = c->x;
-    /* enumerate register-tile points: o[] over s3 (x in steps of W) */
+    int ns = c->ns, nr = c->nr;
     int64_t o[IR_MAX_AXES];
     const char *ty = c->W > 1 ? "tlm_vf" : "float";
     for (int64_t q = 0; q < nv; q++) {
-        int64_t r = q, off = 0;
-        for (int i = ns - 1; i >= 0; i--) {
-            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-            o[i] = (r % n) * (i == x ? c->W : 1);
-            r /= n;
-            off += o[i] * accst[i];
-        }
+        int64_t off = tile_point(c, q, accst, o);
         if (c->W > 1)
             cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
         else
@@ -466,12 +473,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
                 (long long)c->T[i][1], a->axis[i]);
     for (int64_t q = 0; q < nv; q++) {
-        int64_t r = q;
-        for (int i = ns - 1; i >= 0; i--) {
-            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-            o[i] = (r % n) * (i == x ? c->W : 1);
-            r /= n;
-        }
+        tile_point(c, q, accst, o);
         if (c->W > 1) {
             if (a->reduce == IR_RED_MAX) {
                 cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
@@ -498,13 +500,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     }
     while (ind > rind) cg_line(b, --ind, "}");
     for (int64_t q = 0; q < nv; q++) {
-        int64_t r = q, off = 0;
-        for (int i = ns - 1; i >= 0; i--) {
-            int64_t n = i == x ? c->T[i][3] / c->W : c->T[i][3];
-            o[i] = (r % n) * (i == x ? c->W : 1);
-            r /= n;
-            off += o[i] * accst[i];
-        }
+        int64_t off = tile_point(c, q, accst, o);
         if (c->W > 1) cg_line(b, ind, "*(tlm_vfu *)&blk[%lld] = r%lld;", (long long)off, (long long)q);
         else cg_line(b, ind, "blk[%lld] = r%lld;", (long long)off, (long long)q);
     }

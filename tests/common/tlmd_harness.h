@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +40,6 @@ typedef struct {
     char weights[320];
     char log[320];
 } tlmd;
-
-/* Kept for tests not yet switched to tlm_now_s (compiler/util/util.h). */
-static inline double now_s(void)
-{
-    return tlm_now_s();
-}
 
 /* ---- HTTP to this daemon (tests/common/http_client.h) ---- */
 
@@ -140,38 +135,65 @@ static inline bool healthy(const tlmd *d)
     return ok;
 }
 
-/* Starts tlmd (extra: NULL-terminated extra arguments); retries on another port if the
- * chosen one was taken meanwhile. */
-static inline void start(tlmd *d, const char *const *extra)
+/* The daemon to test: TLMD_BIN, default build/san/tlmd, as an absolute path (tests may run
+ * it in another working directory). */
+static inline void tlmd_bin(char abs[4096])
 {
     const char *bin = getenv("TLMD_BIN");
-    if (!bin || !bin[0]) bin = "build/san/tlmd";
+    if (!realpath(bin && bin[0] ? bin : "build/san/tlmd", abs))
+        cr_assert_fail("no tlmd binary at %s", bin && bin[0] ? bin : "build/san/tlmd");
+}
+
+/* Forks and execs argv (argv[0] the binary) in cwd (NULL: here) with env entries ("NAME=value",
+ * NULL-terminated, or NULL) added; stdout and stderr go to log (appended, or truncated first).
+ * The child gets SIGKILL when this test process dies. Returns its pid. */
+static inline pid_t tlmd_spawn(const char *const *argv, const char *cwd, const char *const *env,
+                               const char *log, bool truncate)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* a failed assertion ends the test without teardown: tlmd must not outlive it */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        if (cwd && chdir(cwd)) _exit(126);
+        int fd = open(log, O_WRONLY | O_CREAT | (truncate ? O_TRUNC : O_APPEND), 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Starts tlmd on a free port with d's store, then args (NULL-terminated, or NULL), in cwd
+ * (NULL: here) with env entries added; with_weights passes --weights d->weights first. Retries
+ * on another port if the chosen one was taken meanwhile. */
+static inline void start_with(tlmd *d, const char *cwd, bool with_weights,
+                              const char *const *args, const char *const *env)
+{
+    char bin[4096];
+    tlmd_bin(bin);
     for (int attempt = 0; attempt < 5; attempt++) {
         d->port = free_port();
         char listen[64];
         snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
-        const char *argv[32] = {bin,         "--listen", listen,        "--store", d->store,
-                                "--weights", d->weights, "--log-level", "debug"};
-        int n = 9;
-        for (int i = 0; extra && extra[i] && n < 30; i++)
-            argv[n++] = extra[i];
-        argv[n] = NULL;
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        cr_assert(pid >= 0);
-        if (pid == 0) {
-            /* a failed assertion ends the test without teardown: tlmd must not outlive it */
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent) _exit(127);
-            int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
-            setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
-            execv(bin, (char *const *)argv);
-            _exit(127);
+        const char *argv[32] = {bin, "--listen", listen, "--store", d->store, "--log-level", "debug"};
+        int n = 7;
+        if (with_weights) {
+            argv[n++] = "--weights";
+            argv[n++] = d->weights;
         }
+        for (int i = 0; args && args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        pid_t pid = tlmd_spawn(argv, cwd, env, d->log, false);
         d->pid = pid;
         double t0 = tlm_now_s();
         while (tlm_now_s() - t0 < 60) {
@@ -190,6 +212,12 @@ static inline void start(tlmd *d, const char *const *extra)
         }
     }
     cr_assert_fail("tlmd (%s) did not start; see %s", bin, d->log);
+}
+
+/* Starts tlmd with d's weights (extra: NULL-terminated extra arguments, or NULL). */
+static inline void start(tlmd *d, const char *const *extra)
+{
+    start_with(d, NULL, true, extra, NULL);
 }
 
 /* Sends sig and waits (up to limit_s) for the exit; returns the wait status, -1 on timeout. */

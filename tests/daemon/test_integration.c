@@ -24,7 +24,6 @@
 #include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <sqlite3.h>
 
 #include "compiler/lang/lang.h"
@@ -33,54 +32,6 @@
 
 #include "tests/common/tlmd_harness.h"
 
-static void sha256_hex(const void *p, size_t n, char out[65])
-{
-    unsigned char md[32];
-    unsigned int len;
-    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        sprintf(out + 2 * i, "%02x", md[i]);
-}
-
-static size_t b64_decode(const char *s, unsigned char *out)
-{
-    static const char tb[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (; *s && *s != '='; s++) {
-        const char *p = strchr(tb, *s);
-        if (!p) continue;
-        acc = acc << 6 | (uint32_t)(p - tb);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[n++] = (unsigned char)(acc >> bits);
-        }
-    }
-    return n;
-}
-
-static const char *header_value(const resp *r, const char *name, char *out, size_t cap)
-{
-    size_t nl = strlen(name);
-    for (char *l = r->headers.p; l && *l;) {
-        char *e = strchr(l, '\n');
-        if (!strncasecmp(l, name, nl) && l[nl] == ':') {
-            const char *v = l + nl + 1;
-            while (*v == ' ')
-                v++;
-            size_t len = e ? (size_t)(e - v) : strlen(v);
-            while (len && (v[len - 1] == '\r' || v[len - 1] == '\n'))
-                len--;
-            snprintf(out, cap, "%.*s", (int)len, v);
-            return out;
-        }
-        l = e ? e + 1 : NULL;
-    }
-    return NULL;
-}
-
 static void file_sha256(const char *path, char hex[65])
 {
     FILE *f = fopen(path, "rb");
@@ -88,7 +39,7 @@ static void file_sha256(const char *path, char hex[65])
     static unsigned char wb[8 << 20];
     size_t wn = fread(wb, 1, sizeof wb, f);
     fclose(f);
-    sha256_hex(wb, wn, hex);
+    tlm_sha256_hex(wb, wn, hex);
 }
 
 static const char *jstr(const json_t *o, const char *k)
@@ -140,11 +91,11 @@ Test(daemon, compile_fetch_and_cache_hit)
             cr_assert_eq(b.status, 200);
             cr_assert_eq((json_int_t)b.body.n, size);
             char hex[65], hv[512];
-            sha256_hex(b.body.p, b.body.n, hex);
+            tlm_sha256_hex(b.body.p, b.body.n, hex);
             cr_assert_str_eq(hex, sha);
-            cr_assert(header_value(&b, "X-TLM-Entry", hv, sizeof hv));
+            cr_assert(http_header(&b, "X-TLM-Entry", hv, sizeof hv));
             cr_assert_str_eq(hv, json_string_value(json_object_get(k, "entry")));
-            cr_assert(header_value(&b, "X-TLM-Launch", hv, sizeof hv));
+            cr_assert(http_header(&b, "X-TLM-Launch", hv, sizeof hv));
             if (ti) cr_assert(strstr(hv, "grid"), "launch header %s", hv);
             if (!ti)
                 cr_assert(b.body.n > 4 && !memcmp(b.body.p,
@@ -156,8 +107,8 @@ Test(daemon, compile_fetch_and_cache_hit)
             const char *b64 = json_string_value(json_object_get(k, "binary"));
             cr_assert(b64);
             unsigned char *raw = malloc(strlen(b64));
-            size_t rn = b64_decode(b64, raw);
-            sha256_hex(raw, rn, hex);
+            size_t rn = http_b64_decode(b64, raw);
+            tlm_sha256_hex(raw, rn, hex);
             cr_assert_str_eq(hex, sha);
             free(raw);
             /* source and meta */
@@ -247,7 +198,7 @@ static void check_stream(const tlmd *d, bool by_accept)
     resp r = http(d, "POST", "/v1/compile", body, strlen(body), h);
     cr_assert_eq(r.status, 200, "%s", r.body.p);
     char ct[128];
-    cr_assert(header_value(&r, "Content-Type", ct, sizeof ct));
+    cr_assert(http_header(&r, "Content-Type", ct, sizeof ct));
     cr_assert_str_eq(ct, "application/x-ndjson");
     int n = 0, kernels = 0;
     bool seen[3] = {0}, done = false;
@@ -583,9 +534,9 @@ Test(daemon, sigterm_during_jobs_exits_cleanly)
         pthread_create(&th[i], NULL, sigterm_client, &ws[i]);
     }
     /* wait until work is in flight */
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     double in_flight = 0;
-    while (now_s() - t0 < 60 && (in_flight = metric(&d, "tlmd_jobs_in_flight")) < 1)
+    while (tlm_now_s() - t0 < 60 && (in_flight = metric(&d, "tlmd_jobs_in_flight")) < 1)
         usleep(10000);
     cr_assert_geq(in_flight, 1, "no job was ever in flight: the test would prove nothing");
     int st = stop_with(&d, SIGTERM, 30);
@@ -642,9 +593,9 @@ Test(daemon, kill9_mid_writes_keeps_store_intact)
         ws[i] = (writer){&d, i, 0, &stop, 0};
         pthread_create(&th[i], NULL, kill9_writer, &ws[i]);
     }
-    double t0 = now_s();
+    double t0 = tlm_now_s();
     /* some kernels are committed, and more writes are under way */
-    while (now_s() - t0 < 60 && metric(&d, "tlmd_compiles_total") < 4)
+    while (tlm_now_s() - t0 < 60 && metric(&d, "tlmd_compiles_total") < 4)
         usleep(20000);
     usleep(150000);
     kill(d.pid, SIGKILL);
@@ -707,8 +658,8 @@ Test(daemon, queue_full_then_cancel)
     writer w = {&d, 0, -1, NULL, 0};
     pthread_t th;
     pthread_create(&th, NULL, long_job, &w);
-    double t0 = now_s();
-    while (now_s() - t0 < 30 && metric(&d, "tlmd_jobs_in_flight") < 1)
+    double t0 = tlm_now_s();
+    while (tlm_now_s() - t0 < 30 && metric(&d, "tlmd_jobs_in_flight") < 1)
         usleep(5000);
     /* one job in flight is the limit: the next is refused with 429 */
     resp r = post(&d, "{\"target\":\"cpu\",\"workloads\":[{\"op\":\"dense\",\"shape\":{\"M\":8,"
@@ -901,35 +852,19 @@ Test(daemon, topk_measured_on_this_cpu_model_score_elsewhere)
 static int run_tlmd(const char *cwd, const char *const *args, const char *const *env, char *out,
                     size_t cap)
 {
-    const char *bin = getenv("TLMD_BIN");
     char abs[4096];
-    if (!realpath(bin && bin[0] ? bin : "build/san/tlmd", abs)) cr_assert_fail("no tlmd binary");
+    tlmd_bin(abs);
     char logp[512];
     snprintf(logp, sizeof logp, "%s/run.log", cwd);
-    unlink(logp);
     const char *argv[32] = {abs};
     int n = 1;
     for (int i = 0; args[i] && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        if (chdir(cwd)) _exit(126);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
-        execv(abs, (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = tlmd_spawn(argv, cwd, env, logp, true);
     int st = -1;
-    double t0 = now_s();
-    while (now_s() - t0 < 60) {
+    double t0 = tlm_now_s();
+    while (tlm_now_s() - t0 < 60) {
         if (waitpid(pid, &st, WNOHANG) == pid) break;
         st = -1;
         usleep(20000);
@@ -1031,58 +966,6 @@ Test(daemon, weights_none_serves_default_schedules)
     teardown(&d);
 }
 
-/* Starts tlmd like the harness's start() but with exactly these arguments after --listen and
- * --store (no --weights), in cwd, with env entries ("NAME=value") added. */
-static void start_custom(tlmd *d, const char *cwd, const char *const *args, const char *const *env)
-{
-    const char *bin = getenv("TLMD_BIN");
-    char abs[4096];
-    if (!realpath(bin && bin[0] ? bin : "build/san/tlmd", abs)) cr_assert_fail("no tlmd binary");
-    for (int attempt = 0; attempt < 5; attempt++) {
-        d->port = free_port();
-        char listen[64];
-        snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
-        const char *argv[32] = {abs,      "--listen",    listen, "--store",
-                                d->store, "--log-level", "debug"};
-        int n = 7;
-        for (int i = 0; args && args[i] && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        pid_t pid = fork();
-        cr_assert(pid >= 0);
-        if (pid == 0) {
-            if (chdir(cwd)) _exit(126);
-            int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
-            for (int i = 0; env && env[i]; i++)
-                putenv((char *)env[i]);
-            setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0", 0);
-            execv(abs, (char *const *)argv);
-            _exit(127);
-        }
-        d->pid = pid;
-        double t0 = now_s();
-        while (now_s() - t0 < 60) {
-            int st;
-            if (waitpid(pid, &st, WNOHANG) == pid) {
-                d->pid = 0;
-                break;
-            }
-            if (healthy(d)) return;
-            usleep(50000);
-        }
-        if (d->pid) {
-            kill(d->pid, SIGKILL);
-            waitpid(d->pid, NULL, 0);
-            d->pid = 0;
-        }
-    }
-    cr_assert_fail("tlmd did not start; see %s", d->log);
-}
-
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -1099,7 +982,7 @@ Test(daemon, missing_default_weights_warn_and_serve_default)
     tlmd d;
     setup_dir(&d);
     /* d.dir has no model_weights/tlm.bin: the default path is missing, which is not an error */
-    start_custom(&d, d.dir, NULL, NULL);
+    start_with(&d, d.dir, false, NULL, NULL);
     json_t *v = version_json(&d);
     cr_assert_str_eq(jstr(v, "schedules"), "default");
     cr_assert(strstr(jstr(v, "schedules_reason"), "model_weights/tlm.bin"), "%s",
@@ -1115,7 +998,7 @@ Test(daemon, missing_default_weights_warn_and_serve_default)
     /* TLMD_WEIGHTS=none: the same through the environment, without a warning */
     unlink(d.log);
     const char *env[] = {"TLMD_WEIGHTS=none", NULL};
-    start_custom(&d, d.dir, NULL, env);
+    start_with(&d, d.dir, false, NULL, env);
     v = version_json(&d);
     cr_assert_str_eq(jstr(v, "schedules"), "default");
     cr_assert(strstr(jstr(v, "schedules_reason"), "TLMD_WEIGHTS none"), "%s",
