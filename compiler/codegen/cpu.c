@@ -62,6 +62,7 @@ static const char *c_prelude =
     "static inline float tlm_recip(float x) { return 1.0f / x; }\n"
     "/* clamps an index of a padded tile into its axis (edge register tiles) */\n"
     "static inline int64_t tlm_imin(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    "static inline int64_t tlm_imax(int64_t a, int64_t b) { return a > b ? a : b; }\n"
     "#define expf tlm_expf\n"
     "#define tanhf tlm_tanh\n"
     "\n";
@@ -77,7 +78,10 @@ typedef struct {
     int64_t E[IR_MAX_AXES];    /* spatial extents */
     bool pad[IR_MAX_AXES];     /* the axis' tiles overshoot its extent (padded tiles) */
     bool any_pad;
-    bool edge; /* emitting the edge register tile: spatial indices are clamped */
+    bool edge;  /* emitting the edge register tile: spatial indices are clamped */
+    bool raw_x; /* ... except the vector axis' (a masked load bounds its lanes itself) */
+    bool interior; /* emitting the interior register tile: padding selects always hold */
+    bool masked; /* the kernel uses tlm_vload_range (emit_vec_helpers defines it) */
     cg_buf b;
     cg_names nm;
     char axbuf[IR_MAX_AXES][48];
@@ -118,9 +122,11 @@ static void emit_packed(cg_buf *b, const ir_subgraph *g, const char *entry)
     cg_line(b, 0, "}");
 }
 
-/* Applies the epilogue stages to variable `v` (declared by the caller) and stores it. The
- * anchor's axis expressions are in c->nm.axis. */
-static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm)
+/* Applies the epilogue stages to variable `v` (declared by the caller) and stores it, at the
+ * output's identity index or at `dest` when given. The anchor's axis expressions are in
+ * c->nm.axis. */
+static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm,
+                                const char *dest)
 {
     const ir_stage *anc = &g->stage[g->anchor];
     int prev = anc->out;
@@ -135,6 +141,10 @@ static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_nam
         cg_emit_scalar(b, g, st, st->body, &en);
         cg_printf(b, ";\n");
         prev = st->out;
+    }
+    if (dest) {
+        cg_line(b, ind, "%s = v;", dest);
+        return;
     }
     /* store at the identity index of the output (the anchor's spatial axes) */
     ir_expr st;
@@ -179,7 +189,7 @@ static void point_names(cgc *c, const int64_t *o, int lane, cg_names *nm)
     *nm = c->nm;
     for (int a = 0; a < c->ns; a++) {
         int64_t off = o[a] + (a == c->x ? lane : 0);
-        if (c->edge && c->pad[a])
+        if (c->edge && c->pad[a] && !(c->raw_x && a == c->x))
             snprintf(c->axbuf[a], sizeof c->axbuf[a], "tlm_imin(%s_b + %lld, %lld)", c->a->axis[a],
                      (long long)off, (long long)(c->E[a] - 1));
         else
@@ -188,6 +198,69 @@ static void point_names(cgc *c, const int64_t *o, int lane, cg_names *nm)
         nm->axis[a] = c->axbuf[a];
     }
     for (int a = c->ns; a < c->ns + c->nr; a++) nm->axis[a] = c->a->axis[a];
+}
+
+/* A padding select whose lanes form one contiguous run: the load is contiguous along the
+ * vector axis, the value outside is 0, and every bound check moves with the lanes at stride
+ * 1 or not at all (zero padding of a stride-1 convolution along its rows). */
+static bool range_select(const cgc *c, const ir_expr *e)
+{
+    const ir_stage *s = c->a;
+    const ir_expr *ld = &s->expr[e->a], *z = &s->expr[e->b];
+    if (ld->kind != IR_E_LOAD || z->kind != IR_E_CONST || z->value != 0.0) return false;
+    if (flat_coef(c->g, ld, c->x) != 1) return false;
+    for (int i = 0; i < e->ncond; i++)
+        if (e->cond[i].coef[c->x] != 0 && e->cond[i].coef[c->x] != 1) return false;
+    return true;
+}
+
+/* The range select as one masked load: lanes l with 0 <= A_i + l < hi_i for the moving checks
+ * (A_i at lane 0), within the axis on an edge tile, when the fixed checks hold; masked-off
+ * lanes are 0 and never touched. */
+static void emit_range_select(cgc *c, const ir_expr *e, const int64_t *o)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *s = c->a;
+    cg_names nm;
+    c->raw_x = true;
+    point_names(c, o, 0, &nm);
+    c->raw_x = false;
+    cg_printf(b, "((");
+    int fixed = 0;
+    for (int i = 0; i < e->ncond; i++) {
+        if (e->cond[i].coef[c->x] != 0) continue;
+        cg_printf(b, "%s(uint64_t)", fixed++ ? " && " : "");
+        cg_emit_affine(b, s, &e->cond[i], &nm);
+        cg_printf(b, " < %lluu", (unsigned long long)e->cond_hi[i]);
+    }
+    cg_printf(b, "%s) ? tlm_vload_range(&%s[", fixed ? "" : "1", c->nm.tensor[s->expr[e->a].tensor]);
+    cg_emit_offset(b, c->g, s, &s->expr[e->a], &nm);
+    /* lo = max_i -A_i, hi = min_i hi_i - A_i (the helper clamps them to [0, W]) */
+    cg_printf(b, "], ");
+    for (int i = 0; i < e->ncond; i++)
+        if (e->cond[i].coef[c->x] != 0) cg_printf(b, "tlm_imax(");
+    cg_printf(b, "INT64_C(0)");
+    for (int i = 0; i < e->ncond; i++) {
+        if (e->cond[i].coef[c->x] == 0) continue;
+        cg_printf(b, ", -(");
+        cg_emit_affine(b, s, &e->cond[i], &nm);
+        cg_printf(b, "))");
+    }
+    cg_printf(b, ", ");
+    for (int i = 0; i < e->ncond; i++)
+        if (e->cond[i].coef[c->x] != 0) cg_printf(b, "tlm_imin(");
+    if (c->edge && c->pad[c->x]) /* and inside the axis on an edge tile */
+        cg_printf(b, "%lld - (%s_b + %lld)", (long long)c->E[c->x], s->axis[c->x],
+                  (long long)o[c->x]);
+    else
+        cg_printf(b, "INT64_C(%d)", c->W);
+    for (int i = 0; i < e->ncond; i++) {
+        if (e->cond[i].coef[c->x] == 0) continue;
+        cg_printf(b, ", %lld - (", (long long)e->cond_hi[i]);
+        cg_emit_affine(b, s, &e->cond[i], &nm);
+        cg_printf(b, "))");
+    }
+    cg_printf(b, ") : (tlm_vf){})");
 }
 
 static void emit_vec(cgc *c, int id, const int64_t *o)
@@ -215,18 +288,21 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
         return;
     }
     switch (e->kind) {
+    /* A broadcast is written s - {0}: exact for every s (-0 - 0 = -0), so GCC drops the
+     * subtraction and folds the broadcast into the FMA's memory operand ({1to16} on AVX-512);
+     * {0} + s is not s for s = -0, and costs an add and a register per broadcast. */
     case IR_E_CONST:
-        cg_printf(b, "((tlm_vf){} + (");
+        cg_printf(b, "((");
         cg_emit_scalar(b, c->g, s, id, &nm);
-        cg_printf(b, "))");
+        cg_printf(b, ") - (tlm_vf){})");
         return;
     case IR_E_LOAD: {
         int64_t d = flat_coef(c->g, e, c->x);
         const char *t = c->nm.tensor[e->tensor];
         if (d == 0) {
-            cg_printf(b, "((tlm_vf){} + %s[", t);
+            cg_printf(b, "(%s[", t);
             cg_emit_offset(b, c->g, s, e, &nm);
-            cg_printf(b, "])");
+            cg_printf(b, "] - (tlm_vf){})");
         } else if (c->edge && c->pad[c->x] && d == 1) {
             /* edge tile along the vector axis: the lanes inside the axis, by a masked load
              * (the start is clamped too; a vector wholly past the end loads nothing) */
@@ -282,8 +358,16 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
         }
         return;
     case IR_E_SELECT: {
+        if (c->interior) { /* every bound check holds inside (emit_interior_test) */
+            emit_vec(c, e->a, o);
+            return;
+        }
         bool lanes_move = false;
         for (int i = 0; i < e->ncond; i++) lanes_move |= e->cond[i].coef[c->x] != 0;
+        if (lanes_move && c->masked && range_select(c, e)) {
+            emit_range_select(c, e, o);
+            return;
+        }
         /* all lanes inside: check the first and the last lane (conditions are affine) */
         cg_printf(b, "((");
         for (int lane = 0; lane < (lanes_move ? 2 : 1); lane++) {
@@ -323,32 +407,46 @@ static void emit_vec_helpers(cgc *c)
     cg_buf *b = &c->b;
     cg_line(b, 0, "typedef float tlm_vf __attribute__((vector_size(%d)));", 4 * c->W);
     cg_line(b, 0, "typedef float tlm_vfu __attribute__((vector_size(%d), aligned(4)));", 4 * c->W);
-    if (c->pad[c->x]) {
-        /* the first n lanes from p, the rest 0, without touching memory past them: masked
-         * loads fault on no masked-off lane (edge tiles of a padded vector axis) */
+    if (c->masked) {
+        /* lanes [lo, hi) from p (clamped to [0, W)), the rest 0, without touching memory
+         * outside them: masked loads fault on no masked-off lane (edge tiles of a padded
+         * vector axis, zero padding along the vector axis) */
         cg_line(b, 0, "#include <immintrin.h>");
-        cg_line(b, 0, "static inline tlm_vf tlm_vload_part(const float *p, int64_t n)");
+        cg_line(b, 0, "static inline tlm_vf tlm_vload_range(const float *p, int64_t lo, int64_t hi)");
         cg_line(b, 0, "{");
+        cg_line(b, 1, "if (lo <= 0 && hi >= %d) return *(const tlm_vfu *)p;", c->W);
+        cg_line(b, 1, "lo = lo < 0 ? 0 : lo;");
+        cg_line(b, 1, "hi = hi > %d ? %d : hi;", c->W, c->W);
+        cg_line(b, 1, "if (hi <= lo) return (tlm_vf){};");
         if (c->W == 16) {
             cg_line(b, 1, "#if defined(__AVX512F__)");
-            cg_line(b, 1, "__mmask16 m = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : "
-                          "(__mmask16)((1u << n) - 1u);");
+            cg_line(b, 1, "__mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));");
             cg_line(b, 1, "return (tlm_vf)_mm512_maskz_loadu_ps(m, p);");
             cg_line(b, 1, "#else");
         } else if (c->W == 8) {
             cg_line(b, 1, "#if defined(__AVX2__)");
-            cg_line(b, 1, "__m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? "
-                          "8 : n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));");
+            cg_line(b, 1, "const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);");
+            cg_line(b, 1, "__m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), l), "
+                          "_mm256_cmpgt_epi32(l, _mm256_set1_epi32((int)lo - 1)));");
             cg_line(b, 1, "return (tlm_vf)_mm256_maskload_ps(p, m);");
+            cg_line(b, 1, "#else");
+        } else if (c->W == 4) {
+            cg_line(b, 1, "#if defined(__AVX__)");
+            cg_line(b, 1, "const __m128i l = _mm_setr_epi32(0, 1, 2, 3);");
+            cg_line(b, 1, "__m128i m = _mm_and_si128(_mm_cmpgt_epi32(_mm_set1_epi32((int)hi), l), "
+                          "_mm_cmpgt_epi32(l, _mm_set1_epi32((int)lo - 1)));");
+            cg_line(b, 1, "return (tlm_vf)_mm_maskload_ps(p, m);");
             cg_line(b, 1, "#else");
         } else {
             cg_line(b, 1, "#if 1");
         }
         cg_line(b, 1, "tlm_vf r = {};");
-        cg_line(b, 1, "for (int64_t l = 0; l < %d && l < n; l++) r[l] = p[l];", c->W);
+        cg_line(b, 1, "for (int64_t l = lo; l < hi; l++) r[l] = p[l];");
         cg_line(b, 1, "return r;");
         cg_line(b, 1, "#endif");
         cg_line(b, 0, "}");
+        cg_line(b, 0, "static inline tlm_vf tlm_vload_part(const float *p, int64_t n) "
+                      "{ return tlm_vload_range(p, 0, n); }");
     }
     for (int u = 0; u < IR_U_COUNT; u++) {
         const char *nm = ir_unop_name((ir_unop)u);
@@ -506,6 +604,66 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     }
 }
 
+/* Whether the register tile reads a padding select that is not packed: the bound checks run
+ * in its inner loop (a broadcast input of a conv vectorised along F, a depthwise input). */
+static bool unpacked_selects(const cgc *c)
+{
+    for (int id = 0; id < c->a->n_expr; id++)
+        if (c->a->expr[id].kind == IR_E_SELECT && pack_index(c, id) < 0) return true;
+    return false;
+}
+
+/* The bounds of every unpacked select's checks hold over the whole register tile and r0
+ * chunk: the checks are affine, so their extremes are at the box's corners. */
+static void emit_interior_test(cgc *c)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    bool first = true;
+    for (int id = 0; id < a->n_expr; id++) {
+        const ir_expr *e = &a->expr[id];
+        if (e->kind != IR_E_SELECT || pack_index(c, id) >= 0) continue;
+        for (int i = 0; i < e->ncond; i++)
+            for (int hi = 0; hi < 2; hi++) { /* the least value >= 0, the largest < bound */
+                const ir_affine *f = &e->cond[i];
+                cg_printf(b, "%s(%lld", first ? "" : " && ", (long long)f->off);
+                first = false;
+                for (int x = 0; x < c->ns + c->nr; x++) {
+                    if (!f->coef[x]) continue;
+                    bool top = (f->coef[x] > 0) == (hi == 1); /* the far corner on this axis */
+                    if (x < c->ns)
+                        cg_printf(b, " + %d * (%s_b + %lld)", f->coef[x], a->axis[x],
+                                  (long long)(top ? c->T[x][3] - 1 : 0));
+                    else
+                        cg_printf(b, " + %d * (%s0 * %lld + %lld)", f->coef[x], a->axis[x],
+                                  (long long)c->T[x][1], (long long)(top ? c->T[x][1] - 1 : 0));
+                }
+                if (hi) cg_printf(b, ") < %lld", (long long)e->cond_hi[i]);
+                else cg_printf(b, ") >= 0");
+            }
+    }
+    if (first) cg_printf(b, "1");
+}
+
+/* The register tile, and an interior copy without bound checks where they cannot fail (most
+ * tiles of a padded convolution: only its border pays for the padding). */
+static void emit_regtile_split(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
+{
+    if (c->W <= 1 || !unpacked_selects(c)) {
+        emit_regtile(c, ind, nv, accst, unroll);
+        return;
+    }
+    cg_printf(&c->b, "%*sif (", ind * 4, "");
+    emit_interior_test(c);
+    cg_printf(&c->b, ") {\n");
+    c->interior = true;
+    emit_regtile(c, ind + 1, nv, accst, unroll);
+    c->interior = false;
+    cg_line(&c->b, ind, "} else {");
+    emit_regtile(c, ind + 1, nv, accst, unroll);
+    cg_line(&c->b, ind, "}");
+}
+
 static int gen_tile(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -517,6 +675,14 @@ static int gen_tile(cgc *c, const char *entry)
     int lanes = c->sp->tgt.cpu.vector_lanes > 0 ? c->sp->tgt.cpu.vector_lanes : 8;
     (void)lanes;
     c->W = space_cpu_tile_lanes(c->sp, c->T[x][3], vec);
+    /* masked loads: edge tiles of a padded vector axis, padding selects along it */
+    c->masked = c->W > 1 && c->pad[x];
+    for (int id = 0; id < a->n_expr && c->W > 1; id++) {
+        const ir_expr *e = &a->expr[id];
+        bool moves = false;
+        for (int i = 0; e->kind == IR_E_SELECT && i < e->ncond; i++) moves |= e->cond[i].coef[x] != 0;
+        if (moves && range_select(c, e)) c->masked = true;
+    }
     if (c->W > 1) emit_vec_helpers(c);
 
     /* register tile size */
@@ -567,10 +733,13 @@ static int gen_tile(cgc *c, const char *entry)
         cg_printf(b, "%*sfloat v = ", ind * 4, "");
         cg_emit_scalar(b, c->g, a, a->body, &nm);
         cg_printf(b, ";\n");
-        emit_epilogue_store(b, c->g, ind, &nm);
+        emit_epilogue_store(b, c->g, ind, &nm, NULL);
     } else {
-        int64_t accn = 1, accst[IR_MAX_AXES];
+        /* the accumulator block: the vector axis innermost, then the others, last first */
+        int64_t accn = c->T[x][2] * c->T[x][3], accst[IR_MAX_AXES];
+        accst[x] = 1;
         for (int i = ns - 1; i >= 0; i--) {
+            if (i == x) continue;
             accst[i] = accn;
             accn *= c->T[i][2] * c->T[i][3];
         }
@@ -579,13 +748,15 @@ static int gen_tile(cgc *c, const char *entry)
         cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
         if (space_get(c->sp, c->s, SLOT_PACK, 0) && c->W > 1)
             for (int id = 0; id < a->n_expr; id++) {
-                if (!space_cpu_packable(c->sp, id)) continue;
+                if (!space_cpu_packable(c->sp, x, id)) continue;
                 int pi = c->npack++;
                 c->pack_id[pi] = id;
                 c->pack_mask[pi] = space_expr_axes(c->sp, id);
-                int64_t st = 1;
+                /* the vector axis innermost (a packable operand depends on it) */
+                int64_t st = c->T[x][2] * c->T[x][3];
+                c->pack_str[pi][x] = 1;
                 for (int xx = ns - 1; xx >= 0; xx--)
-                    if (c->pack_mask[pi] & (1u << xx)) {
+                    if (xx != x && (c->pack_mask[pi] & (1u << xx))) {
                         c->pack_str[pi][xx] = st;
                         st *= c->T[xx][2] * c->T[xx][3];
                     }
@@ -613,18 +784,17 @@ static int gen_tile(cgc *c, const char *entry)
                     snprintf(v, sizeof v, "%s1", a->axis[xx]);
                     loop(b, ind++, v, c->T[xx][1]);
                 }
-            int last_sp = -1;
-            for (int xx = 0; xx < ns; xx++)
-                if (m & (1u << xx)) last_sp = xx;
-            for (int xx = 0; xx < ns; xx++)
-                if (m & (1u << xx)) {
-                    char v[16];
-                    snprintf(v, sizeof v, "%s2", a->axis[xx]);
-                    loop(b, ind++, v, c->T[xx][2]);
-                    snprintf(v, sizeof v, "%s3", a->axis[xx]);
-                    if (xx == last_sp) cg_line(b, ind, "#pragma omp simd");
-                    loop(b, ind++, v, c->T[xx][3]);
-                }
+            /* the packed spatial axes, the vector axis innermost (it is stride 1 in P) */
+            for (int k = 0; k < ns; k++) {
+                int xx = k < ns - 1 ? (k < x ? k : k + 1) : x;
+                if (!(m & (1u << xx))) continue;
+                char v[16];
+                snprintf(v, sizeof v, "%s2", a->axis[xx]);
+                loop(b, ind++, v, c->T[xx][2]);
+                snprintf(v, sizeof v, "%s3", a->axis[xx]);
+                if (xx == x) cg_line(b, ind, "#pragma omp simd");
+                loop(b, ind++, v, c->T[xx][3]);
+            }
             cg_names pn = c->nm;
             for (int xx = 0; xx < ns + nr; xx++) {
                 pn.axis[xx] = a->axis[xx];
@@ -684,14 +854,14 @@ static int gen_tile(cgc *c, const char *entry)
                     first = false;
                 }
             cg_printf(b, ") {\n");
-            emit_regtile(c, ind + 1, nv, accst, unroll);
+            emit_regtile_split(c, ind + 1, nv, accst, unroll);
             cg_line(b, ind, "} else {");
             c->edge = true;
             emit_regtile(c, ind + 1, nv, accst, unroll);
             c->edge = false;
             cg_line(b, ind, "}");
         } else {
-            emit_regtile(c, ind, nv, accst, unroll);
+            emit_regtile_split(c, ind, nv, accst, unroll);
         }
         /* close s2 and r0 loops */
         for (int i = 0; i < ns + nr; i++) cg_line(b, --ind, "}");
@@ -705,7 +875,7 @@ static int gen_tile(cgc *c, const char *entry)
         cg_printf(b, "]");
         if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
         cg_printf(b, ";\n");
-        emit_epilogue_store(b, c->g, ind, &nm);
+        emit_epilogue_store(b, c->g, ind, &nm, NULL);
     }
     while (ind > 1) cg_line(b, --ind, "}");
     cg_line(b, 0, "}");
@@ -856,6 +1026,44 @@ static void hoist(cg_buf *b, const ir_subgraph *g, const ir_stage *st, int id, i
     }
 }
 
+/* Streaming stores for a rows kernel whose output outgrows the last-level cache: the anchor
+ * (a whole output row: softmax, layer_norm, rms_norm) writes a per-thread scratch row that
+ * stays in L1/L2, and tlm_stream_row copies it out with non-temporal stores, so the output
+ * is written without first being read (no read-for-ownership: a third less DRAM traffic).
+ * The scratch row also keeps softmax's exp values, so they are computed once. Returns the
+ * row's length, or 0 when the kernel keeps plain stores. */
+static int64_t rows_stream_len(const cgc *c, bool vec)
+{
+    const ir_subgraph *g = c->g;
+    const ir_stage *an = &g->stage[g->anchor];
+    int nra = c->sp->n_rows_axes;
+    if (!vec || an->reduce != IR_RED_NONE || an->n_spatial <= nra) return 0;
+    int64_t n = 1;
+    for (int i = nra; i < an->n_spatial; i++) n *= an->extent[i];
+    int64_t out_bytes = 4 * ir_tensor_numel(&g->tensor[g->output]);
+    int64_t llc = c->sp->tgt.cpu.l3_bytes > 0 ? c->sp->tgt.cpu.l3_bytes : 8 << 20;
+    if (out_bytes <= llc / 2 || n < 64 || n > (1 << 20)) return 0;
+    return n;
+}
+
+static void emit_stream_helper(cg_buf *b)
+{
+    cg_line(b, 0, "#include <immintrin.h>");
+    cg_line(b, 0, "#include <stdlib.h>");
+    cg_line(b, 0, "static inline void tlm_stream_row(float *restrict dst, const float *restrict src, int64_t n)");
+    cg_line(b, 0, "{");
+    cg_line(b, 1, "int64_t i = 0;");
+    cg_line(b, 1, "for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];");
+    cg_line(b, 0, "#if defined(__AVX512F__)");
+    cg_line(b, 1, "for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));");
+    cg_line(b, 0, "#elif defined(__AVX__)");
+    cg_line(b, 1, "for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));");
+    cg_line(b, 0, "#endif");
+    cg_line(b, 1, "for (; i < n; i++) dst[i] = src[i];");
+    cg_line(b, 0, "}");
+    cg_printf(b, "\n");
+}
+
 static int gen_rows(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -867,11 +1075,28 @@ static int gen_rows(cgc *c, const char *entry)
     int unroll = (int)space_get(sp, c->s, SLOT_UNROLL, 0);
     int nra = sp->n_rows_axes;
     const ir_stage *first = &g->stage[0];
+    const ir_stage *anc = &g->stage[g->anchor];
+    int64_t slen = rows_stream_len(c, vec);
 
+    if (slen) emit_stream_helper(b);
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     int ind = 1;
-    if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+    if (slen) {
+        /* one scratch row per thread, 64-byte aligned */
+        if (par) {
+            cg_line(b, ind, "#pragma omp parallel");
+            cg_line(b, ind++, "{");
+        }
+        cg_line(b, ind, "float *const tlm_row = aligned_alloc(64, %lld);",
+                (long long)((slen * 4 + 63) / 64 * 64));
+        /* every thread must reach the worksharing loop; a kernel has no error path */
+        cg_line(b, ind, "if (!tlm_row) abort();");
+        if (par) cg_line(b, ind, "#pragma omp for schedule(static)");
+    } else if (par) {
+        cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+    }
+    int top = ind;
     loop(b, ind++, "rb", sp->rows / rb);
     loop(b, ind++, "rr", rb);
     cg_line(b, ind, "int64_t rem = rb * %lld + rr;", (long long)rb);
@@ -881,6 +1106,19 @@ static int gen_rows(cgc *c, const char *entry)
     }
     cg_line(b, ind, "(void)rem;");
     cg_names base = c->nm;
+    /* the scratch row's index: the anchor's inner axes, flattened */
+    char rowref[256] = "";
+    if (slen) {
+        size_t len = (size_t)snprintf(rowref, sizeof rowref, "tlm_row[");
+        int64_t st = 1;
+        for (int i = anc->n_spatial - 1; i >= nra; i--) {
+            len += (size_t)snprintf(rowref + len, sizeof rowref - len, "%s%s * %lld",
+                                    i == anc->n_spatial - 1 ? "" : " + ", anc->axis[i],
+                                    (long long)st);
+            st *= anc->extent[i];
+        }
+        snprintf(rowref + len, sizeof rowref - len, "]");
+    }
     char svar[IR_MAX_STAGES][24]; /* per call: pool threads generate concurrently */
     rows_hoist *h = calloc(1, sizeof *h);
     if (!h) return TLM_ENOMEM;
@@ -905,7 +1143,7 @@ static int gen_rows(cgc *c, const char *entry)
         cg_emit_offset(&ob, g, &g->stage[g->anchor], &ident, &on);
         cg_printf(&ob, "]");
         char *t = cg_buf_take(&ob);
-        snprintf(outref, sizeof outref, "%s", t ? t : "");
+        snprintf(outref, sizeof outref, "%s", slen ? rowref : t ? t : "");
         free(t);
         if (!t || strlen(outref) >= sizeof outref - 1) share_stage = -1;
     }
@@ -951,7 +1189,7 @@ static int gen_rows(cgc *c, const char *entry)
             if (si == g->anchor) {
                 cg_line(b, ind, "{");
                 cg_line(b, ind + 1, "float v = %s;", svar[si]);
-                emit_epilogue_store(b, g, ind + 1, &nm);
+                emit_epilogue_store(b, g, ind + 1, &nm, NULL);
                 cg_line(b, ind, "}");
             }
         } else {
@@ -969,12 +1207,30 @@ static int gen_rows(cgc *c, const char *entry)
             cg_printf(b, "%*sfloat v = ", ind * 4, "");
             cg_emit_scalar(b, g, st, st->body, &nm);
             cg_printf(b, ";\n");
-            if (si == g->anchor) emit_epilogue_store(b, g, ind, &nm);
+            if (si == g->anchor) emit_epilogue_store(b, g, ind, &nm, slen ? rowref : NULL);
             while (ind > sind) cg_line(b, --ind, "}");
+            if (si == g->anchor && slen) {
+                /* the row out with non-temporal stores, from its first element */
+                ir_expr ident;
+                memset(&ident, 0, sizeof ident);
+                ident.kind = IR_E_LOAD;
+                ident.tensor = g->output;
+                for (int d = 0; d < g->tensor[g->output].ndim; d++) ident.idx[d].coef[d] = 1;
+                cg_names on = base;
+                for (int i = 0; i < anc->n_spatial; i++) on.axis[i] = i < nra ? anc->axis[i] : "0";
+                cg_printf(b, "%*stlm_stream_row(&%s[", ind * 4, "", c->nm.tensor[g->output]);
+                cg_emit_offset(b, g, anc, &ident, &on);
+                cg_printf(b, "], tlm_row, %lld);\n", (long long)slen);
+            }
         }
     }
     free(h);
-    while (ind > 1) cg_line(b, --ind, "}");
+    while (ind > top) cg_line(b, --ind, "}");
+    if (slen) {
+        cg_line(b, ind, "_mm_sfence(); /* the streamed rows before the threads join */");
+        cg_line(b, ind, "free(tlm_row);");
+        if (par) cg_line(b, --ind, "}");
+    }
     cg_line(b, 0, "}");
     return 0;
 }
@@ -993,7 +1249,7 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
     c->a = &sp->g->stage[sp->g->anchor];
     c->ns = c->a->n_spatial;
     c->nr = c->a->n_reduce;
-    c->x = c->ns - 1;
+    c->x = sp->sketch == SKETCH_CPU_TILE ? space_cpu_vec_axis(sp, s, sp->n_slot) : c->ns - 1;
     c->nm.subst_tensor = -1;
     if (sp->sketch == SKETCH_CPU_TILE)
         for (int i = 0; i < c->ns + c->nr; i++) {

@@ -40,7 +40,7 @@ typedef struct drv_artifact {
     char launch_json[DRV_LAUNCH_MAX];
     char resources_json[256];
     char schedule[DRV_SCHED_MAX];
-    char flags[128];
+    char flags[256];
     measure_launch launch; /* CUDA launch (zero for CPU) */
     double codegen_s, compile_s;
 } drv_artifact;

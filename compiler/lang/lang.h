@@ -29,8 +29,10 @@
 
 /* Version history: 1 first vocabulary; 2 the same tokens under a wider grammar (CPU spatial
  * tiles may be padded non-divisors, space.h): weights trained on v1 sentences would be
- * asked for decisions they never saw, so they are refused by the vocabulary hash. */
-#define LANG_VERSION 2
+ * asked for decisions they never saw, so they are refused by the vocabulary hash; 3 the CPU
+ * vectorize slot names the vector axis (v-th innermost spatial axis; space.h), and packing
+ * takes strided operands. */
+#define LANG_VERSION 3
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024

@@ -9,6 +9,7 @@
 #define CPU_ACC_BUF_MAX 16384 /* floats in the s2 x s3 accumulator block: 64 KiB, fits L2 */
 #define CPU_INNER_MAX 64      /* innermost tile cap per axis */
 #define CPU_PACK_MAX 32768    /* floats in the packed operand buffers: 128 KiB, fits L2 */
+#define CPU_VEC_AXIS_MIN 4    /* a spatial axis shorter than this is never the vector axis */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
 
@@ -180,6 +181,15 @@ static int vec_lanes(const space *sp)
     return l > 0 ? l : 8;
 }
 
+int space_cpu_vec_axis(const space *sp, const space_sched *s, int upto)
+{
+    int ns = sp->n_spatial;
+    for (int i = 0; i < sp->n_slot && i < upto && i < s->n; i++)
+        if (sp->slot[i].kind == SLOT_VECTORIZE)
+            return s->v[i] >= 1 && s->v[i] <= ns ? ns - (int)s->v[i] : ns - 1;
+    return ns - 1;
+}
+
 /* Lanes codegen gives a register-tile row of t elements: the largest power of two dividing t,
  * up to the target's lanes, when it is at least 4 (smaller vectors are not worth it). */
 int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize)
@@ -191,15 +201,16 @@ int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize)
 }
 
 /* Accumulator registers of the register tile given inner tiles (CPU): one vector per W
- * elements of the vectorised (last) axis, one register per scalar otherwise. */
+ * elements of the vectorised axis, one register per scalar otherwise. */
 static int64_t cpu_regs(const space *sp, const space_sched *s, int upto, int axis, int64_t val)
 {
     int ns = sp->n_spatial;
     bool vec = space_get(sp, s, SLOT_VECTORIZE, 0) != 0 && upto > 0;
+    int vx = space_cpu_vec_axis(sp, s, upto);
     int64_t r = 1;
     for (int x = 0; x < ns; x++) {
         int64_t t = x == axis ? val : tile_partial(sp, s, upto, x, 3);
-        if (x == ns - 1) t /= space_cpu_tile_lanes(sp, t, vec);
+        if (x == vx) t /= space_cpu_tile_lanes(sp, t, vec);
         r *= t;
     }
     return r;
@@ -271,7 +282,7 @@ static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int
     int64_t e = anchor(sp)->extent[axis];
     int64_t limit = space_pad_limit(e);
     int lanes = vec_lanes(sp);
-    bool vaxis = axis == sp->n_spatial - 1;
+    bool vaxis = axis == space_cpu_vec_axis(sp, partial, upto);
     int64_t cand[160];
     int nc = 0;
     for (int64_t v = 2; v <= 8; v++) cand[nc++] = v;
@@ -338,17 +349,21 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         vals[0] = 0, vals[1] = 1, vals[2] = 2;
         return 3;
     case SLOT_VECTORIZE:
-    case SLOT_STAGE:
-        if (sl->kind == SLOT_STAGE) {
-            vals[n++] = 0;
-            space_sched tmp = *partial;
-            tmp.v[slot] = 1;
-            tmp.n = slot + 1;
-            if (space_gpu_smem_bytes(sp, &tmp) <= sp->tgt.gpu.smem_per_block) vals[n++] = 1;
-            return n;
-        }
-        vals[0] = 0, vals[1] = 1;
-        return 2;
+        vals[n++] = 0, vals[n++] = 1;
+        /* any longer spatial axis may carry the vectors when there is a reduction (the
+         * register tile's broadcast-FMA outer product works along any of them) */
+        if (sp->sketch == SKETCH_CPU_TILE && sp->n_reduce > 0)
+            for (int x = sp->n_spatial - 2; x >= 0; x--)
+                if (anchor(sp)->extent[x] >= CPU_VEC_AXIS_MIN) vals[n++] = sp->n_spatial - x;
+        return n;
+    case SLOT_STAGE: {
+        vals[n++] = 0;
+        space_sched tmp = *partial;
+        tmp.v[slot] = 1;
+        tmp.n = slot + 1;
+        if (space_gpu_smem_bytes(sp, &tmp) <= sp->tgt.gpu.smem_per_block) vals[n++] = 1;
+        return n;
+    }
     case SLOT_PACK: {
         vals[n++] = 0;
         bool vec = false;
@@ -451,7 +466,77 @@ static int64_t pick_vec(const int64_t *vals, int n, int lanes, int max_vectors)
     return best;
 }
 
+/* Flat stride of spatial axis x in load node e (0: the load does not move along x). */
+static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
+{
+    const ir_tensor *t = &sp->g->tensor[ld->tensor];
+    int64_t st = 1, coef = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        coef += ld->idx[d].coef[x] * st;
+        st *= t->shape[d];
+    }
+    return coef;
+}
+
+/* The default vector axis (CPU_TILE with a reduction), by a small model of each candidate:
+ * lane use (its extent over the extent rounded up to whole vectors) times what feeding its
+ * vectors costs — a load contiguous along it or a broadcast 1; a strided operand the packing
+ * gathers r / (r + 2W), where r (capped at 256) is how many outputs reuse each gathered
+ * element (the extents of the axes it does not depend on: a gather costs about a cycle, the
+ * r / W vector FMAs it feeds half a cycle each); a per-lane gather 0.25 — times 0.7 when the
+ * output is not contiguous along it (a transposing write-back, and a broadcast per register
+ * row: measured 15-40 % slower than the same conv along OW at equal lane use, on AVX2 and
+ * AVX-512). So convs keep OW unless their rows fill the lanes poorly; the last axis wins ties.
+ * Returns the VECTORIZE value. */
+static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
+{
+    const ir_stage *a = anchor(sp);
+    int ns = sp->n_spatial;
+    space_sched none;
+    memset(&none, 0, sizeof none);
+    int n = space_legal_values(sp, vslot, &none, vals);
+    int lanes = vec_lanes(sp);
+    int64_t best = 1;
+    double best_score = -1;
+    for (int k = 0; k < n; k++) {
+        if (vals[k] < 1) continue;
+        int x = ns - (int)vals[k];
+        int64_t e = a->extent[x];
+        double score = (double)e / (double)(((e + lanes - 1) / lanes) * lanes);
+        for (int id = 0; id < a->n_expr; id++) {
+            const ir_expr *ld = &a->expr[id];
+            if (ld->kind != IR_E_LOAD) continue;
+            int64_t coef = load_coef(sp, ld, x);
+            if (coef == 0 || coef == 1) continue;
+            int pid = space_cpu_packable(sp, x, id) ? id : -1;
+            for (int j = 0; j < a->n_expr && pid < 0; j++)
+                if (a->expr[j].kind == IR_E_SELECT && a->expr[j].a == id &&
+                    space_cpu_packable(sp, x, j))
+                    pid = j;
+            if (pid < 0) {
+                score *= 0.25;
+                continue;
+            }
+            unsigned m = space_expr_axes(sp, pid);
+            double r = 1;
+            for (int y = 0; y < ns; y++)
+                if (!(m & (1u << y))) r *= (double)a->extent[y];
+            if (r > 256) r = 256;
+            score *= r / (r + 2.0 * lanes);
+        }
+        const ir_tensor *o = &sp->g->tensor[sp->g->output];
+        if (x != o->ndim - 1) score *= 0.7;
+        if (score > best_score * 1.0001) best_score = score, best = vals[k];
+    }
+    return best;
+}
+
 void space_default(const space *sp, space_sched *out)
+{
+    space_default_vectorized(sp, -1, out);
+}
+
+void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
 {
     int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
     memset(out, 0, sizeof *out);
@@ -464,15 +549,29 @@ void space_default(const space *sp, space_sched *out)
      * give the other axes what the register budget leaves for it. */
     /* BLIS-like micro-tiles: AVX2 (16 ymm, budget 12) 6 rows x 2 vectors, AVX-512 (32 zmm,
      * budget 28) 6 rows x 4 vectors */
-    int64_t vec_vectors = 1, nonlast = 1;
+    int64_t vec_vectors = 1, nonlast = 1, vectorize = 1;
+    bool gemv = false; /* a single register row: the matrix is streamed */
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
+    int vx = ns - 1; /* the vector axis */
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
-        space_sched none;
-        memset(&none, 0, sizeof none);
-        int64_t e = a->extent[ns - 1];
-        int n = cpu_ladder(sp, &none, 0, ns - 1, sp->s_levels - 1, e,
-                           CPU_INNER_MAX, vals);
+        space_sched first;
+        memset(&first, 0, sizeof first);
+        first.n = sp->n_slot;
+        if (sp->n_reduce > 0 && sp->slot[0].kind == SLOT_VECTORIZE) {
+            vectorize = default_vectorize(sp, 0, vals);
+            if (want >= 1) { /* the caller's vector axis, when it is legal */
+                space_sched none;
+                memset(&none, 0, sizeof none);
+                int n = space_legal_values(sp, 0, &none, vals);
+                for (int k = 0; k < n; k++)
+                    if (vals[k] == want) vectorize = want;
+            }
+            first.v[0] = vectorize;
+            vx = ns - (int)vectorize;
+        }
+        int64_t e = a->extent[vx];
+        int n = cpu_ladder(sp, &first, 1, vx, sp->s_levels - 1, e, CPU_INNER_MAX, vals);
         int64_t t = n > 0 ? pick_vec(vals, n, lanes, max_vectors) : 1;
         vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
         if (vec_vectors < 1) vec_vectors = 1;
@@ -483,7 +582,7 @@ void space_default(const space *sp, space_sched *out)
         unsigned dep = 0;
         bool any = false;
         for (int id = 0; id < a->n_expr; id++)
-            if (space_cpu_packable(sp, id)) {
+            if (space_cpu_packable(sp, vx, id)) {
                 dep |= space_expr_axes(sp, id);
                 any = true;
             }
@@ -500,17 +599,39 @@ void space_default(const space *sp, space_sched *out)
         switch (sl->kind) {
         case SLOT_TILE:
             if (sp->sketch == SKETCH_CPU_TILE) {
-                bool last = sl->axis == ns - 1;
-                if (sl->axis >= ns) { /* reduction chunk: up to 256, never a sliver of a prime */
+                bool last = sl->axis == vx; /* the vector axis */
+                if (sl->axis >= ns && gemv) { /* short chunks under a wide streamed row */
+                    v = pick_le(vals, n, 8);
+                } else if (sl->axis >= ns) { /* reduction chunk: up to 256, never a sliver of a prime */
                     v = pick_le(vals, n, 256);
                     for (int k = 0; k < n && v < 16; k++)
                         if (vals[k] >= 16) v = vals[k];
+                    /* ... and small enough that the packed operands fit their buffers (the
+                     * reduction axes after this one at 1) */
+                    space_sched t = *out;
+                    int64_t fit = v;
+                    for (int k = n - 1; k > 0; k--) {
+                        if (vals[k] > fit) continue;
+                        t.v[i] = vals[k];
+                        if (space_cpu_pack_floats(sp, &t, i + 1) <= CPU_PACK_MAX) break;
+                        fit = vals[k - 1];
+                    }
+                    /* a sliver of a long prime axis (1009 = 1 x 1009) costs more than not
+                     * packing; a short axis (a 3x3 kernel's rows) may go down to 1 */
+                    if (fit >= 16 || a->extent[sl->axis] < 64) v = fit;
                 }
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
                      * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */
                     int64_t cap = budget / (vec_vectors * nonlast);
+                    /* with 32 registers the broadcasts GCC hoists ahead of a step's FMAs need
+                     * registers too: rows x (vectors + 1) + vectors <= 34 (6 x 4 GEMM tiles
+                     * stay; 6 x 2 rows of a conv along F would spill accumulators) */
+                    if (budget >= 24) {
+                        int64_t rows_max = (34 - vec_vectors) / (vec_vectors + 1);
+                        if (rows_max / nonlast < cap) cap = rows_max / nonlast;
+                    }
                     if (!((reuse_axes >> sl->axis) & 1u)) cap = 1;
                     v = pick_le(vals, n, cap < 6 ? (cap < 1 ? 1 : cap) : 6);
                     nonlast *= v;
@@ -520,6 +641,18 @@ void space_default(const space *sp, space_sched *out)
                      * GEMM, the input of a conv) does not depend on, so that operand's panel
                      * is reused over the whole block instead of re-packed per task */
                     v = pick_le(vals, n, (reuse_axes >> sl->axis) & 1u ? 64 : 1);
+                else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
+                    /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded
+                     * vector, the kernel streams the matrix. A wide accumulator row (up to 4096
+                     * floats, L1/L2) over short reduction chunks reads long contiguous runs of
+                     * each matrix row instead of 256-byte pieces 40 KB apart; ~2x on 1x11008x4096 */
+                    int64_t t3 = space_tile(sp, out, sl->axis, 3);
+                    int64_t wide = 4096 / (t3 > 0 ? t3 : 1);
+                    int64_t per_task = a->extent[sl->axis] / (2 * cores * (t3 > 0 ? t3 : 1));
+                    if (per_task < wide) wide = per_task;
+                    v = pick_le(vals, n, wide < 2 ? 2 : wide);
+                    gemv = true;
+                }
                 else if (sl->level == 2) v = pick_le(vals, n, 2);
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
@@ -540,13 +673,28 @@ void space_default(const space *sp, space_sched *out)
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
             break;
         }
-        case SLOT_VECTORIZE: v = 1; break;
+        case SLOT_VECTORIZE: v = sp->sketch == SKETCH_CPU_TILE ? vectorize : 1; break;
         case SLOT_UNROLL: v = pick_le(vals, n, 64); break;
         case SLOT_ROWS: v = pick_le(vals, n, sp->sketch == SKETCH_GPU_ROWS ? 1 : 4); break;
         case SLOT_THREADS: v = pick_le(vals, n, 256); break;
         case SLOT_STAGE: v = vals[n - 1]; break;
         case SLOT_VEC_LOAD: v = 1; break;
-        case SLOT_PACK: v = vals[n - 1]; break;
+        case SLOT_PACK: {
+            /* pack when a packed panel is reused over the accumulator block (a spatial axis
+             * it does not depend on: B of a GEMM over the rows of A); a depthwise input is
+             * read once per point, and copying it first only doubles the traffic */
+            int64_t reuse = 0;
+            for (int id = 0; id < a->n_expr; id++) {
+                if (!space_cpu_packable(sp, vx, id)) continue;
+                unsigned m = space_expr_axes(sp, id);
+                int64_t r = 1;
+                for (int x = 0; x < ns; x++)
+                    if (!(m & (1u << x))) r *= space_tile(sp, out, x, 2) * space_tile(sp, out, x, 3);
+                if (r > reuse) reuse = r;
+            }
+            v = reuse >= 4 ? vals[n - 1] : 0;
+            break;
+        }
         default: break;
         }
         out->v[i] = v;
@@ -751,13 +899,13 @@ static unsigned node_axes(const ir_stage *a, int id)
     return m;
 }
 
-bool space_cpu_packable(const space *sp, int id)
+bool space_cpu_packable(const space *sp, int vaxis, int id)
 {
     if (sp->sketch != SKETCH_CPU_TILE || sp->n_reduce == 0) return false;
     const ir_stage *a = anchor(sp);
     const ir_expr *ld = packed_load(a, id);
     if (!ld) return false;
-    int x = sp->n_spatial - 1;
+    int x = vaxis;
     int64_t st[IR_MAX_DIMS], coef = 0;
     const ir_tensor *t = &sp->g->tensor[ld->tensor];
     int64_t s1 = 1;
@@ -772,7 +920,7 @@ bool space_cpu_packable(const space *sp, int id)
      * packed node is never nested inside another packed node. */
     const ir_expr *top = &a->expr[a->body];
     bool operand = top->kind == IR_E_BINARY && (top->a == id || top->b == id);
-    return operand && coef == 1 && (m & red) != 0;
+    return operand && coef != 0 && (m & red) != 0;
 }
 
 int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto)
@@ -780,8 +928,9 @@ int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto)
     if (sp->sketch != SKETCH_CPU_TILE || sp->n_reduce == 0) return 0;
     const ir_stage *a = anchor(sp);
     int64_t total = 0;
+    int vx = space_cpu_vec_axis(sp, s, upto);
     for (int id = 0; id < a->n_expr; id++) {
-        if (!space_cpu_packable(sp, id)) continue;
+        if (!space_cpu_packable(sp, vx, id)) continue;
         unsigned m = node_axes(a, id);
         int64_t f = 1;
         for (int x = 0; x < sp->n_spatial; x++)

@@ -24,17 +24,22 @@
  *   CPU_TILE  (anchor of matmul/conv/depthwise/pool/transpose/elementwise families)
  *             spatial axes split 4 ways (levels 0..3), reduction axes 2 ways (0..1):
  *             loop order  s0 (fused, parallel) | s1 | r0 | s2 | r1 | s3
- *             where s2 x s3 is the accumulator block kept in a local buffer and s3 the
- *             register tile (fully unrolled; its last axis is vectorised).
- *             slots: VECTORIZE {0,1} first (it sets how the register tile counts registers:
- *             space_cpu_tile_lanes), then for each spatial axis TILE levels 3,2,1; for each
+ *             where s2 x s3 is the accumulator block kept in a local buffer (the vector
+ *             axis innermost) and s3 the register tile (fully unrolled; its vector axis in
+ *             vectors of the target's lanes, every other axis in register rows).
+ *             slots: VECTORIZE first (it sets how the register tile counts registers:
+ *             space_cpu_tile_lanes): 0 scalar, 1 the last spatial axis, v the v-th innermost
+ *             (any spatial axis of extent >= CPU_VEC_AXIS_MIN when there is a reduction:
+ *             conv filters, GEMM rows); then for each spatial axis TILE levels 3,2,1; for each
  *             reduction axis TILE level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
  *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop);
- *             PACK {0,1} (anchors with a reduction): copy, per r0 chunk, every operand read
- *             contiguously along the vector axis into a local buffer laid out in the order the
- *             register tile reads it (a cache_read stage: it removes the large-stride, cache
- *             set-conflicting walk over B rows in a GEMM); legal when vectorising and the
- *             buffers fit CPU_PACK_MAX floats.
+ *             PACK {0,1} (anchors with a reduction): copy, per r0 chunk, every operand that
+ *             depends on the vector axis into a local buffer laid out in the order the
+ *             register tile reads it, the vector axis innermost (a cache_read stage: it
+ *             removes the large-stride, cache set-conflicting walk over B rows in a GEMM, and
+ *             turns strided reads — Bᵀ, stride-2 convolution inputs, conv filters along F —
+ *             into contiguous vectors); legal when vectorising and the buffers fit
+ *             CPU_PACK_MAX floats.
  *   CPU_ROWS  (softmax, layer_norm, rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes
  *             (spatial axes shared by every stage) are fused and parallelised; each stage runs
  *             per row with vectorised inner loops.
@@ -133,6 +138,9 @@ int space_check(const space *sp, const space_sched *s, tlm_error *err);
 /* Uniform choice among legal values at each slot; rng is a xorshift64* state (non-zero). */
 void space_sample(const space *sp, uint64_t *rng, space_sched *out);
 void space_default(const space *sp, space_sched *out);
+/* The default with VECTORIZE = vectorize where that is legal (CPU_TILE with a reduction; the
+ * model's choice otherwise, and for vectorize < 1): the rule of thumb along another axis. */
+void space_default_vectorized(const space *sp, int64_t vectorize, space_sched *out);
 /* log10 of the number of complete legal schedules (exact count by dynamic programming over
  * the slot tree when small, else an estimate by sampling; *exact says which). */
 double space_log10_size(const space *sp, int *exact);
@@ -146,10 +154,16 @@ int64_t space_padded_extent(const space *sp, const space_sched *s, int axis);
 /* The value of the first slot of a kind (non-TILE kinds are unique); def if absent. */
 int64_t space_get(const space *sp, const space_sched *s, space_slot_kind kind, int64_t def);
 
-/* CPU_TILE packing: whether anchor expression `id` is a packable operand (a load, or a
- * padding select around one, read contiguously along the vector axis and depending on a
- * reduction axis), and the floats all packed buffers of a schedule need. */
-bool space_cpu_packable(const space *sp, int id);
+/* CPU_TILE: the spatial axis the register tile vectorises given slots [0, upto) of s.
+ * VECTORIZE = v > 0 names the v-th innermost spatial axis (1 = the last, 2 = the one before,
+ * ...); 0 (scalar code) and an undecided VECTORIZE count as the last. */
+int space_cpu_vec_axis(const space *sp, const space_sched *s, int upto);
+/* CPU_TILE packing: whether anchor expression `id` is a packable operand when spatial axis
+ * `vaxis` is vectorised (an operand of the body's top multiply — a load, or a padding select
+ * around one — that depends on a reduction axis and on the vector axis: contiguous along it,
+ * or strided, which the packing gathers into contiguous vectors), and the floats all packed
+ * buffers of a schedule need. */
+bool space_cpu_packable(const space *sp, int vaxis, int id);
 int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto);
 /* Vector lanes of a CPU register-tile row of t elements (1 = scalar code). */
 int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);

@@ -270,6 +270,120 @@ ODD(elementwise_prime, "{\"op\":\"elementwise\",\"shape\":{\"N\":1009},"
                        "\"epilogue\":[\"add\",\"relu\"]}")
 ODD(transpose, "{\"op\":\"transpose\",\"shape\":{\"R\":17,\"C\":31}}")
 
+/* Every vector axis the space offers (VECTORIZE = v: the v-th innermost spatial axis), each
+ * through the rule of thumb for that axis, on both ISAs: a conv along F (filters packed and
+ * gathered, inputs broadcast, bound checks per row with an interior copy), a GEMM along M, a
+ * Bᵀ batch matmul along its batch; strided packing and transposing write-backs included. */
+static void check_vector_axes(const char *wl, const char *tg, int min_axes)
+{
+    built b = build(wl, tg);
+    int64_t vals[SPACE_MAX_VALUES];
+    space_sched none;
+    memset(&none, 0, sizeof none);
+    cr_assert_eq(b.sp->slot[0].kind, SLOT_VECTORIZE);
+    int n = space_legal_values(b.sp, 0, &none, vals), axes = 0;
+    for (int k = 0; k < n; k++) {
+        if (vals[k] < 1) continue;
+        space_sched s;
+        space_default_vectorized(b.sp, vals[k], &s);
+        cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), vals[k]);
+        check_schedule(&b, &s, wl);
+        axes++;
+    }
+    cr_expect_geq(axes, min_axes, "%s: %d vector axes", wl, axes);
+    free(b.g);
+    free(b.sp);
+}
+
+Test(codegen_cpu, every_vector_axis)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":13,\"W\":11,\"F\":20,"
+        "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],\"epilogue\":[\"bias_add\","
+        "\"relu\"]}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":5,\"H\":9,\"W\":9,\"F\":17,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+        "{\"op\":\"dense\",\"shape\":{\"M\":19,\"N\":23,\"K\":11},\"epilogue\":[\"bias_add\"]}",
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":5,\"M\":9,\"N\":13,\"K\":7},"
+        "\"transpose_b\":true}",
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":9,\"H\":10,\"W\":13,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+    };
+    static const int min_axes[] = {3, 3, 2, 3, 3}; /* n = 1 or 2 never carries vectors */
+    for (int i = 0; i < (int)(sizeof wls / sizeof wls[0]); i++) {
+        check_vector_axes(wls[i], "cpu", min_axes[i]);
+        check_vector_axes(wls[i], "cpu:avx2", min_axes[i]);
+    }
+}
+
+/* Zero padding along the vector axis is one masked load per vector (lanes inside the image),
+ * and register tiles that never touch the border run without bound checks. */
+Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
+{
+    const char *wl = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":21,"
+                     "\"W\":37,\"KH\":5,\"KW\":5},\"pad\":[2,2]}";
+    const char *tg[] = {"cpu", "cpu:avx2"};
+    for (int i = 0; i < 2; i++) {
+        built b = build(wl, tg[i]);
+        space_sched s;
+        space_default(b.sp, &s);
+        cr_expect_eq(space_get(b.sp, &s, SLOT_PACK, -1), 0, "a depthwise input is not reused");
+        tlm_error err;
+        cg_kernel k;
+        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+        cr_expect(strstr(k.source, "tlm_vload_range(&X[") != NULL, "%s: no masked row load",
+                  tg[i]);
+        cr_expect(strstr(k.source, ") >= 0 && (") != NULL, "%s: no interior test", tg[i]);
+        cg_kernel_free(&k);
+        check_schedule(&b, &s, wl);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
+/* Rows kernels whose output outgrows the last-level cache stream it out from a per-thread
+ * scratch row (non-temporal stores): checked here on a target that says its L3 is 64 KiB. */
+Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"softmax\",\"shape\":{\"R\":37,\"C\":1001}}",
+        "{\"op\":\"layer_norm\",\"shape\":{\"R\":29,\"C\":771},\"epilogue\":[\"add\","
+        "\"relu\"]}",
+        "{\"op\":\"rms_norm\",\"shape\":{\"R\":31,\"C\":515}}",
+    };
+    for (int i = 0; i < 3; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            b.t.cpu.l3_bytes = 64 << 10;
+            b.sp->tgt.cpu.l3_bytes = 64 << 10;
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            cr_expect(strstr(k.source, "tlm_stream_row(") != NULL, "%s: not streamed", wls[i]);
+            cg_kernel_free(&k);
+            check_schedule(&b, &s, wls[i]);
+            /* serial too: the scratch row outside any parallel region */
+            for (int sl = 0; sl < b.sp->n_slot; sl++)
+                if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
+            check_schedule(&b, &s, wls[i]);
+            free(b.g);
+            free(b.sp);
+        }
+    /* and a small output keeps plain stores */
+    built b = build(wls[0], "cpu");
+    space_sched s;
+    space_default(b.sp, &s);
+    tlm_error err;
+    cg_kernel k;
+    cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+    cr_expect(strstr(k.source, "tlm_stream_row(") == NULL);
+    cg_kernel_free(&k);
+    free(b.g);
+    free(b.sp);
+}
+
 /* The generic (named) target path: portable -march flags, 8 lanes, 16 registers. */
 Test(codegen_cpu, avx2_target_dense_and_conv)
 {

@@ -176,8 +176,8 @@ Test(lang, tokens_outside_the_grammar_are_refused)
     cr_assert_geq(slot_tok, 0, "slot tokens are forced");
     cr_assert_neq(lang_state_push(&st, LANG_EOS), 0, "EOS before the decisions");
     cr_assert_eq(lang_state_push(&st, slot_tok), 0);
-    /* vectorize takes 0 or 1 */
-    cr_assert_neq(lang_state_push(&st, lang_token_id("N_2")), 0);
+    /* vectorize takes 0 (scalar), 1 (j, the last axis) or 2 (i): dense has two spatial axes */
+    cr_assert_neq(lang_state_push(&st, lang_token_id("N_3")), 0);
     cr_assert_eq(lang_state_push(&st, lang_token_id("N_1")), 0);
     cr_assert_eq(lang_state_push(&st, lang_state_next(&st, mask)), 0);
     /* tile.i.3 on 1024: 9 neither divides 1024 nor is on the padding ladder (space.h) */

@@ -367,7 +367,7 @@ Test(space, illegal_decisions_are_refused_naming_the_slot)
     expect_refused(sp, text, "unroll");
     print_with(sp, &s, "parallel", "3", text, sizeof text);
     expect_refused(sp, text, "parallel");
-    print_with(sp, &s, "vectorize", "2", text, sizeof text);
+    print_with(sp, &s, "vectorize", "3", text, sizeof text); /* dense has 2 spatial axes */
     expect_refused(sp, text, "vectorize");
     print_with(sp, &s, "unroll", "abc", text, sizeof text);
     expect_refused(sp, text, "unroll");
@@ -467,6 +467,10 @@ static int superset(const space *sp, int slot, int64_t *out)
         for (int64_t v = 0; v <= 4; v++)
             out[n++] = v;
         break;
+    case SLOT_VECTORIZE: /* 0, then the v-th innermost spatial axis, and one past them */
+        for (int64_t v = 0; v <= sp->n_spatial + 1; v++)
+            out[n++] = v;
+        break;
     default: /* flags and small choices: their legal values and one illegal value */
         for (int64_t v = 0; v <= 2; v++)
             out[n++] = v;
@@ -513,6 +517,70 @@ static double brute_count(const space *sp)
         if (i < 0) break;
     }
     return count;
+}
+
+static int64_t default_of(const space *sp, space_slot_kind k)
+{
+    space_sched s;
+    space_default(sp, &s);
+    return space_get(sp, &s, k, -1);
+}
+
+Test(space, vectorize_names_any_long_spatial_axis)
+{
+    /* conv2d NCHW 1x4x9x9 -> F 8, 5x5 out: axes n (1), f (8), oh (5), ow (5): every axis of
+     * extent >= 4 may carry the vectors; n = 1 may not */
+    built b = build(families[5], "cpu");
+    int64_t vals[SPACE_MAX_VALUES];
+    space_sched none;
+    memset(&none, 0, sizeof none);
+    cr_assert_eq(b.sp->slot[0].kind, SLOT_VECTORIZE);
+    int n = space_legal_values(b.sp, 0, &none, vals);
+    cr_assert_eq(n, 4);
+    for (int k = 0; k < 4; k++)
+        cr_expect_eq(vals[k], k);
+    space_sched s = none;
+    s.n = 1;
+    s.v[0] = 3;
+    cr_expect_eq(space_cpu_vec_axis(b.sp, &s, 1), 1, "vectorize=3 is f, the 3rd innermost");
+    s.v[0] = 0;
+    cr_expect_eq(space_cpu_vec_axis(b.sp, &s, 1), 3, "scalar code counts as the last axis");
+    unbuild(&b);
+    /* rows sketches and anchors without a reduction keep {0, 1} */
+    for (int f = 0; f < N_FAMILIES; f++) {
+        b = build(families[f], "cpu");
+        for (int i = 0; i < b.sp->n_slot; i++) {
+            if (b.sp->slot[i].kind != SLOT_VECTORIZE) continue;
+            n = space_legal_values(b.sp, i, &none, vals);
+            if (b.sp->sketch == SKETCH_CPU_ROWS || b.sp->n_reduce == 0)
+                cr_expect_eq(n, 2, "%s", families[f]);
+            else
+                cr_expect_geq(n, 2, "%s", families[f]);
+        }
+        unbuild(&b);
+    }
+    /* the default's model: a conv whose output rows (5 wide) fill 16 lanes poorly
+     * vectorises its 256 filters on AVX-512 and packs them; a stride-1 conv with 64-wide
+     * rows, and a GEMM, keep the last axis */
+    b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":10,\"W\":10,"
+              "\"F\":256,\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+              "cpu:avx512");
+    cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 3);
+    cr_expect_eq(default_of(b.sp, SLOT_PACK), 1);
+    space_sched forced;
+    space_default_vectorized(b.sp, 1, &forced);
+    cr_expect_eq(space_get(b.sp, &forced, SLOT_VECTORIZE, -1), 1, "the caller's vector axis");
+    space_default_vectorized(b.sp, 4, &forced); /* n = 1 cannot carry vectors */
+    cr_expect_eq(space_get(b.sp, &forced, SLOT_VECTORIZE, -1), 3);
+    unbuild(&b);
+    b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":64,\"W\":64,"
+              "\"F\":64,\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+              "cpu:avx512");
+    cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 1);
+    unbuild(&b);
+    b = build("{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":768}}", "cpu:avx2");
+    cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 1);
+    unbuild(&b);
 }
 
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
