@@ -8,7 +8,10 @@
  *               pl_run with PL_MODE_GIVEN, measured: one run per schedule so that each gets
  *               a runner budget from the best time so far and the sweep can be paced
  *               (--budget-min); every candidate's time, and a failed one's schedule, is kept;
- *   - best:     the faster of the default and the best random one.
+ *   - variants: before the random ones, the rule of thumb along every other vector axis the
+ *               space offers (space_default_vectorized) and the default with packing
+ *               toggled, measured the same way (the "random" fields count them too);
+ *   - best:     the fastest of the default, the variants and the random ones.
  * Every figure is the median time of a kernel checked against the reference interpreter
  * (measure module; a wrong kernel counts as failed, not as fast). Then, once per workload and
  * right after our kernels, the peers of bench/peers.h in the same process: OpenBLAS sgemm for dense
@@ -322,11 +325,35 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
     double rand_s_best = 0, rand_gf_best = 0, budget = 0;
     char rand_txt[1024] = "";
     uint64_t rng = seed ^ rs_hash_str(tname);
+    /* structured variants first, as a tuner seeds its population: the rule of thumb along
+     * every other vector axis the space offers, and the default with packing toggled */
+    space_sched var[16];
+    int nvar = 0;
+    if (sp->sketch == SKETCH_CPU_TILE && dj.n_cands) {
+        const space_sched *d = &dj.cands[0].sched;
+        int64_t vals[SPACE_MAX_VALUES];
+        space_sched none;
+        memset(&none, 0, sizeof none);
+        int nv = sp->slot[0].kind == SLOT_VECTORIZE ? space_legal_values(sp, 0, &none, vals) : 0;
+        for (int k = 0; k < nv && nvar < 15; k++)
+            if (vals[k] >= 1 && vals[k] != space_get(sp, d, SLOT_VECTORIZE, 1))
+                space_default_vectorized(sp, vals[k], &var[nvar++]);
+        for (int i = 0; i < sp->n_slot; i++)
+            if (sp->slot[i].kind == SLOT_PACK) {
+                var[nvar] = *d;
+                var[nvar].v[i] = !d->v[i];
+                tlm_error ce;
+                if (space_check(sp, &var[nvar], &ce) == 0) nvar++;
+            }
+    }
     const double t_rand = tlm_now_s();
-    for (int k = 0; k < o->nrand; k++) {
+    for (int k = 0; k < nvar + o->nrand; k++) {
         space_sched s;
-        space_sample(sp, &rng, &s); /* drawn even when skipped: the sequence stays the same */
-        if (k >= 2 && tlm_now_s() - t_rand > allowance) break;
+        if (k < nvar)
+            s = var[k];
+        else
+            space_sample(sp, &rng, &s); /* drawn even when skipped: the sequence stays the same */
+        if (k >= nvar + 2 && tlm_now_s() - t_rand > allowance) break;
         double ref_s = rand_s_best > 0 && (def_s <= 0 || rand_s_best < def_s) ? rand_s_best : def_s;
         budget = ref_s > 0 ? 2.0 + 2.0 * ref_s * (rep_search + 2) : 20.0;
         if (budget > 20.0) budget = 20.0;
@@ -361,8 +388,8 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
                  best_gf = rand_wins ? rand_gf_best : def_gf;
     const double wall = tlm_now_s() - t0;
     fprintf(stderr,
-            "[%s %s] best of %d random %.2f GFLOP/s (%d ok); best %.2f GFLOP/s %.3g ms; "
-            "%.1f s\n",
+            "[%s %s] best of %d variants + random %.2f GFLOP/s (%d ok); best %.2f GFLOP/s "
+            "%.3g ms; %.1f s\n",
             name, tname, tried, rand_gf_best, n_ok, best_gf, best_s * 1e3, wall);
 
     json_t *j = json_object();
@@ -383,6 +410,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
     json_object_set_new(j, "random_ok", json_integer(n_ok));
     json_object_set_new(j, "random_failed", json_integer(n_fail));
     json_object_set_new(j, "random_tried", json_integer(tried));
+    json_object_set_new(j, "variants", json_integer(nvar));
     json_object_set_new(j, "random_allowance_s", rs_num(allowance));
     json_object_set_new(j, "random_median_s", rand_s);
     json_object_set_new(j, "random_failures", fails);

@@ -178,7 +178,7 @@ def main():
                 "best_from": o.get("best_from"), "ok": o.get("random_ok"),
                 "failed": o.get("random_failed"), "wall": o.get("wall_s"),
                 "compile": o.get("compile_s"), "sched": o.get("best_schedule"),
-                "random_n": o.get("random_n"),
+                "random_n": (o.get("random_n") or 0) + (o.get("variants") or 0),
                 "tried": o.get("random_tried", o.get("random_n")),
             }
         recs.append(rec)
@@ -221,8 +221,10 @@ def main():
     L.append(f"Ours: targets {', '.join('`' + t + '`' for t in targets)} (`cpu:avx2` is x86-64-v3 "
              f"code run on this host; the peers always run their native kernels). `default` = "
              f"space_default through the pipeline (what the server serves untrained; 7 timing "
-             f"samples, 5 with --quick); `best` = the faster of the default and the best of "
-             f"{'/'.join(str(n) for n in nrand)} random schedules (space_sample, mode given, 3 "
+             f"samples, 5 with --quick); `best` = the fastest of the default, the variants (the "
+             f"rule of thumb along each other vector axis the space offers, and the default with "
+             f"packing toggled) and {'/'.join(str(n) for n in nrand)} random schedules "
+             f"(space_sample), all through the pipeline in mode given (3 "
              f"samples each; fewer schedules where the sweep's pace cut a pair short: see the "
              f"(n) marks and the cost table). Every figure is a median of a kernel checked "
              f"against the reference. Ratios are speedups: peer time / our time (> 1 = ours faster). "
