@@ -481,13 +481,14 @@ static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
 /* The default vector axis (CPU_TILE with a reduction), by a small model of each candidate:
  * lane use (its extent over the extent rounded up to whole vectors) times what feeding its
  * vectors costs — a load contiguous along it or a broadcast 1; a strided operand the packing
- * gathers r / (r + 2W), where r (capped at 256) is how many outputs reuse each gathered
- * element (the extents of the axes it does not depend on: a gather costs about a cycle, the
- * r / W vector FMAs it feeds half a cycle each); a per-lane gather 0.25 — times 0.7 when the
- * output is not contiguous along it (a transposing write-back, and a broadcast per register
- * row: measured 15-40 % slower than the same conv along OW at equal lane use, on AVX2 and
- * AVX-512). So convs keep OW unless their rows fill the lanes poorly; the last axis wins ties.
- * Returns the VECTORIZE value. */
+ * gathers r / (r + W/2), where r (capped at 256) is how many outputs reuse each gathered
+ * element (the extents of the axes it does not depend on); a per-lane gather 0.25 — times
+ * 0.45 when the output is not contiguous along it (a transposing write-back and a broadcast
+ * per register row). The constants are fitted to single-core timings of both paths on AVX2
+ * and AVX-512 (stems, stride-2 and 1x1 convs, 7x7 maps): along F our conv runs at 0.55-0.85x
+ * of the same conv along OW at equal lane use, so F wins only where OW rows fill few lanes
+ * (1x1 on a 20x20 map: 2x; 5-wide maps: 5-7x). The last axis wins ties. Returns the
+ * VECTORIZE value. */
 static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
 {
     const ir_stage *a = anchor(sp);
@@ -502,7 +503,23 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
         if (vals[k] < 1) continue;
         int x = ns - (int)vals[k];
         int64_t e = a->extent[x];
-        double score = (double)e / (double)(((e + lanes - 1) / lanes) * lanes);
+        /* lane use as codegen would get it: the register row pick_vec takes on this axis, its
+         * vector width (a 20-wide row gets 8-lane vectors on AVX-512: half the FMA width) and
+         * the padding of the last row */
+        space_sched first;
+        memset(&first, 0, sizeof first);
+        first.n = sp->n_slot;
+        first.v[vslot] = vals[k];
+        int64_t *row = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
+        int64_t t = 1;
+        if (row) {
+            int nr = cpu_ladder(sp, &first, vslot + 1, x, sp->s_levels - 1, e, CPU_INNER_MAX, row);
+            int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
+            t = nr > 0 ? pick_vec(row, nr, lanes, budget >= 24 ? 4 : 2) : 1;
+            free(row);
+        }
+        int w = space_cpu_tile_lanes(sp, t, true);
+        double score = (double)e / (double)(((e + t - 1) / t) * t) * (double)w / lanes;
         for (int id = 0; id < a->n_expr; id++) {
             const ir_expr *ld = &a->expr[id];
             if (ld->kind != IR_E_LOAD) continue;
@@ -522,10 +539,10 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
             for (int y = 0; y < ns; y++)
                 if (!(m & (1u << y))) r *= (double)a->extent[y];
             if (r > 256) r = 256;
-            score *= r / (r + 2.0 * lanes);
+            score *= r / (r + 0.5 * lanes);
         }
         const ir_tensor *o = &sp->g->tensor[sp->g->output];
-        if (x != o->ndim - 1) score *= 0.7;
+        if (x != o->ndim - 1) score *= 0.45;
         if (score > best_score * 1.0001) best_score = score, best = vals[k];
     }
     return best;
