@@ -201,13 +201,13 @@ static void point_names(cgc *c, const int64_t *o, int lane, cg_names *nm)
 }
 
 /* A padding select whose lanes form one contiguous run: the load is contiguous along the
- * vector axis, the value outside is 0, and every bound check moves with the lanes at stride
- * 1 or not at all (zero padding of a stride-1 convolution along its rows). */
+ * vector axis, the value outside is a constant (0 for a conv's zero padding, -inf for a max
+ * pool's), and every bound check moves with the lanes at stride 1 or not at all. */
 static bool range_select(const cgc *c, const ir_expr *e)
 {
     const ir_stage *s = c->a;
     const ir_expr *ld = &s->expr[e->a], *z = &s->expr[e->b];
-    if (ld->kind != IR_E_LOAD || z->kind != IR_E_CONST || z->value != 0.0) return false;
+    if (ld->kind != IR_E_LOAD || z->kind != IR_E_CONST) return false;
     if (flat_coef(c->g, ld, c->x) != 1) return false;
     for (int i = 0; i < e->ncond; i++)
         if (e->cond[i].coef[c->x] != 0 && e->cond[i].coef[c->x] != 1) return false;
@@ -216,7 +216,7 @@ static bool range_select(const cgc *c, const ir_expr *e)
 
 /* The range select as one masked load: lanes l with 0 <= A_i + l < hi_i for the moving checks
  * (A_i at lane 0), within the axis on an edge tile, when the fixed checks hold; masked-off
- * lanes are 0 and never touched. */
+ * lanes take the fill value and their memory is never touched. */
 static void emit_range_select(cgc *c, const ir_expr *e, const int64_t *o)
 {
     cg_buf *b = &c->b;
@@ -225,6 +225,34 @@ static void emit_range_select(cgc *c, const ir_expr *e, const int64_t *o)
     c->raw_x = true;
     point_names(c, o, 0, &nm);
     c->raw_x = false;
+    /* lo = max_i -A_i, hi = min_i hi_i - A_i (the helpers clamp them to [0, W]) */
+    cg_buf lb = {0}, hb = {0};
+    for (int i = 0; i < e->ncond; i++)
+        if (e->cond[i].coef[c->x] != 0) cg_printf(&lb, "tlm_imax(");
+    cg_printf(&lb, "INT64_C(0)");
+    for (int i = 0; i < e->ncond; i++) {
+        if (e->cond[i].coef[c->x] == 0) continue;
+        cg_printf(&lb, ", -(");
+        cg_emit_affine(&lb, s, &e->cond[i], &nm);
+        cg_printf(&lb, "))");
+    }
+    for (int i = 0; i < e->ncond; i++)
+        if (e->cond[i].coef[c->x] != 0) cg_printf(&hb, "tlm_imin(");
+    if (c->edge && c->pad[c->x]) /* and inside the axis on an edge tile */
+        cg_printf(&hb, "%lld - (%s_b + %lld)", (long long)c->E[c->x], s->axis[c->x],
+                  (long long)o[c->x]);
+    else
+        cg_printf(&hb, "INT64_C(%d)", c->W);
+    for (int i = 0; i < e->ncond; i++) {
+        if (e->cond[i].coef[c->x] == 0) continue;
+        cg_printf(&hb, ", %lld - (", (long long)e->cond_hi[i]);
+        cg_emit_affine(&hb, s, &e->cond[i], &nm);
+        cg_printf(&hb, "))");
+    }
+    char *lo = cg_buf_take(&lb), *hi = cg_buf_take(&hb);
+    double fill = s->expr[e->b].value;
+    char fl[64];
+    cg_float_literal(fill, fl, sizeof fl);
     cg_printf(b, "((");
     int fixed = 0;
     for (int i = 0; i < e->ncond; i++) {
@@ -233,34 +261,15 @@ static void emit_range_select(cgc *c, const ir_expr *e, const int64_t *o)
         cg_emit_affine(b, s, &e->cond[i], &nm);
         cg_printf(b, " < %lluu", (unsigned long long)e->cond_hi[i]);
     }
-    cg_printf(b, "%s) ? tlm_vload_range(&%s[", fixed ? "" : "1", c->nm.tensor[s->expr[e->a].tensor]);
+    cg_printf(b, "%s) ? ", fixed ? "" : "1");
+    if (fill != 0.0) cg_printf(b, "tlm_vfill(");
+    cg_printf(b, "tlm_vload_range(&%s[", c->nm.tensor[s->expr[e->a].tensor]);
     cg_emit_offset(b, c->g, s, &s->expr[e->a], &nm);
-    /* lo = max_i -A_i, hi = min_i hi_i - A_i (the helper clamps them to [0, W]) */
-    cg_printf(b, "], ");
-    for (int i = 0; i < e->ncond; i++)
-        if (e->cond[i].coef[c->x] != 0) cg_printf(b, "tlm_imax(");
-    cg_printf(b, "INT64_C(0)");
-    for (int i = 0; i < e->ncond; i++) {
-        if (e->cond[i].coef[c->x] == 0) continue;
-        cg_printf(b, ", -(");
-        cg_emit_affine(b, s, &e->cond[i], &nm);
-        cg_printf(b, "))");
-    }
-    cg_printf(b, ", ");
-    for (int i = 0; i < e->ncond; i++)
-        if (e->cond[i].coef[c->x] != 0) cg_printf(b, "tlm_imin(");
-    if (c->edge && c->pad[c->x]) /* and inside the axis on an edge tile */
-        cg_printf(b, "%lld - (%s_b + %lld)", (long long)c->E[c->x], s->axis[c->x],
-                  (long long)o[c->x]);
-    else
-        cg_printf(b, "INT64_C(%d)", c->W);
-    for (int i = 0; i < e->ncond; i++) {
-        if (e->cond[i].coef[c->x] == 0) continue;
-        cg_printf(b, ", %lld - (", (long long)e->cond_hi[i]);
-        cg_emit_affine(b, s, &e->cond[i], &nm);
-        cg_printf(b, "))");
-    }
-    cg_printf(b, ") : (tlm_vf){})");
+    cg_printf(b, "], %s, %s)", lo ? lo : "0", hi ? hi : "0");
+    if (fill != 0.0) cg_printf(b, ", %s, %s, %s)", lo ? lo : "0", hi ? hi : "0", fl);
+    cg_printf(b, " : (%s - (tlm_vf){}))", fl);
+    free(lo);
+    free(hi);
 }
 
 static void emit_vec(cgc *c, int id, const int64_t *o)
@@ -447,6 +456,12 @@ static void emit_vec_helpers(cgc *c)
         cg_line(b, 0, "}");
         cg_line(b, 0, "static inline tlm_vf tlm_vload_part(const float *p, int64_t n) "
                       "{ return tlm_vload_range(p, 0, n); }");
+        /* lanes outside [lo, hi) set to f (a max pool's -inf padding) */
+        cg_line(b, 0, "static inline tlm_vf tlm_vfill(tlm_vf v, int64_t lo, int64_t hi, float f)");
+        cg_line(b, 0, "{");
+        cg_line(b, 1, "for (int l = 0; l < %d; l++) v[l] = l >= lo && l < hi ? v[l] : f;", c->W);
+        cg_line(b, 1, "return v;");
+        cg_line(b, 0, "}");
     }
     for (int u = 0; u < IR_U_COUNT; u++) {
         const char *nm = ir_unop_name((ir_unop)u);

@@ -339,6 +339,28 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
         free(b.g);
         free(b.sp);
     }
+    /* a max pool pads with -inf: the masked-off lanes are filled, not zeroed */
+    const char *pool = "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":11,\"W\":19,"
+                       "\"KH\":3,\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}";
+    for (int i = 0; i < 2; i++) {
+        built b = build(pool, tg[i]);
+        space_sched s;
+        space_default(b.sp, &s);
+        tlm_error err;
+        cg_kernel k;
+        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+        cr_expect(strstr(k.source, "tlm_vfill(tlm_vload_range(&X[") != NULL, "%s: no filled load",
+                  tg[i]);
+        cg_kernel_free(&k);
+        check_schedule(&b, &s, pool);
+        uint64_t rng = 99;
+        for (int r = 0; r < 4; r++) {
+            space_sample(b.sp, &rng, &s);
+            check_schedule(&b, &s, pool);
+        }
+        free(b.g);
+        free(b.sp);
+    }
 }
 
 /* Rows kernels whose output outgrows the last-level cache stream it out from a per-thread
