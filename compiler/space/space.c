@@ -688,6 +688,13 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                 tasks *= space_tile(sp, out, x, 0);
             v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
+            if (sp->sketch == SKETCH_CPU_ROWS) {
+                /* a few microseconds of work: a fork-join costs as much, and a busy machine
+                 * that deschedules one thread makes the other wait at the barrier */
+                int64_t work = 0;
+                for (int si = 0; si < sp->g->n_stage; si++) work += ir_stage_points(&sp->g->stage[si]);
+                if (work < 65536) v = 0;
+            }
             break;
         }
         case SLOT_VECTORIZE: v = sp->sketch == SKETCH_CPU_TILE ? vectorize : 1; break;
