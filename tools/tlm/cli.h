@@ -56,4 +56,9 @@ int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *ou
  * other. */
 uint64_t cli_seed_state(uint64_t seed);
 
+/* `tlm compile --model NAME | --graph FILE ...` (cmd_network.c): a whole network into a
+ * directory of kernels and a manifest with its execution plan. run_compile hands over when
+ * argv holds --model or --graph. */
+int cli_compile_network(int argc, char **argv);
+
 #endif

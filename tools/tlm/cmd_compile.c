@@ -60,7 +60,9 @@ static const char compile_usage[] =
     "                   else the best-scored one that builds\n"
     "  --measure runs the kernel against the reference interpreter and times it (CPU targets\n"
     "  this machine can run). Writes DIR/kernel.c|.cu, DIR/kernel.so|.cubin, DIR/meta.json\n"
-    "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n";
+    "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n"
+    "A whole network: tlm compile (--model NAME | --graph FILE) --target T [-o DIR]\n"
+    "  (see tlm compile --model x --help)\n";
 
 /* ---- small file helpers ---- */
 
@@ -282,6 +284,9 @@ static int parse_args(int argc, char **argv, compile_args *a)
 
 static int run_compile(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--graph"))
+            return cli_compile_network(argc, argv);
     compile_args a;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc < 0 ? CLI_OK : prc;
