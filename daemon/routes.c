@@ -287,7 +287,9 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
         return rc;
     }
     fe_fused fu;
+    fe_plan plan = {0};
     rc = fe_fuse(g, &fu, e);
+    if (!rc && (rc = fe_plan_build(g, &fu, &plan, e))) fe_fused_free(&fu);
     if (rc) {
         proto_error_prefix(e, kind);
         fe_graph_free(g);
@@ -322,7 +324,8 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
                          name ? name : json_null(), "subgraphs", fu.n, "launches",
                          (json_int_t)fu.launches, "flops", (json_int_t)fu.flops, "macs",
                          (json_int_t)fu.macs, "fuse_s", tlmd_now() - t0);
-    if (!p->model) rc = bad(e, TLM_ENOMEM, "", "out of memory");
+    p->plan = fe_plan_to_json(g, &fu, &plan);
+    if (!p->model || !p->plan) rc = bad(e, TLM_ENOMEM, "", "out of memory");
     if (!gj && p->model) {
         /* the options as built, defaults filled in */
         const fe_zoo_info *zi = fe_zoo_find(g->name);
@@ -344,6 +347,7 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
         }
     }
 out:
+    fe_plan_free(&plan);
     fe_fused_free(&fu);
     fe_graph_free(g);
     if (rc) job_params_free(p);

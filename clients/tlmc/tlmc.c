@@ -14,7 +14,8 @@
  *    NNN_<op>.so|.cubin (checked against its SHA-256), NNN_<op>.c|.cu (source) and
  *    NNN_<op>.json (the server's meta plus index, node, occurrences); NNN is the kernel's
  *    index in the answer. DIR/manifest.json (written last, atomically) lists the model or
- *    graph, the target, and per subgraph its files, entry, launch config and occurrences.
+ *    graph, the target, per subgraph its files, entry, launch config and occurrences, and
+ *    for graphs and models the execution plan (proto/graph.md) that `tlm run --plan DIR` runs.
  *  - Exit status: 0 success; 1 the work failed (server unreachable, compile or server error,
  *    I/O); 2 bad usage or bad input (including the server's 4xx answers: invalid field,
  *    unsupported, unknown key, token refused). Messages go to stderr, one line each.
@@ -242,6 +243,7 @@ typedef struct {
     int total, done, hits, misses;
     json_t **kernels; /* by index: the kernel objects */
     json_t *model, *target, *stats, *error;
+    json_t *plan; /* graph and model answers: the execution plan (done event) */
     char job[32];
     double t0;
     bool ok, failed;
@@ -305,6 +307,8 @@ static void on_event(stream *s, json_t *ev)
             json_decref(s->model);
             s->model = json_incref(json_object_get(ev, "model"));
         }
+        json_decref(s->plan);
+        s->plan = json_incref(json_object_get(ev, "plan"));
         s->ok = true;
     } else if (!strcmp(type, "error")) {
         s->error = json_incref(ev);
@@ -353,6 +357,7 @@ static void stream_free(stream *s)
     json_decref(s->target);
     json_decref(s->stats);
     json_decref(s->error);
+    json_decref(s->plan);
 }
 
 /* ---- compile: the files ---- */
@@ -483,6 +488,8 @@ static int write_outputs(stream *s, const char *dir, const json_t *request)
                   "request", request, "model", s->model ? s->model : json_null(), "target",
                   s->target ? s->target : json_null(), "job", s->job, "kernels", list, "stats",
                   s->stats ? s->stats : json_null());
+    /* the plan's launches name "subgraph" = the index of "kernels" (and of the files) */
+    if (man && s->plan) json_object_set(man, "plan", s->plan);
     char *text = man ? json_dumps(man, JSON_INDENT(2)) : NULL;
     json_decref(man);
     if (!text) return fail(EXIT_WORK, "out of memory");
