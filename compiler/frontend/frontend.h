@@ -24,7 +24,9 @@
  *    first, then inputs[1] (the other operand is the residual tensor). An epilogue op that
  *    joins nothing starts an `elementwise` subgraph (a standalone bias_add only on a 1-D
  *    tensor; otherwise TLM_EUNSUPPORTED). Views end chains. Subgraphs are deduplicated by
- *    workload hash, in first-seen order, with occurrence counts.
+ *    workload hash, in first-seen order, with occurrence counts; every group is also kept
+ *    as a launch (fe_launch: its subgraph and the graph values bound to the kernel's
+ *    arguments), in an order that runs the network (see fuse.c).
  *  - Counts are kernel launches: a `transpose` of a tensor with leading dims [B..., R, C] is
  *    one IR transpose [R,C] launched prod(B...) times.
  *  - Nothing here allocates global state; graphs and fusion results are owned by the caller.

@@ -21,11 +21,12 @@
 
 static const char run_usage[] =
     "usage: tlm run --plan DIR [--inputs random|FILE.npz] [--seed S] [--repeat N]\n"
-    "               [--check auto|on|off] [--tolerance T]\n"
+    "               [--check auto|on|off] [--tolerance T] [--save-outputs DIR]\n"
     "  runs the network compiled into DIR (manifest.json with its plan, and the kernels):\n"
     "  one warm-up, then N timed runs (default 10); prints per-launch and end-to-end times\n"
     "  and the check against the reference interpreter over the same plan (auto: models of\n"
-    "  at most 2 GFLOP; tolerance on max|ours - ref| / max|ref|, default 1e-3)\n";
+    "  at most 2 GFLOP; tolerance on max|ours - ref| / max|ref|, default 1e-3);\n"
+    "  --save-outputs DIR writes each output of the last run as DIR/NAME.npy\n";
 
 #define AUTO_CHECK_FLOPS 2e9
 
@@ -92,6 +93,43 @@ static int bind_npz(rt_model *m, const char *path, tlm_error *err)
     return rc;
 }
 
+/* One output as a version-1 .npy file (float32, C order, the plan's shape). */
+static int save_npy(const char *dir, const rt_tensor *t, const float *data, tlm_error *err)
+{
+    char path[4400], name[FE_MAX_NAME + 1], hdr[256];
+    snprintf(name, sizeof name, "%s", t->name);
+    for (char *p = name; *p; p++)
+        if (*p == '/') *p = '_';
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (int d = 0; d < t->ndim; d++)
+        n += snprintf(hdr + n, sizeof hdr - n, "%lld,%s", (long long)t->shape[d],
+                      d + 1 < t->ndim ? " " : "");
+    n += snprintf(hdr + n, sizeof hdr - n, "), }");
+    /* magic (6) + version (2) + length (2) + header, padded with spaces to 64 and ending '\n' */
+    int total = (10 + n + 1 + 63) / 64 * 64;
+    memset(hdr + n, ' ', total - 10 - n);
+    hdr[total - 10 - 1] = '\n';
+    FILE *f = fopen(path, "wb");
+    if (!f) return tlm_err_set(err, TLM_EIO, "--save-outputs", "cannot write %s", path);
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)((total - 10) & 0xff),
+                             (unsigned char)((total - 10) >> 8)};
+    bool ok = fwrite(pre, 1, 10, f) == 10 &&
+              fwrite(hdr, 1, total - 10, f) == (size_t)(total - 10) &&
+              fwrite(data, 4, (size_t)(t->bytes / 4), f) == (size_t)(t->bytes / 4);
+    if (fclose(f) || !ok)
+        return tlm_err_set(err, TLM_EIO, "--save-outputs", "cannot write %s", path);
+    return 0;
+}
+
 /* ---- the command ---- */
 
 static int cmp_double(const void *a, const void *b)
@@ -119,7 +157,7 @@ static double manifest_flops(const char *dir)
 
 static int run_run(int argc, char **argv)
 {
-    const char *dir = NULL, *inputs = "random", *check = "auto";
+    const char *dir = NULL, *inputs = "random", *check = "auto", *save = NULL;
     uint64_t repeat = 10, seed = 1;
     double tol = 1e-3;
     tlm_error err;
@@ -138,6 +176,8 @@ static int run_run(int argc, char **argv)
             inputs = v;
         else if (!strcmp(o, "--check"))
             check = v;
+        else if (!strcmp(o, "--save-outputs"))
+            save = v;
         else if (!strcmp(o, "--repeat")) {
             if (cli_parse_u64(o, v, 100000, &repeat, &err)) return cli_report(&err);
             if (repeat < 1) return cli_usage_error("run: --repeat must be at least 1");
@@ -186,6 +226,14 @@ static int run_run(int argc, char **argv)
             goto done;
         }
         e2e[r] = tlm_now_s() - t0;
+    }
+    for (int i = 0; save && i < rt_model_n_tensors(m); i++) {
+        const rt_tensor *t = rt_model_tensor(m, i);
+        if (t->kind == FE_T_OUTPUT && save_npy(save, t, rt_model_data(m, i), &err)) {
+            cli_report(&err);
+            rc = CLI_FAIL;
+            goto done;
+        }
     }
     json_t *ls = json_array();
     double sum_med = 0;
