@@ -10,6 +10,7 @@
  * run. --check auto runs it when the model has at most 2 GFLOP (the reference is a double
  * precision interpreter; BLAS for the contractions, loops for the rest).
  * Exit status: 0, 1 when running fails or the check exceeds --tolerance, 2 bad usage/input. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,10 +65,33 @@ static int bind_npy(rt_model *m, const char *name, const unsigned char *p, size_
     return rc;
 }
 
+/* Weights are large (GPT-2: 0.5 GB): the whole file, up to 16 GiB, not cli_read_file's 16 MiB. */
+static char *read_big(const char *path, size_t *len, tlm_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tlm_err_set(err, TLM_EINVAL, "--inputs", "cannot open \"%s\": %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    if (n >= 0 && n <= (INT64_C(16) << 30) && !fseek(f, 0, SEEK_SET)) buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        tlm_err_set(err, TLM_EINVAL, "--inputs", "cannot read \"%s\" (a file of at most 16 GiB)",
+                    path);
+        return NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
 static int bind_npz(rt_model *m, const char *path, tlm_error *err)
 {
     size_t len;
-    char *buf = cli_read_file("--inputs", path, &len, err);
+    char *buf = read_big(path, &len, err);
     if (!buf) return err->code;
     const unsigned char *z = (const unsigned char *)buf;
     size_t pos = 0;
