@@ -150,5 +150,7 @@ Test(tlm_run, bad_usage_exits_2)
     free_result(&r);
     r = RUN("compile", "--model", "nosuchnet", "--target", "cpu", "-o", g_dir);
     cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--model"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err), 1, "one line: %s", r.err);
     free_result(&r);
 }

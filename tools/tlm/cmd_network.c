@@ -96,7 +96,13 @@ static int parse_net_args(int argc, char **argv, net_args *a, tlm_error *err)
 
 static int load_network(const net_args *a, fe_graph **g, tlm_error *err)
 {
-    if (a->model) return fe_zoo_build(a->model, &a->zo, g, err);
+    if (a->model) {
+        int rc = fe_zoo_build(a->model, &a->zo, g, err);
+        /* every error here is the user's input: an unknown name exits 2 like a bad option */
+        if (rc == TLM_ENOTFOUND) err->code = rc = TLM_EINVAL;
+        if (rc && !strcmp(err->field, "name")) snprintf(err->field, sizeof err->field, "--model");
+        return rc;
+    }
     size_t len;
     char *text = cli_read_file("--graph", a->graph, &len, err);
     if (!text) return err->code;
