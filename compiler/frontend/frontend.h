@@ -230,6 +230,37 @@ void fe_plan_free(fe_plan *p);
  * memory. The server adds each launch's "kernel" (key) and "launch" (CUDA config). */
 json_t *fe_plan_to_json(const fe_graph *g, const fe_fused *f, const fe_plan *p);
 
+/* ---- ONNX import (onnx.c; protobuf-c against the vendored onnx.proto) ----
+ * An ONNX model (default-domain opset 13..21, float32, static shapes) → a graph and its
+ * weights. Operators: Conv (+ bias; groups), BatchNormalization right after a Conv (folded
+ * into its weight and bias), Gemm (transB, bias; alpha = beta = 1), MatMul (2-D B → dense,
+ * same-rank → batch_matmul), Add / Mul (same shapes, or Add of a constant channel bias),
+ * Relu, Clip(0, 6) / Clip(0), Gelu (erf), Sigmoid, Tanh, Softmax and LayerNormalization over
+ * the last axis, GlobalAveragePool (as global_avg_pool2d + a view to [N, C, 1, 1]), MaxPool /
+ * AveragePool (symmetric pads, no ceil_mode), Reshape (constant shape) and Flatten as views,
+ * Transpose of the last two axes, Constant, Identity, Dropout. Initializers used as tensors
+ * become params (a Conv's weight and bias are its own copies, "<out>.weight" / "<out>.bias").
+ * Errors: TLM_EINVAL "onnx" (the protobuf does not decode), fields "onnx.graph.input[i]"
+ * (dynamic or non-float inputs: TLM_EUNSUPPORTED), "onnx.graph.node[i]" naming the node and
+ * op type (TLM_EUNSUPPORTED for an operator or attribute outside the list, the graph's own
+ * error otherwise), "onnx.graph.initializer[i]" (data that does not match its dims),
+ * "onnx.opset_import". weights may be NULL; else it receives every param's float32 data
+ * (free with fe_onnx_weights_free). */
+typedef struct {
+    char *name;
+    int64_t n;
+    float *data;
+} fe_onnx_param;
+
+typedef struct {
+    int n;
+    fe_onnx_param *p;
+} fe_onnx_weights;
+
+int fe_onnx_import(const void *data, size_t len, fe_graph **out, fe_onnx_weights *weights,
+                   tlm_error *err);
+void fe_onnx_weights_free(fe_onnx_weights *w);
+
 /* ---- model zoo (zoo.c) ---- */
 
 enum { FE_ZOO_BATCH = 1 << 0, FE_ZOO_IMAGE_SIZE = 1 << 1, FE_ZOO_SEQ_LEN = 1 << 2 };

@@ -60,5 +60,8 @@ uint64_t cli_seed_state(uint64_t seed);
  * directory of kernels and a manifest with its execution plan. run_compile hands over when
  * argv holds --model or --graph. */
 int cli_compile_network(int argc, char **argv);
+/* An ONNX file (weights included: up to 2 GiB, beyond CLI_MAX_INPUT); NULL and err (field
+ * --onnx / --inputs as flag says) on failure. */
+char *cli_read_onnx(const char *path, size_t *len, tlm_error *err);
 
 #endif

@@ -1,6 +1,8 @@
 /* cmd_network.c — `tlm compile --model NAME | --graph FILE --target T [-o DIR]`: a whole network
  * to a directory of kernels and a manifest with its execution plan, without a server.
  *
+ * (--onnx FILE: an ONNX model, imported by fe_onnx_import; its initializers are its weights,
+ * which `tlm run --plan DIR --inputs FILE.onnx` binds.)
  * DIR gets the layout `tlmc compile -o DIR` writes (so `tlm run --plan DIR` reads either):
  *   NNN_<op>.so|.cubin, NNN_<op>.c|.cu   one kernel per unique subgraph (NNN its index)
  *   manifest.json   {"version", "server": null, "model" (kind, name, options, subgraphs,
@@ -24,7 +26,8 @@
 #include "tools/tlm/cli.h"
 
 static const char network_usage[] =
-    "usage: tlm compile (--model NAME [--batch B] [--image-size S] [--seq-len L] | --graph FILE)\n"
+    "usage: tlm compile (--model NAME [--batch B] [--image-size S] [--seq-len L] | --graph FILE\n"
+    "                   | --onnx FILE.onnx)\n"
     "                   --target T [-o DIR] [--jobs N]\n"
     "  compiles every unique subgraph of the network with the default schedule into DIR\n"
     "  (default ./tlm-out): NNN_<op>.so|.cubin, the sources and manifest.json with the\n"
@@ -47,7 +50,7 @@ static int write_all(const char *path, const void *data, size_t len, tlm_error *
 }
 
 typedef struct {
-    const char *model, *graph, *tg, *dir;
+    const char *model, *graph, *onnx, *tg, *dir;
     fe_zoo_opts zo;
     int jobs;
 } net_args;
@@ -70,6 +73,8 @@ static int parse_net_args(int argc, char **argv, net_args *a, tlm_error *err)
             a->model = v;
         else if (!strcmp(o, "--graph"))
             a->graph = v;
+        else if (!strcmp(o, "--onnx"))
+            a->onnx = v;
         else if (!strcmp(o, "--target"))
             a->tg = v;
         else if (!strcmp(o, "-o") || !strcmp(o, "--out"))
@@ -88,8 +93,9 @@ static int parse_net_args(int argc, char **argv, net_args *a, tlm_error *err)
         } else
             return cli_usage_error("compile: unknown option %s (see tlm compile --help)", o);
     }
-    if (!!a->model + !!a->graph != 1)
-        return cli_usage_error("compile: give exactly one of --model, --graph (or --workload)");
+    if (!!a->model + !!a->graph + !!a->onnx != 1)
+        return cli_usage_error(
+            "compile: give exactly one of --model, --graph, --onnx (or --workload)");
     if (!a->tg) return cli_usage_error("compile: --target is required (see tlm compile --help)");
     return 0;
 }
@@ -101,6 +107,14 @@ static int load_network(const net_args *a, fe_graph **g, tlm_error *err)
         /* every error here is the user's input: an unknown name exits 2 like a bad option */
         if (rc == TLM_ENOTFOUND) err->code = rc = TLM_EINVAL;
         if (rc && !strcmp(err->field, "name")) snprintf(err->field, sizeof err->field, "--model");
+        return rc;
+    }
+    if (a->onnx) {
+        size_t n;
+        char *bytes = cli_read_onnx(a->onnx, &n, err);
+        if (!bytes) return err->code;
+        int rc = fe_onnx_import(bytes, n, g, NULL, err);
+        free(bytes);
         return rc;
     }
     size_t len;
@@ -210,7 +224,10 @@ int cli_compile_network(int argc, char **argv)
     }
     json_t *pj = fe_plan_to_json(g, &fu, &plan);
     double secs = tlm_now_s() - t0;
-    json_t *mj = json_pack("{s:s, s:o*, s:i, s:I, s:I, s:I}", "kind", a.model ? "model" : "graph",
+    json_t *mj = json_pack("{s:s, s:o*, s:i, s:I, s:I, s:I}", "kind",
+                           a.model  ? "model"
+                           : a.onnx ? "onnx"
+                                    : "graph",
                            "name", g->name ? json_string(g->name) : json_null(), "subgraphs", fu.n,
                            "launches", (json_int_t)fu.launches, "flops", (json_int_t)fu.flops,
                            "macs", (json_int_t)fu.macs);

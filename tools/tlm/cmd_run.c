@@ -1,15 +1,16 @@
 /* cmd_run.c — `tlm run --plan DIR [--inputs random|FILE.npz] [--repeat N] [--check auto|on|off]`:
  * run a compiled network (compiler/runtime) and time it.
  *
- * DIR is what `tlmc compile -o DIR` or `tlm compile --model|--graph ... -o DIR` wrote. Inputs
- * and params are random (rt_bind_random, --seed) or come from an .npz file (numpy.savez,
+ * DIR is what `tlmc compile -o DIR` or `tlm compile --model|--graph|--onnx ... -o DIR` wrote.
+ * Inputs and params are random (rt_bind_random, --seed) or come from an .npz file (numpy.savez,
  * uncompressed: float32 C-order arrays named like the plan's inputs and params; arrays the
- * file lacks stay random). One warm-up run, then --repeat timed runs. Prints JSON: per launch
- * (node, op, repeat, median ms over the runs), end to end (median, min, mean ms), and the
- * check: the reference interpreter over the same plan (rt_reference), compared with the last
- * run. --check auto runs it when the model has at most 2 GFLOP (the reference is a double
- * precision interpreter; BLAS for the contractions, loops for the rest).
- * Exit status: 0, 1 when running fails or the check exceeds --tolerance, 2 bad usage/input. */
+ * file lacks stay random) or from the ONNX file the plan was compiled from (its initializers,
+ * folded as the import folds them; graph inputs stay random). One warm-up run, then --repeat timed
+ * runs. Prints JSON: per launch (node, op, repeat, median ms over the runs), end to end (median,
+ * min, mean ms), and the check: the reference interpreter over the same plan (rt_reference),
+ * compared with the last run. --check auto runs it when the model has at most 2 GFLOP (the
+ * reference is a double precision interpreter; BLAS for the contractions, loops for the rest). Exit
+ * status: 0, 1 when running fails or the check exceeds --tolerance, 2 bad usage/input. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@
 #include "tools/tlm/cli.h"
 
 static const char run_usage[] =
-    "usage: tlm run --plan DIR [--inputs random|FILE.npz] [--seed S] [--repeat N]\n"
+    "usage: tlm run --plan DIR [--inputs random|FILE.npz|FILE.onnx] [--seed S] [--repeat N]\n"
     "               [--check auto|on|off] [--tolerance T] [--save-outputs DIR]\n"
     "  runs the network compiled into DIR (manifest.json with its plan, and the kernels):\n"
     "  one warm-up, then N timed runs (default 10); prints per-launch and end-to-end times\n"
@@ -86,6 +87,32 @@ static char *read_big(const char *path, size_t *len, tlm_error *err)
     fclose(f);
     *len = (size_t)n;
     return buf;
+}
+
+char *cli_read_onnx(const char *path, size_t *len, tlm_error *err)
+{
+    return read_big(path, len, err);
+}
+
+/* An ONNX model's initializers (after the import's folding) bound to the params of the same
+ * name: the plan must come from `tlm compile --onnx` of the same file. */
+static int bind_onnx(rt_model *m, const char *path, tlm_error *err)
+{
+    size_t len;
+    char *buf = read_big(path, &len, err);
+    if (!buf) return err->code;
+    fe_graph *g = NULL;
+    fe_onnx_weights w;
+    int rc = fe_onnx_import(buf, len, &g, &w, err);
+    free(buf);
+    fe_graph_free(g);
+    for (int i = 0; !rc && i < w.n; i++) {
+        rc = rt_bind(m, w.p[i].name, w.p[i].data, w.p[i].n, err);
+        if (rc) snprintf(err->field, sizeof err->field, "--inputs");
+    }
+    if (rc && err->code != TLM_ENOMEM) err->code = rc = TLM_EINVAL;
+    fe_onnx_weights_free(&w);
+    return rc;
 }
 
 static int bind_npz(rt_model *m, const char *path, tlm_error *err)
@@ -233,7 +260,10 @@ static int run_run(int argc, char **argv)
         goto done;
     }
     rt_bind_random(m, seed);
-    if (strcmp(inputs, "random") && bind_npz(m, inputs, &err)) {
+    size_t il = strlen(inputs);
+    bool onnx = il > 5 && !strcmp(inputs + il - 5, ".onnx");
+    if (strcmp(inputs, "random") &&
+        (onnx ? bind_onnx(m, inputs, &err) : bind_npz(m, inputs, &err))) {
         rc = cli_report(&err);
         goto done;
     }
