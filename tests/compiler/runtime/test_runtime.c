@@ -9,11 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compiler/driver/pipeline.h"
-#include "compiler/frontend/frontend.h"
 #include "compiler/runtime/runtime.h"
-#include "compiler/target/target.h"
-#include "proto/workload.h"
+#include "tests/common/plan_dir.h"
 
 static json_t *J(const char *text)
 {
@@ -27,65 +24,19 @@ static json_t *J(const char *text)
     return j;
 }
 
-static void write_text(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "cannot write %s", path);
-    cr_assert_eq(fwrite(data, 1, n, f), n);
-    fclose(f);
-}
-
-/* What `tlm compile --graph` does, in process: fuse, plan, compile each unique subgraph with
- * the default schedule for this CPU, write NNN.so and manifest.json into a fresh directory. */
 static char *compile_graph(const char *graph_text)
 {
-    char *dir = strdup("/tmp/tlm-rt-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
     json_t *gj = J(graph_text);
     fe_graph *g;
     tlm_error err = {0};
     cr_assert_eq(fe_graph_from_json(gj, &g, &err), 0, "%s: %s", err.field, err.msg);
     json_decref(gj);
-    fe_fused f;
-    fe_plan p;
-    cr_assert_eq(fe_fuse(g, &f, &err), 0, "%s", err.msg);
-    cr_assert_eq(fe_plan_build(g, &f, &p, &err), 0, "%s", err.msg);
-    target t;
-    cr_assert_eq(target_parse("cpu", &t, &err), 0);
-    pl_opts o;
-    pl_opts_init(&o);
-    o.measure = PL_MEASURE_OFF;
-    json_t *ks = json_array();
-    for (int i = 0; i < f.n; i++) {
-        pl_job j;
-        cr_assert_eq(pl_run(&j, &f.sub[i].wl, &t, &o, &err), 0, "%s", err.msg);
-        char name[32], path[512];
-        snprintf(name, sizeof name, "%03d.so", i);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        write_text(path, j.art.binary, j.art.binary_size);
-        json_array_append_new(ks, json_pack("{s:s, s:s, s:s, s:{}, s:o}", "binary", name, "entry",
-                                            j.art.entry, "format", j.art.format, "launch",
-                                            "workload", proto_workload_encode(&f.sub[i].wl)));
-        pl_job_free(&j);
-    }
-    json_t *man = json_pack("{s:o, s:o, s:{s:I}}", "kernels", ks, "plan",
-                            fe_plan_to_json(g, &f, &p), "model", "flops", (json_int_t)f.flops);
-    char path[512];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    cr_assert_eq(json_dump_file(man, path, 0), 0);
-    json_decref(man);
-    fe_plan_free(&p);
-    fe_fused_free(&f);
-    fe_graph_free(g);
-    return dir;
+    return plan_dir_compile(g);
 }
 
 static void remove_dir(char *dir)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(dir);
+    plan_dir_remove(dir);
 }
 
 static const char mlp[] = "{'inputs': [{'name': 'x', 'shape': [4, 2, 16]},"
