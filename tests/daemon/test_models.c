@@ -216,6 +216,73 @@ Test(models, graph_answer_carries_a_plan_that_runs)
     teardown(&d);
 }
 
+static char *b64_file(const char *name)
+{
+    const char *root = getenv("TLM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/onnx/%s", root && *root ? root : ".", name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    static unsigned char d[1 << 16];
+    size_t n = fread(d, 1, sizeof d, f);
+    fclose(f);
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *p = o;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                     (i + 2 < n ? d[i + 2] : 0);
+        *p++ = a[v >> 18 & 63];
+        *p++ = a[v >> 12 & 63];
+        *p++ = i + 1 < n ? a[v >> 6 & 63] : '=';
+        *p++ = i + 2 < n ? a[v & 63] : '=';
+    }
+    *p = 0;
+    return o;
+}
+
+Test(models, onnx_models_compile_with_a_plan_and_bad_ones_name_the_node)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    char *b64 = b64_file("transformer_block.onnx");
+    char *body = malloc(strlen(b64) + 64);
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    resp r = post(&d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *ans = body_json(&r);
+    cr_assert_str_eq(jstr(json_object_get(ans, "model"), "kind"), "onnx");
+    json_t *plan = json_object_get(ans, "plan");
+    cr_assert_geq(json_array_size(json_object_get(plan, "launches")), 10);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(plan, "outputs"), 0)), "y");
+    json_decref(ans);
+    resp_free(&r);
+    free(b64);
+    free(body);
+
+    b64 = b64_file("unknown_op.onnx");
+    body = malloc(strlen(b64) + 64);
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    r = post(&d, body);
+    cr_assert_eq(r.status, 422, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "onnx.graph.node[1]") && strstr(r.body.p, "Sin"), "%s", r.body.p);
+    resp_free(&r);
+    /* truncated: the protobuf does not decode */
+    b64[strlen(b64) / 2 / 4 * 4] = 0;
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    r = post(&d, body);
+    cr_assert_eq(r.status, 400, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"onnx\""), "%s", r.body.p);
+    resp_free(&r);
+    r = post(&d, "{\"target\":\"cpu\",\"onnx\":\"not base64!\"}");
+    cr_assert_eq(r.status, 400);
+    resp_free(&r);
+    free(b64);
+    free(body);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 Test(models, resnet50_cpu_unique_subgraphs_then_all_hits)
 {
     tlmd d;
