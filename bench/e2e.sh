@@ -4,7 +4,7 @@
 # provider) running the same network with the same weights. Writes bench/results/e2e.md.
 #
 # Per model, in this order (peers right after ours, so all see the same machine state):
-#   1. a tlmd on a free loopback port, fresh store, no TLM weights (schedule_source
+#   1. a tlmd on a free loopback port, a fresh store for this model, no TLM weights (schedule_source
 #      "default"): `tlmc compile --model M -o DIR` twice, cold (every kernel compiled) then
 #      warm (every kernel a cache hit); wall times of both
 #   2. bench/e2e_peers.py torch DIR: the weights (DIR/weights.npz), PyTorch eager latency,
@@ -57,10 +57,11 @@ trap 'exit 130' INT TERM
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { $PY -c 'import time; print(time.time())'; }
 
+# start_daemon STORE
 start_daemon() {
     port=$(free_port)
     # two compilers at a time: the machine is shared
-    UV_THREADPOOL_SIZE=2 build/tlmd --listen "127.0.0.1:$port" --store "$tmp/store.db" \
+    UV_THREADPOOL_SIZE=2 build/tlmd --listen "127.0.0.1:$port" --store "$1" \
         --weights none >>"$tmp/tlmd.out" 2>&1 &
     pid=$!
     for _ in $(seq 1 300); do
@@ -72,7 +73,6 @@ start_daemon() {
     exit 1
 }
 
-start_daemon
 results=$tmp/results.jsonl
 : >"$results"
 for spec in $MODELS; do
@@ -82,7 +82,9 @@ for spec in $MODELS; do
     val=${opt#*=}
     flag="--$(echo "$key" | tr _ -)"
     d=$tmp/$name-$key$val
-    rm -rf "$d" "$d.warm"
+    rm -rf "$d" "$d.warm" "$d.store.db"*
+    # a fresh store per model: "cold" compiles every kernel of this model (models share some)
+    start_daemon "$d.store.db"
     echo "e2e.sh: $name $key=$val: compiling (cold)" >&2
     t0=$(now)
     build/tlmc --server "http://127.0.0.1:$port" compile --model "$name" "$flag" "$val" \
@@ -91,6 +93,7 @@ for spec in $MODELS; do
     build/tlmc --server "http://127.0.0.1:$port" compile --model "$name" "$flag" "$val" \
         --target cpu -o "$d.warm" >/dev/null 2>>"$d.compile.log"
     t2=$(now)
+    stop_daemon
     echo "e2e.sh: $name: PyTorch eager + ONNX export" >&2
     $PY bench/e2e_peers.py torch "$d" --runs "$RUNS" >"$d/torch.json"
     echo "e2e.sh: $name: tlm run" >&2

@@ -455,9 +455,20 @@ static int fetch_kernel(const char *dir, int i, int total, json_t *k, json_t *en
 static json_t *manifest_entry(int i, const json_t *k)
 {
     json_t *e = json_pack("{s:i}", "index", i);
-    static const char *const keys[] = {
-        "node",   "occurrences", "workload",      "workload_hash", "key", "cache", "entry",
-        "format", "launch",      "binary_sha256", "binary_size",   "url", NULL};
+    static const char *const keys[] = {"node",
+                                       "occurrences",
+                                       "workload",
+                                       "workload_hash",
+                                       "key",
+                                       "cache",
+                                       "entry",
+                                       "format",
+                                       "launch",
+                                       "binary_sha256",
+                                       "binary_size",
+                                       "url",
+                                       "schedule_source",
+                                       NULL};
     for (int j = 0; keys[j]; j++) {
         json_t *v = json_object_get(k, keys[j]);
         if (v) json_object_set(e, keys[j], v);
