@@ -5,9 +5,8 @@
  * graph value, or to a constant (an initializer or a Constant node) that stays data until a
  * node uses it as a tensor operand, which makes it a param. Operators become graph nodes (see
  * fe_onnx_import in frontend.h for the list); BatchNormalization is folded into the Conv that
- * produced its input (every Conv gets its own copy of its weight and a bias for that), views
- * (Reshape, Flatten, a Transpose of the last two axes... which is a kernel in our IR) follow
- * the graph's rules. */
+ * produced its input (every Conv gets its own copy of its weight and a bias for that);
+ * Reshape and Flatten become views, a Transpose of the last two axes the graph's transpose. */
 #include "compiler/frontend/frontend.h"
 
 #include <math.h>
@@ -504,11 +503,10 @@ static int do_node(imp *m, int ni, const Onnx__NodeProto *n)
         if (nin < 1 || !(in[0] = operand(m, ni, n->input[0]))) return m->err->code;
         const fe_value *x = gvalue(m, in[0]);
         bool soft = !strcmp(op, "Softmax");
-        int64_t axis = attr_i(n, "axis", soft && m->opset < 13 ? 1 : -1);
+        /* opset >= 13 (checked on import): both default to the last axis */
+        int64_t axis = attr_i(n, "axis", -1);
         if (axis != -1 && axis != x->ndim - 1)
             return unsupported(m, ni, n, "only over the last axis");
-        if (soft && m->opset < 13 && x->ndim != 2)
-            return unsupported(m, ni, n, "opset < 13 Softmax coerces to 2-D: only 2-D inputs");
         if (!soft) {
             if (nin < 3 || !*n->input[2]) return unsupported(m, ni, n, "needs scale and B (bias)");
             if (!(in[1] = operand(m, ni, n->input[1])) || !(in[2] = operand(m, ni, n->input[2])))
