@@ -18,7 +18,7 @@ CUDA_HOME ?= /usr/local/cuda
 # pkg-config runs at the first recipe that needs a flag, once (`once`), not when the Makefile is
 # read: so `make test` on a fresh machine sees what its `deps` step has just installed.
 once = $(eval $(1) := $$(shell $(2)))$($(1))
-PKGS     := jansson libcrypto openblas sqlite3
+PKGS     := jansson libcrypto openblas sqlite3 libprotobuf-c
 PKG_CFLAGS = $(call once,PKG_CFLAGS,pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(call once,PKG_LIBS,pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -89,6 +89,11 @@ deps-check-bench:
 ifneq ($(filter test test-build run bench,$(MAKECMDGOALS)),)
 deps-check-build deps-check-test deps-check-bench: deps
 endif
+
+# The ONNX protobuf decoder (compiler/frontend/onnx.pb-c.[ch]) is generated from the vendored
+# onnx.proto and committed; it is regenerated only when onnx.proto changes (protoc-c).
+compiler/frontend/onnx.pb-c.c compiler/frontend/onnx.pb-c.h: compiler/frontend/onnx.proto
+	cd compiler/frontend && protoc-c --c_out=. onnx.proto
 
 $(BUILD)/obj/%.o: %.c | deps-check-build
 	@mkdir -p $(dir $@)

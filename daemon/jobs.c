@@ -138,10 +138,12 @@ void job_params_free(job_params *p)
     free(p->occ);
     free(p->node);
     json_decref(p->model);
+    json_decref(p->plan);
     p->wl = NULL;
     p->occ = NULL;
     p->node = NULL;
     p->model = NULL;
+    p->plan = NULL;
 }
 
 static void job_unref(job *j)
@@ -228,6 +230,23 @@ static json_t *target_obj(job *j)
 
 static void job_answer(job *j, http_req *r, job_state st);
 
+/* The plan's launches name their subgraph; once every kernel is known each launch also gets
+ * the kernel's cache key and (CUDA) launch configuration, so a client needs nothing else. */
+static void plan_fill_kernels(job *j)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(json_object_get(j->p.plan, "launches"), i, l)
+    {
+        json_int_t s = json_integer_value(json_object_get(l, "subgraph"));
+        if (s < 0 || s >= j->p.n || !j->kt[s].kernel) continue;
+        json_t *key = json_object_get(j->kt[s].kernel, "key");
+        json_t *launch = json_object_get(j->kt[s].kernel, "launch");
+        if (key) json_object_set(l, "kernel", key);
+        if (launch) json_object_set(l, "launch", launch);
+    }
+}
+
 static void job_finish(job *j, job_state st, const tlm_error *err, int status)
 {
     if (j->state != JOB_RUNNING) return;
@@ -244,6 +263,8 @@ static void job_finish(job *j, job_state st, const tlm_error *err, int status)
                               target_obj(j), "kernels", ks, "stats", job_stats(j), "mode",
                               j->p.mode_name, "effective_mode", pl_mode_name(j->p.mode));
         if (j->answer && j->p.model) json_object_set(j->answer, "model", j->p.model);
+        if (j->p.plan) plan_fill_kernels(j);
+        if (j->answer && j->p.plan) json_object_set(j->answer, "plan", j->p.plan);
         j->err_status = 200;
     } else {
         int hs = 500;
@@ -275,6 +296,7 @@ static void job_answer(job *j, http_req *r, job_state st)
             json_t *ev =
                 json_pack("{s:s, s:s, s:o}", "event", "done", "job", j->id, "stats", job_stats(j));
             if (ev && j->p.model) json_object_set(ev, "model", j->p.model);
+            if (ev && j->p.plan) json_object_set(ev, "plan", j->p.plan);
             http_stream_line(r, ev);
         } else {
             json_t *ev = json_deep_copy(j->answer);
@@ -688,6 +710,7 @@ void job_start(jobs *js, http_req *r, job_params *p)
     p->occ = NULL;
     p->node = NULL;
     p->model = NULL;
+    p->plan = NULL;
     j->kt = kt;
     snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++js->next_job_id);
     j->t_start = tlmd_now();

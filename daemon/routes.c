@@ -259,17 +259,64 @@ static int bad(tlm_error *e, int code, const char *field, const char *msg)
  * number 16 x max_workloads (1024 at the defaults; LLaMA-7B has 14, EfficientNet-B0 68). */
 #define NET_WORKLOADS_FACTOR 16
 
+/* Standard base64 (padding optional, no whitespace) into a malloc'ed buffer; NULL when the
+ * text is not base64. */
+static uint8_t *b64_decode(const char *s, size_t len, size_t *out_len)
+{
+    static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    while (len && s[len - 1] == '=')
+        len--;
+    if (len % 4 == 1) return NULL;
+    uint8_t *out = malloc(len / 4 * 3 + 3);
+    if (!out) return NULL;
+    size_t n = 0;
+    uint32_t acc = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char *c = s[i] ? strchr(alpha, s[i]) : NULL;
+        if (!c) {
+            free(out);
+            return NULL;
+        }
+        acc = acc << 6 | (uint32_t)(c - alpha);
+        if (i % 4 == 3) {
+            out[n++] = (uint8_t)(acc >> 16), out[n++] = (uint8_t)(acc >> 8),
+            out[n++] = (uint8_t)acc;
+            acc = 0;
+        }
+    }
+    if (len % 4 == 2) out[n++] = (uint8_t)(acc >> 4);
+    if (len % 4 == 3) out[n++] = (uint8_t)(acc >> 10), out[n++] = (uint8_t)(acc >> 2);
+    *out_len = n;
+    return out;
+}
+
+/* "onnx": a base64 ONNX model → graph (fe_onnx_import; its weights are not needed to compile). */
+static int decode_onnx(const json_t *oj, fe_graph **g, tlm_error *e)
+{
+    if (!json_is_string(oj))
+        return bad(e, TLM_EINVAL, "onnx", "must be a string: the ONNX model file in base64");
+    size_t n = 0;
+    uint8_t *bytes = b64_decode(json_string_value(oj), json_string_length(oj), &n);
+    if (!bytes) return bad(e, TLM_EINVAL, "onnx", "not base64 (standard alphabet, no line breaks)");
+    int rc = fe_onnx_import(bytes, n, g, NULL, e);
+    free(bytes);
+    return rc;
+}
+
 /* "graph" or "model" → fused, deduplicated subgraphs as the job's workloads, with their
  * occurrence counts, anchor names and the network's summary. Building and fusing a zoo model
  * takes milliseconds (LLaMA-7B is ~1,000 nodes), so it runs here on the loop thread. */
 static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_error *e)
 {
-    const json_t *gj = json_object_get(j, "graph");
-    const char *kind = gj ? "graph" : "model";
+    const json_t *gj = json_object_get(j, "graph"), *oj = json_object_get(j, "onnx");
+    const char *kind = gj ? "graph" : oj ? "onnx" : "model";
     double t0 = tlmd_now();
     fe_graph *g = NULL;
     int rc;
-    if (gj) {
+    if (oj) {
+        /* fields come back as "onnx", "onnx.graph.node[3]", ... */
+        if ((rc = decode_onnx(oj, &g, e))) return rc;
+    } else if (gj) {
         if (!json_is_object(gj))
             return bad(e, TLM_EINVAL, "graph",
                        "must be a graph object {\"inputs\", \"nodes\", \"outputs\"} "
@@ -287,9 +334,11 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
         return rc;
     }
     fe_fused fu;
+    fe_plan plan = {0};
     rc = fe_fuse(g, &fu, e);
+    if (!rc && (rc = fe_plan_build(g, &fu, &plan, e))) fe_fused_free(&fu);
     if (rc) {
-        proto_error_prefix(e, kind);
+        if (!oj) proto_error_prefix(e, kind);
         fe_graph_free(g);
         return rc;
     }
@@ -300,7 +349,10 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
         goto out;
     }
     if (fu.n == 0) {
-        rc = tlm_err_set(e, TLM_EINVAL, gj ? "graph.nodes" : "model",
+        rc = tlm_err_set(e, TLM_EINVAL,
+                         gj   ? "graph.nodes"
+                         : oj ? "onnx"
+                              : "model",
                          "the %s has no kernel to compile (only views)", kind);
         goto out;
     }
@@ -322,8 +374,9 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
                          name ? name : json_null(), "subgraphs", fu.n, "launches",
                          (json_int_t)fu.launches, "flops", (json_int_t)fu.flops, "macs",
                          (json_int_t)fu.macs, "fuse_s", tlmd_now() - t0);
-    if (!p->model) rc = bad(e, TLM_ENOMEM, "", "out of memory");
-    if (!gj && p->model) {
+    p->plan = fe_plan_to_json(g, &fu, &plan);
+    if (!p->model || !p->plan) rc = bad(e, TLM_ENOMEM, "", "out of memory");
+    if (!gj && !oj && p->model) {
         /* the options as built, defaults filled in */
         const fe_zoo_info *zi = fe_zoo_find(g->name);
         json_t *mj = json_object_get(j, "model");
@@ -344,6 +397,7 @@ static int decode_network(const routes *rt, const json_t *j, job_params *p, tlm_
         }
     }
 out:
+    fe_plan_free(&plan);
     fe_fused_free(&fu);
     fe_graph_free(g);
     if (rc) job_params_free(p);
@@ -461,16 +515,16 @@ static int decode_compile(const routes *rt, http_req *r, job_params *p, tlm_erro
     }
     json_object_foreach(j, key, v)
     {
-        static const char *const known[] = {"target", "workloads",      "graph",  "model",
-                                            "mode",   "candidates",     "budget", "strategy",
-                                            "stream", "include_binary", NULL};
+        static const char *const known[] = {"target",   "workloads", "graph",          "model",
+                                            "onnx",     "mode",      "candidates",     "budget",
+                                            "strategy", "stream",    "include_binary", NULL};
         bool ok = false;
         for (int i = 0; known[i]; i++)
             ok |= !strcmp(key, known[i]);
         if (!ok) {
             rc = tlm_err_set(e, TLM_EINVAL, key,
-                             "unknown field; allowed: target, workloads, graph, model, mode, "
-                             "candidates, budget, strategy, stream, include_binary");
+                             "unknown field; allowed: target, workloads, graph, model, onnx, "
+                             "mode, candidates, budget, strategy, stream, include_binary");
             goto out;
         }
     }
@@ -503,10 +557,11 @@ static int decode_compile(const routes *rt, http_req *r, job_params *p, tlm_erro
     const char *accept = http_header(r, "Accept");
     if (accept && strstr(accept, "application/x-ndjson")) p->stream = true;
     json_t *wls = json_object_get(j, "workloads");
-    int given = !!wls + !!json_object_get(j, "graph") + !!json_object_get(j, "model");
+    int given = !!wls + !!json_object_get(j, "graph") + !!json_object_get(j, "model") +
+                !!json_object_get(j, "onnx");
     if (given != 1) {
         rc = bad(e, TLM_EINVAL, given ? "" : "workloads",
-                 "give exactly one of \"workloads\", \"graph\" or \"model\"");
+                 "give exactly one of \"workloads\", \"graph\", \"model\" or \"onnx\"");
         goto out;
     }
     if (!wls) {

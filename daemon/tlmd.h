@@ -253,11 +253,15 @@ typedef struct job_params {
     int64_t *occ;
     char (*node)[64];
     json_t *model;
+    /* graph and model requests: the execution plan (fe_plan_to_json; proto/graph.md); the
+     * answer and the done event carry it with each launch's "kernel" key and "launch" filled
+     * in from the kernels. Owned like wl. */
+    json_t *plan;
 } job_params;
 /* d may be NULL (no model served: nothing is decoded). */
 jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h);
 void jobs_free(jobs *js); /* after the loop ended */
-/* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model. Replies itself
+/* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model, p->plan. Replies itself
  * on errors. */
 void job_start(jobs *js, http_req *r, job_params *p);
 /* Frees what p owns (for a request that never reaches job_start). */

@@ -39,16 +39,17 @@ esac
 # pkg-config module -> Debian package, per scope
 pc_build="jansson:libjansson-dev libcrypto:libssl-dev openblas:libopenblas-dev
 sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev
-libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev"
+libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev libprotobuf-c:libprotobuf-c-dev"
 pc_test="criterion:libcriterion-dev"
 pcs=$pc_build
-files=""
+# protoc-c regenerates compiler/frontend/onnx.pb-c.[ch] when onnx.proto changes
+files="/usr/bin/protoc-c:protobuf-c-compiler"
 case "$scope" in
 test) pcs="$pcs $pc_test" ;;
-bench) files="/usr/include/dnnl.h:libdnnl-dev" ;;
+bench) files="$files /usr/include/dnnl.h:libdnnl-dev" ;;
 all)
     pcs="$pcs $pc_test"
-    files="/usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
+    files="$files /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
     ;;
 esac
 

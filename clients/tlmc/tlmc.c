@@ -1,6 +1,7 @@
 /* tlmc — the command-line client of tlmd (DESIGN §10b), C + libcurl + jansson.
  *
- *   tlmc [--server URL] [--token TOKEN] compile (--workload W | --model NAME [--batch B]
+ *   tlmc [--server URL] [--token TOKEN] compile (--workload W | --onnx FILE | --model NAME [--batch
+ * B]
  *        [--image-size S] [--seq-len L] | --graph FILE) --target T [-o DIR] [--stream]
  *   tlmc get KEY [-o FILE]      tlmc stats      tlmc health
  *
@@ -14,7 +15,8 @@
  *    NNN_<op>.so|.cubin (checked against its SHA-256), NNN_<op>.c|.cu (source) and
  *    NNN_<op>.json (the server's meta plus index, node, occurrences); NNN is the kernel's
  *    index in the answer. DIR/manifest.json (written last, atomically) lists the model or
- *    graph, the target, and per subgraph its files, entry, launch config and occurrences.
+ *    graph, the target, per subgraph its files, entry, launch config and occurrences, and
+ *    for graphs and models the execution plan (proto/graph.md) that `tlm run --plan DIR` runs.
  *  - Exit status: 0 success; 1 the work failed (server unreachable, compile or server error,
  *    I/O); 2 bad usage or bad input (including the server's 4xx answers: invalid field,
  *    unsupported, unknown key, token refused). Messages go to stderr, one line each.
@@ -39,9 +41,10 @@ enum { EXIT_WORK = 1, EXIT_USAGE = 2 };
 static const char usage_text[] =
     "usage: tlmc [--server URL] [--token TOKEN] COMMAND ...\n"
     "  compile (--workload W | --model NAME [--batch B] [--image-size S] [--seq-len L]\n"
-    "          | --graph FILE) --target T [-o DIR] [--stream]\n"
+    "          | --graph FILE | --onnx MODEL.onnx) --target T [-o DIR] [--stream]\n"
     "      W: a workload as inline JSON (an object or an array of them) or @file.json\n"
     "      FILE: a graph document (proto/graph.md); - reads stdin\n"
+    "      MODEL.onnx: sent base64-encoded (the server's max_body_bytes bounds its size)\n"
     "      -o DIR: write every kernel (binary, source, meta) and DIR/manifest.json\n"
     "      --stream: copy the server's NDJSON events to stdout\n"
     "  get KEY [-o FILE]   the kernel binary (to FILE, or to stdout when it is not a terminal)\n"
@@ -242,6 +245,7 @@ typedef struct {
     int total, done, hits, misses;
     json_t **kernels; /* by index: the kernel objects */
     json_t *model, *target, *stats, *error;
+    json_t *plan; /* graph and model answers: the execution plan (done event) */
     char job[32];
     double t0;
     bool ok, failed;
@@ -305,6 +309,8 @@ static void on_event(stream *s, json_t *ev)
             json_decref(s->model);
             s->model = json_incref(json_object_get(ev, "model"));
         }
+        json_decref(s->plan);
+        s->plan = json_incref(json_object_get(ev, "plan"));
         s->ok = true;
     } else if (!strcmp(type, "error")) {
         s->error = json_incref(ev);
@@ -353,6 +359,7 @@ static void stream_free(stream *s)
     json_decref(s->target);
     json_decref(s->stats);
     json_decref(s->error);
+    json_decref(s->plan);
 }
 
 /* ---- compile: the files ---- */
@@ -448,9 +455,20 @@ static int fetch_kernel(const char *dir, int i, int total, json_t *k, json_t *en
 static json_t *manifest_entry(int i, const json_t *k)
 {
     json_t *e = json_pack("{s:i}", "index", i);
-    static const char *const keys[] = {
-        "node",   "occurrences", "workload",      "workload_hash", "key", "cache", "entry",
-        "format", "launch",      "binary_sha256", "binary_size",   "url", NULL};
+    static const char *const keys[] = {"node",
+                                       "occurrences",
+                                       "workload",
+                                       "workload_hash",
+                                       "key",
+                                       "cache",
+                                       "entry",
+                                       "format",
+                                       "launch",
+                                       "binary_sha256",
+                                       "binary_size",
+                                       "url",
+                                       "schedule_source",
+                                       NULL};
     for (int j = 0; keys[j]; j++) {
         json_t *v = json_object_get(k, keys[j]);
         if (v) json_object_set(e, keys[j], v);
@@ -483,6 +501,8 @@ static int write_outputs(stream *s, const char *dir, const json_t *request)
                   "request", request, "model", s->model ? s->model : json_null(), "target",
                   s->target ? s->target : json_null(), "job", s->job, "kernels", list, "stats",
                   s->stats ? s->stats : json_null());
+    /* the plan's launches name "subgraph" = the index of "kernels" (and of the files) */
+    if (man && s->plan) json_object_set(man, "plan", s->plan);
     char *text = man ? json_dumps(man, JSON_INDENT(2)) : NULL;
     json_decref(man);
     if (!text) return fail(EXIT_WORK, "out of memory");
@@ -506,9 +526,27 @@ static int parse_pos(const char *opt, const char *v, json_int_t *out)
     return 0;
 }
 
+static char *base64_encode(const unsigned char *d, size_t n)
+{
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                     (i + 2 < n ? d[i + 2] : 0);
+        *p++ = a[v >> 18 & 63];
+        *p++ = a[v >> 12 & 63];
+        *p++ = i + 1 < n ? a[v >> 6 & 63] : '=';
+        *p++ = i + 2 < n ? a[v & 63] : '=';
+    }
+    *p = 0;
+    return o;
+}
+
 static int cmd_compile(int argc, char **argv)
 {
     const char *workload = NULL, *model = NULL, *graph = NULL, *target = NULL, *dir = NULL;
+    const char *onnx = NULL;
     json_int_t batch = 0, image = 0, seq = 0;
     bool echo = false;
     int rc;
@@ -522,9 +560,9 @@ static int cmd_compile(int argc, char **argv)
             fputs(usage_text, stdout);
             return 0;
         }
-        static const char *const valued[] = {"--workload",   "--model",   "--graph",
-                                             "--target",     "-o",        "--batch",
-                                             "--image-size", "--seq-len", NULL};
+        static const char *const valued[] = {"--workload", "--model", "--graph",      "--target",
+                                             "-o",         "--batch", "--image-size", "--seq-len",
+                                             "--onnx",     NULL};
         int k = 0;
         while (valued[k] && strcmp(a, valued[k]))
             k++;
@@ -553,12 +591,16 @@ static int cmd_compile(int argc, char **argv)
         case 6:
             if ((rc = parse_pos(a, v, &image))) return rc;
             break;
+        case 8:
+            onnx = v;
+            break;
         default:
             if ((rc = parse_pos(a, v, &seq))) return rc;
         }
     }
-    if (!!workload + !!model + !!graph != 1)
-        return fail(EXIT_USAGE, "compile: give exactly one of --workload, --model, --graph");
+    if (!!workload + !!model + !!graph + !!onnx != 1)
+        return fail(EXIT_USAGE,
+                    "compile: give exactly one of --workload, --model, --graph, --onnx");
     if (!target) return fail(EXIT_USAGE, "compile: --target T is required (cpu, cuda:sm_90, ...)");
     if (!model && (batch || image || seq))
         return fail(EXIT_USAGE, "compile: --batch, --image-size and --seq-len go with --model");
@@ -617,6 +659,26 @@ static int cmd_compile(int argc, char **argv)
         json_object_set_new(summary, "kind", json_string("graph"));
         json_object_set_new(summary, "file", json_string(graph));
         json_object_set_new(req, "graph", gj);
+    } else if (onnx) {
+        /* the model file as base64 in "onnx"; the server imports it (proto/openapi.yaml) */
+        buf b = {0};
+        if (read_all(onnx, &b)) {
+            free(b.p);
+            json_decref(req);
+            json_decref(summary);
+            return fail(EXIT_USAGE, "compile: cannot read %s: %s", onnx, strerror(errno));
+        }
+        char *b64 = base64_encode((const unsigned char *)(b.p ? b.p : ""), b.n);
+        free(b.p);
+        if (!b64) {
+            json_decref(req);
+            json_decref(summary);
+            return fail(EXIT_WORK, "out of memory");
+        }
+        json_object_set_new(summary, "kind", json_string("onnx"));
+        json_object_set_new(summary, "file", json_string(onnx));
+        json_object_set_new(req, "onnx", json_string(b64));
+        free(b64);
     } else {
         json_t *m = json_pack("{s:s}", "name", model);
         if (batch) json_object_set_new(m, "batch", json_integer(batch));

@@ -24,7 +24,9 @@
  *    first, then inputs[1] (the other operand is the residual tensor). An epilogue op that
  *    joins nothing starts an `elementwise` subgraph (a standalone bias_add only on a 1-D
  *    tensor; otherwise TLM_EUNSUPPORTED). Views end chains. Subgraphs are deduplicated by
- *    workload hash, in first-seen order, with occurrence counts.
+ *    workload hash, in first-seen order, with occurrence counts; every group is also kept
+ *    as a launch (fe_launch: its subgraph and the graph values bound to the kernel's
+ *    arguments), in an order that runs the network (see fuse.c).
  *  - Counts are kernel launches: a `transpose` of a tensor with leading dims [B..., R, C] is
  *    one IR transpose [R,C] launched prod(B...) times.
  *  - Nothing here allocates global state; graphs and fusion results are owned by the caller.
@@ -154,21 +156,110 @@ typedef struct {
     char name[64]; /* the anchor node of the first occurrence (truncated) */
 } fe_subgraph;
 
+/* One launch of a kernel, in execution order. */
+typedef struct {
+    int sub;    /* index into fe_fused.sub: the kernel */
+    int node;   /* the group's first node (its anchor, or the epilogue op of an elementwise) */
+    int n_args; /* = the kernel's inputs + 1 */
+    int args[IR_MAX_TENSORS + 1]; /* value indices in the kernel ABI's order: inputs, output */
+    int64_t repeat; /* the kernel runs this many times over consecutive slices (batched
+                       transpose), else 1 */
+    int64_t step[IR_MAX_TENSORS + 1]; /* elements arg a advances per repeat (0: it stays) */
+} fe_launch;
+
 typedef struct {
     int n;
     fe_subgraph *sub; /* first-seen order */
+    int n_launch;
+    fe_launch *launch; /* topological order: run them in this order */
     int64_t launches; /* sum of counts */
     int64_t flops;    /* sum of count x flops */
     int64_t macs;     /* sum of count x macs */
     int64_t bytes;    /* sum of count x bytes */
 } fe_fused;
 
-/* Fills *out (caller-owned; free with fe_fused_free). On failure *out is empty. */
+/* Fills *out (caller-owned; free with fe_fused_free). On failure *out is empty. The launches
+ * bind graph values to kernel arguments; each binding is checked against the lowered
+ * subgraph's tensor sizes. */
 int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err);
 void fe_fused_free(fe_fused *f);
 /* Multiply-accumulates of the anchor (dense, batch_matmul, conv2d, depthwise_conv2d); 0 for
  * the other families. The usual "GMACs" of a model is the sum of these. */
 int64_t fe_workload_macs(const ir_workload *w);
+
+/* ---- execution plan (plan.c) ----
+ * What a runtime needs to run the fused network from its kernels (proto/graph.md, "The
+ * execution plan"): the materialised tensors (graph inputs, params, every launch's output;
+ * values fused away inside a chain have no storage), each with kind, bytes and an offset in
+ * one arena, and the launches of fe_fused in order.
+ *  - Views (reshape, flatten) are aliases: their tensor shares the bytes (and offset) of the
+ *    tensor they view; chains of views resolve to the first non-view.
+ *  - Inputs, params and outputs (and what an output view aliases) live for the whole run;
+ *    an intermediate lives from the launch that writes it to the last launch that reads it
+ *    (or one of its views), inclusive. Tensors whose lives do not overlap may share bytes:
+ *    greedy placement, largest first, at the lowest offset that fits (64-byte aligned). A
+ *    kernel's output never overlaps its inputs, because both are live at that launch. */
+
+#define FE_PLAN_ALIGN 64
+
+typedef enum { FE_T_INPUT, FE_T_PARAM, FE_T_INTERMEDIATE, FE_T_OUTPUT } fe_tensor_kind;
+
+typedef struct {
+    int value; /* index into g->values */
+    fe_tensor_kind kind;
+    int alias;      /* a view: the plan tensor (never a view) whose bytes it shares; else -1 */
+    int64_t bytes;  /* elements x dtype size */
+    int64_t offset; /* in the arena, FE_PLAN_ALIGN-aligned (a view: its target's) */
+    int first, last; /* launches that write / last read it; -1 and n_launch when pinned */
+} fe_plan_tensor;
+
+typedef struct {
+    int n_tensor;
+    fe_plan_tensor *tensor; /* in the graph's value order */
+    int64_t arena_bytes;
+    int64_t unshared_bytes; /* the arena without reuse (sum of aligned non-view sizes) */
+} fe_plan;
+
+const char *fe_tensor_kind_name(fe_tensor_kind k); /* "input", "param", "intermediate", "output" */
+/* Plans the fused graph f of g into *out (free with fe_plan_free; empty on failure). */
+int fe_plan_build(const fe_graph *g, const fe_fused *f, fe_plan *out, tlm_error *err);
+void fe_plan_free(fe_plan *p);
+/* {"version", "alignment", "arena_bytes", "unshared_bytes", "tensors": [{"name", "kind",
+ * "shape", "dtype", "bytes", "offset", "alias_of"}], "inputs", "params", "outputs",
+ * "launches": [{"subgraph", "node", "op", "args", "repeat", "steps"}]}; NULL when out of
+ * memory. The server adds each launch's "kernel" (key) and "launch" (CUDA config). */
+json_t *fe_plan_to_json(const fe_graph *g, const fe_fused *f, const fe_plan *p);
+
+/* ---- ONNX import (onnx.c; protobuf-c against the vendored onnx.proto) ----
+ * An ONNX model (default-domain opset 13..21, float32, static shapes) → a graph and its
+ * weights. Operators: Conv (+ bias; groups), BatchNormalization right after a Conv (folded
+ * into its weight and bias), Gemm (transB, bias; alpha = beta = 1), MatMul (2-D B → dense,
+ * same-rank → batch_matmul), Add / Mul (same shapes, or Add of a constant channel bias),
+ * Relu, Clip(0, 6) / Clip(0), Gelu (erf), Sigmoid, Tanh, Softmax and LayerNormalization over
+ * the last axis, GlobalAveragePool (as global_avg_pool2d + a view to [N, C, 1, 1]), MaxPool /
+ * AveragePool (symmetric pads, no ceil_mode), Reshape (constant shape) and Flatten as views,
+ * Transpose of the last two axes, Constant, Identity, Dropout. Initializers used as tensors
+ * become params (a Conv's weight and bias are its own copies, "<out>.weight" / "<out>.bias").
+ * Errors: TLM_EINVAL "onnx" (the protobuf does not decode), fields "onnx.graph.input[i]"
+ * (dynamic or non-float inputs: TLM_EUNSUPPORTED), "onnx.graph.node[i]" naming the node and
+ * op type (TLM_EUNSUPPORTED for an operator or attribute outside the list, the graph's own
+ * error otherwise), "onnx.graph.initializer[i]" (data that does not match its dims),
+ * "onnx.opset_import". weights may be NULL; else it receives every param's float32 data
+ * (free with fe_onnx_weights_free). */
+typedef struct {
+    char *name;
+    int64_t n;
+    float *data;
+} fe_onnx_param;
+
+typedef struct {
+    int n;
+    fe_onnx_param *p;
+} fe_onnx_weights;
+
+int fe_onnx_import(const void *data, size_t len, fe_graph **out, fe_onnx_weights *weights,
+                   tlm_error *err);
+void fe_onnx_weights_free(fe_onnx_weights *w);
 
 /* ---- model zoo (zoo.c) ---- */
 

@@ -15,6 +15,9 @@ typedef struct {
     int64_t count;
     int tail;   /* value produced by the group's last node */
     int anchor; /* node index */
+    int last;   /* node index of the group's last node: groups run in this order */
+    int n_args; /* the kernel's inputs so far (value indices, ABI order); the tail comes last */
+    int args[IR_MAX_TENSORS];
 } group;
 
 int64_t fe_workload_macs(const ir_workload *w)
@@ -75,7 +78,88 @@ void fe_fused_free(fe_fused *f)
 {
     if (!f) return;
     free(f->sub);
+    free(f->launch);
     memset(f, 0, sizeof *f);
+}
+
+typedef struct {
+    int last, group;
+} run_key;
+
+static int by_last(const void *a, const void *b)
+{
+    const run_key *x = a, *y = b;
+    return (x->last > y->last) - (x->last < y->last);
+}
+
+static int64_t value_numel(const fe_value *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++)
+        n *= v->shape[d];
+    return n;
+}
+
+/* The groups as launches in execution order, each argument bound to a graph value in the
+ * kernel ABI's order (ir.h: the INPUT tensors, then the output).
+ *
+ * Order: by each group's last node. A group reads only values produced before its own nodes,
+ * and every value it reads from another group is that group's tail (a value inside a chain
+ * has exactly one reader, the chain's next node), produced at that group's last node. So
+ * sorting by last node is a topological order of the launches.
+ *
+ * Every binding is checked against the lowered subgraph's tensor sizes: a value must have the
+ * kernel tensor's element count, or repeat times it (it then advances by one slice per
+ * repeat; a smaller one, a bias, stays put). A mismatch is our bug, reported, never run. */
+static int make_launches(const fe_graph *g, group *gr, int ng, const int *sub_of,
+                         const int *n_abi, int64_t (*abi)[IR_MAX_TENSORS + 1], fe_fused *out,
+                         tlm_error *err)
+{
+    run_key *order = malloc((ng + 1) * sizeof *order);
+    out->launch = calloc(ng + 1, sizeof *out->launch);
+    if (!order || !out->launch) {
+        free(order);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    for (int i = 0; i < ng; i++)
+        order[i] = (run_key){.last = gr[i].last, .group = i};
+    qsort(order, ng, sizeof *order, by_last);
+    int rc = 0;
+    for (int o = 0; o < ng && !rc; o++) {
+        const group *G = &gr[order[o].group];
+        int u = sub_of[order[o].group];
+        fe_launch *L = &out->launch[out->n_launch++];
+        L->sub = u;
+        L->node = G->anchor;
+        L->repeat = G->count;
+        L->n_args = G->n_args + 1;
+        memcpy(L->args, G->args, G->n_args * sizeof *G->args);
+        L->args[G->n_args] = G->tail;
+        if (L->n_args != n_abi[u]) {
+            rc = tlm_err_set(err, TLM_EUNSUPPORTED, "", "internal: node \"%.48s\" binds %d "
+                             "tensors to a kernel of %d arguments",
+                             g->values[g->nodes[G->anchor].out].name, L->n_args, n_abi[u]);
+            break;
+        }
+        for (int a = 0; a < L->n_args; a++) {
+            int64_t have = value_numel(&g->values[L->args[a]]), want = abi[u][a];
+            if (have == want * L->repeat)
+                L->step[a] = L->repeat > 1 ? want : 0;
+            else if (have == want && L->repeat > 1 && a < L->n_args - 1)
+                L->step[a] = 0;
+            else {
+                rc = tlm_err_set(err, TLM_EUNSUPPORTED, "",
+                                 "internal: node \"%.48s\" binds \"%.48s\" (%lld elements) "
+                                 "to kernel argument %d of %lld elements x %lld",
+                                 g->values[g->nodes[G->anchor].out].name,
+                                 g->values[L->args[a]].name, (long long)have, a,
+                                 (long long)want, (long long)L->repeat);
+                break;
+            }
+        }
+    }
+    free(order);
+    return rc;
 }
 
 int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
@@ -87,8 +171,11 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
     group *gr = malloc((g->n_nodes + 1) * sizeof *gr);
     ir_subgraph *sg = malloc(sizeof *sg);
     fe_subgraph *sub = NULL;
+    int *sub_of = malloc((g->n_nodes + 1) * sizeof *sub_of); /* group -> unique subgraph */
+    int *n_abi = calloc(g->n_nodes + 1, sizeof *n_abi);       /* per subgraph: kernel args */
+    int64_t(*abi)[IR_MAX_TENSORS + 1] = malloc((g->n_nodes + 1) * sizeof *abi); /* their numel */
     int ng = 0;
-    if (!users || !group_of || !gr || !sg) {
+    if (!users || !group_of || !gr || !sg || !sub_of || !n_abi || !abi) {
         rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
         goto out;
     }
@@ -104,7 +191,9 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
         group_of[i] = -1;
         if (n->kind == FE_NODE_VIEW) continue;
         if (n->kind == FE_NODE_ANCHOR) {
-            gr[ng] = (group){.wl = n->wl, .count = n->count, .tail = n->out, .anchor = i};
+            gr[ng] = (group){.wl = n->wl, .count = n->count, .tail = n->out, .anchor = i,
+                             .last = i, .n_args = n->n_in};
+            memcpy(gr[ng].args, n->in, n->n_in * sizeof *n->in);
             group_of[i] = ng++;
             continue;
         }
@@ -118,6 +207,9 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
             if (n->epi == IR_EPI_BIAS_ADD && !bias_fits(g, G, n, v)) continue;
             G->wl.epilogue[G->wl.n_epilogue++] = n->epi;
             G->tail = n->out;
+            G->last = i;
+            /* bias_add, add and mul read one more tensor: the operand that is not the chain */
+            if (n->epi == IR_EPI_BIAS_ADD || binary) G->args[G->n_args++] = n->in[1 - k];
             group_of[i] = group_of[p];
         }
         if (group_of[i] >= 0) continue;
@@ -140,7 +232,9 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
         for (int d = 0; d < x->ndim; d++)
             w.shape[IR_EW_N] *= x->shape[d];
         w.epilogue[w.n_epilogue++] = n->epi;
-        gr[ng] = (group){.wl = w, .count = 1, .tail = n->out, .anchor = i};
+        gr[ng] = (group){.wl = w, .count = 1, .tail = n->out, .anchor = i, .last = i,
+                         .n_args = n->n_in};
+        memcpy(gr[ng].args, n->in, n->n_in * sizeof *n->in);
         group_of[i] = ng++;
     }
 
@@ -179,7 +273,14 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
             s->flops = ir_subgraph_flops(sg);
             s->bytes = ir_subgraph_bytes(sg);
             s->macs = fe_workload_macs(&s->wl);
+            int idx[IR_MAX_TENSORS];
+            int ni = ir_subgraph_inputs(sg, idx);
+            for (int a = 0; a < ni; a++)
+                abi[u][a] = ir_tensor_numel(&sg->tensor[idx[a]]);
+            abi[u][ni] = ir_tensor_numel(&sg->tensor[sg->output]);
+            n_abi[u] = ni + 1;
         }
+        sub_of[i] = u;
         fe_subgraph *s = &sub[u];
         s->count += gr[i].count;
         out->launches += gr[i].count;
@@ -187,8 +288,12 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
         out->macs += gr[i].count * s->macs;
         out->bytes += gr[i].count * s->bytes;
     }
+    rc = make_launches(g, gr, ng, sub_of, n_abi, abi, out, err);
 out:
     if (rc) fe_fused_free(out);
+    free(sub_of);
+    free(n_abi);
+    free(abi);
     free(users);
     free(group_of);
     free(gr);

@@ -1,10 +1,15 @@
 /* test_models.c — "graph" and "model" requests on the real tlmd (loopback, temporary store):
  * fusion and deduplication reach the answer as one kernel per unique subgraph with its
  * occurrence count and anchor node, the summary adds up, a repeat is all cache hits, and bad
- * graphs or model options get field-level errors. GET /v1/models lists the zoo.
+ * graphs or model options get field-level errors. GET /v1/models lists the zoo. The answer's
+ * execution plan runs (compiler/runtime) from the kernels fetched by key.
  * ResNet-50 runs at image_size 32: the same 27 unique subgraphs and 56 launches as at 224
  * (the topology does not depend on the image size), at a fraction of the compile time. */
 #include "tests/common/tlmd_harness.h"
+
+#include <math.h>
+
+#include "compiler/runtime/runtime.h"
 
 /* x[8,64] → dense+relu → dense+relu → dense: the first two are the same workload. */
 static const char mlp_graph[] =
@@ -99,6 +104,182 @@ Test(models, small_graph_streams_unique_subgraphs_with_counts)
     cr_assert(accepted && done);
     cr_assert_eq(kernels, 2);
     resp_free(&r);
+    teardown(&d);
+}
+
+/* The answer's execution plan, run: the kernels fetched by key into a directory with a
+ * manifest, loaded by compiler/runtime, fed known weights, compared with loops written here. */
+Test(models, graph_answer_carries_a_plan_that_runs)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    char body[4096];
+    snprintf(body, sizeof body, "{\"target\":\"cpu\",\"graph\":%s}", mlp_graph);
+    resp r = post(&d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *ans = body_json(&r);
+    json_t *plan = json_object_get(ans, "plan"), *ks = json_object_get(ans, "kernels");
+    json_t *ls = json_object_get(plan, "launches");
+    cr_assert_eq(json_array_size(ls), 3, "fc1, fc2, fc3 in order");
+    static const char *const nodes[] = {"fc1", "fc2", "fc3"};
+    static const char *const outs[] = {"r1", "r2", "out"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *l = json_array_get(ls, i);
+        cr_assert_str_eq(jstr(l, "node"), nodes[i]);
+        json_t *k = json_array_get(ks, (size_t)jint(l, "subgraph"));
+        cr_assert_str_eq(jstr(l, "kernel"), jstr(k, "key"), "the launch names its kernel");
+        json_t *args = json_object_get(l, "args");
+        cr_assert_str_eq(json_string_value(json_array_get(args, json_array_size(args) - 1)),
+                         outs[i]);
+    }
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(plan, "outputs"), 0)), "out");
+
+    char dir[] = "/tmp/tlmd-plan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    json_t *mk = json_array();
+    for (size_t i = 0; i < json_array_size(ks); i++) {
+        json_t *k = json_array_get(ks, i);
+        char path[600], name[32];
+        snprintf(path, sizeof path, "/v1/kernels/%s", jstr(k, "key"));
+        resp b = get(&d, path);
+        cr_assert_eq(b.status, 200);
+        snprintf(name, sizeof name, "%03zu.so", i);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(b.body.p, 1, b.body.n, f), b.body.n);
+        fclose(f);
+        resp_free(&b);
+        json_array_append_new(mk, json_pack("{s:s, s:O, s:O, s:O, s:O}", "binary", name, "entry",
+                                            json_object_get(k, "entry"), "format",
+                                            json_object_get(k, "format"), "launch",
+                                            json_object_get(k, "launch"), "workload",
+                                            json_object_get(k, "workload")));
+    }
+    json_t *man = json_pack("{s:o, s:O}", "kernels", mk, "plan", plan);
+    char mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
+    cr_assert_eq(json_dump_file(man, mpath, 0), 0);
+    json_decref(man);
+
+    rt_model *m;
+    tlm_error err = {0};
+    cr_assert_eq(rt_model_load(dir, &m, &err), 0, "%s: %s", err.field, err.msg);
+    static float x[8 * 64], w1[64 * 64], w2[64 * 64], w3[64 * 16], b3[16];
+    for (int i = 0; i < 8 * 64; i++)
+        x[i] = (float)((i * 37) % 19) / 19.0f - 0.5f;
+    for (int i = 0; i < 64 * 64; i++) {
+        w1[i] = (float)((i * 13) % 29) / 29.0f - 0.45f;
+        w2[i] = (float)((i * 7) % 31) / 31.0f - 0.55f;
+    }
+    for (int i = 0; i < 64 * 16; i++)
+        w3[i] = (float)((i * 11) % 23) / 23.0f - 0.5f;
+    for (int i = 0; i < 16; i++)
+        b3[i] = (float)i / 16.0f;
+    cr_assert_eq(rt_bind(m, "x", x, 8 * 64, &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_bind(m, "w1", w1, 64 * 64, &err), 0);
+    cr_assert_eq(rt_bind(m, "w2", w2, 64 * 64, &err), 0);
+    cr_assert_eq(rt_bind(m, "w3", w3, 64 * 16, &err), 0);
+    cr_assert_eq(rt_bind(m, "b3", b3, 16, &err), 0);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    double h1[8][64], h2[8][64];
+    for (int i = 0; i < 8; i++)
+        for (int n = 0; n < 64; n++) {
+            double s = 0;
+            for (int k = 0; k < 64; k++)
+                s += (double)x[i * 64 + k] * w1[k * 64 + n];
+            h1[i][n] = s > 0 ? s : 0;
+        }
+    for (int i = 0; i < 8; i++)
+        for (int n = 0; n < 64; n++) {
+            double s = 0;
+            for (int k = 0; k < 64; k++)
+                s += h1[i][k] * w2[k * 64 + n];
+            h2[i][n] = s > 0 ? s : 0;
+        }
+    const float *out = rt_model_data(m, rt_model_find(m, "out"));
+    for (int i = 0; i < 8; i++)
+        for (int n = 0; n < 16; n++) {
+            double s = b3[n];
+            for (int k = 0; k < 64; k++)
+                s += h2[i][k] * w3[k * 16 + n];
+            cr_assert_float_eq(out[i * 16 + n], s, 1e-3 * (1 + fabs(s)), "out[%d][%d]: %g vs %g", i,
+                               n, out[i * 16 + n], s);
+        }
+    rt_model_free(m);
+    char cmd[100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    json_decref(ans);
+    resp_free(&r);
+    teardown(&d);
+}
+
+static char *b64_file(const char *name)
+{
+    const char *root = getenv("TLM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/onnx/%s", root && *root ? root : ".", name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    static unsigned char d[1 << 16];
+    size_t n = fread(d, 1, sizeof d, f);
+    fclose(f);
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *p = o;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                     (i + 2 < n ? d[i + 2] : 0);
+        *p++ = a[v >> 18 & 63];
+        *p++ = a[v >> 12 & 63];
+        *p++ = i + 1 < n ? a[v >> 6 & 63] : '=';
+        *p++ = i + 2 < n ? a[v & 63] : '=';
+    }
+    *p = 0;
+    return o;
+}
+
+Test(models, onnx_models_compile_with_a_plan_and_bad_ones_name_the_node)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    char *b64 = b64_file("transformer_block.onnx");
+    char *body = malloc(strlen(b64) + 64);
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    resp r = post(&d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *ans = body_json(&r);
+    cr_assert_str_eq(jstr(json_object_get(ans, "model"), "kind"), "onnx");
+    json_t *plan = json_object_get(ans, "plan");
+    cr_assert_geq(json_array_size(json_object_get(plan, "launches")), 10);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(plan, "outputs"), 0)), "y");
+    json_decref(ans);
+    resp_free(&r);
+    free(b64);
+    free(body);
+
+    b64 = b64_file("unknown_op.onnx");
+    body = malloc(strlen(b64) + 64);
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    r = post(&d, body);
+    cr_assert_eq(r.status, 422, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "onnx.graph.node[1]") && strstr(r.body.p, "Sin"), "%s", r.body.p);
+    resp_free(&r);
+    /* truncated: the protobuf does not decode */
+    b64[strlen(b64) / 2 / 4 * 4] = 0;
+    sprintf(body, "{\"target\":\"cpu\",\"onnx\":\"%s\"}", b64);
+    r = post(&d, body);
+    cr_assert_eq(r.status, 400, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"onnx\""), "%s", r.body.p);
+    resp_free(&r);
+    r = post(&d, "{\"target\":\"cpu\",\"onnx\":\"not base64!\"}");
+    cr_assert_eq(r.status, 400);
+    resp_free(&r);
+    free(b64);
+    free(body);
+    cr_assert(healthy(&d));
     teardown(&d);
 }
 

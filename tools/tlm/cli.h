@@ -56,4 +56,12 @@ int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *ou
  * other. */
 uint64_t cli_seed_state(uint64_t seed);
 
+/* `tlm compile --model NAME | --graph FILE ...` (cmd_network.c): a whole network into a
+ * directory of kernels and a manifest with its execution plan. run_compile hands over when
+ * argv holds --model or --graph. */
+int cli_compile_network(int argc, char **argv);
+/* An ONNX file (weights included: up to 2 GiB, beyond CLI_MAX_INPUT); NULL and err (field
+ * --onnx / --inputs as flag says) on failure. */
+char *cli_read_onnx(const char *path, size_t *len, tlm_error *err);
+
 #endif

@@ -60,7 +60,9 @@ static const char compile_usage[] =
     "                   else the best-scored one that builds\n"
     "  --measure runs the kernel against the reference interpreter and times it (CPU targets\n"
     "  this machine can run). Writes DIR/kernel.c|.cu, DIR/kernel.so|.cubin, DIR/meta.json\n"
-    "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n";
+    "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n"
+    "A whole network: tlm compile (--model NAME | --graph FILE | --onnx FILE) --target T [-o DIR]\n"
+    "  (see tlm compile --model x --help)\n";
 
 /* ---- small file helpers ---- */
 
@@ -141,8 +143,8 @@ static int load_model(const char *weights, tlm_model **m, tlm_error *err)
 {
     uint8_t vh[32];
     lang_vocab_hash(vh);
-    int rc = tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, m,
-                            err);
+    int rc =
+        tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, m, err);
     if (rc) {
         err->code = TLM_EINVAL;
         snprintf(err->field, sizeof err->field, "%s", weights ? "--weights" : "--schedule");
@@ -282,6 +284,10 @@ static int parse_args(int argc, char **argv, compile_args *a)
 
 static int run_compile(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--graph") ||
+            !strcmp(argv[i], "--onnx"))
+            return cli_compile_network(argc, argv);
     compile_args a;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc < 0 ? CLI_OK : prc;
@@ -314,9 +320,8 @@ static int run_compile(int argc, char **argv)
     measure_opts_init(&o.mo);
     o.measure = a.measure ? PL_MEASURE_ON : PL_MEASURE_OFF;
 
-    if (schedule_mode(a.sched, &o, &err) ||
-        ((o.mode == PL_MODE_TLM || o.mode == PL_MODE_TOPK) &&
-         load_model(a.weights, &st.model, &err))) {
+    if (schedule_mode(a.sched, &o, &err) || ((o.mode == PL_MODE_TLM || o.mode == PL_MODE_TOPK) &&
+                                             load_model(a.weights, &st.model, &err))) {
         rc = cli_report(&err);
         goto done;
     }
@@ -401,11 +406,11 @@ static int run_compile(int argc, char **argv)
     }
 
     const char *status = j->measured ? "ok" : "compiled";
-    json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "dir", a.dir,
-                            "source", src_path, "binary", bin_path, "meta", meta_path,
-                            "workload_hash", j->whash, "schedule", art->schedule,
-                            "schedule_source", pl_source_name(j->source), "binary_sha256",
-                            art->sha256, "status", status);
+    json_t *sum =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "dir", a.dir, "source", src_path,
+                  "binary", bin_path, "meta", meta_path, "workload_hash", j->whash, "schedule",
+                  art->schedule, "schedule_source", pl_source_name(j->source), "binary_sha256",
+                  art->sha256, "status", status);
     rc = sum ? cli_print_json(sum) : CLI_FAIL;
     json_decref(sum);
 done:

@@ -15,6 +15,7 @@
     X(space)                                                                                       \
     X(compile)                                                                                     \
     X(generate)                                                                                    \
+    X(run)                                                                                         \
     X(model)
 
 #define CLI_DECLARE(n) extern const cli_cmd cli_cmd_##n;

@@ -1,0 +1,132 @@
+#!/bin/sh
+# bench/e2e.sh — end-to-end model latency: zoo models compiled by tlmd (default schedules),
+# run by `tlm run` from the execution plan, beside PyTorch eager and ONNX Runtime (CPU
+# provider) running the same network with the same weights. Writes bench/results/e2e.md.
+#
+# Per model, in this order (peers right after ours, so all see the same machine state):
+#   1. a tlmd on a free loopback port, a fresh store for this model, no TLM weights (schedule_source
+#      "default"): `tlmc compile --model M -o DIR` twice, cold (every kernel compiled) then
+#      warm (every kernel a cache hit); wall times of both
+#   2. bench/e2e_peers.py torch DIR: the weights (DIR/weights.npz), PyTorch eager latency,
+#      its outputs, and the ONNX export DIR/model.onnx
+#   3. tlm run --plan DIR --inputs DIR/weights.npz --check on: our latency (median of RUNS
+#      after a warm-up), outputs vs the reference interpreter over the same plan
+#   4. bench/e2e_peers.py ort DIR: ONNX Runtime latency; its outputs vs PyTorch's and ours
+# Threads: every framework gets the machine's cores (OpenMP for our kernels).
+#
+# Needs bench/setup.sh (python3-torch for /usr/bin/python3; onnxruntime in bench/.venv).
+# Env: E2E_MODELS (default "resnet50:batch=1 mobilenet_v2:batch=1 bert_base:seq_len=128
+# gpt2:seq_len=128"; e.g. add resnet50:batch=8), E2E_RUNS (10), E2E_DIR (kept outputs;
+# default a temporary folder removed at the end).
+set -eu
+cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+VPY=bench/.venv/bin/python
+RUNS=${E2E_RUNS:-10}
+MODELS=${E2E_MODELS:-"resnet50:batch=1 mobilenet_v2:batch=1 bert_base:seq_len=128 gpt2:seq_len=128"}
+make -j2 build/tlm build/tlmd build/tlmc >/dev/null
+[ -x "$VPY" ] || { echo "e2e.sh: no $VPY: run bench/setup.sh first" >&2; exit 1; }
+
+if [ -n "${E2E_DIR:-}" ]; then
+    tmp=$E2E_DIR
+    keep=1
+    mkdir -p "$tmp"
+else
+    tmp=$(mktemp -d /tmp/tlm-e2e-XXXXXX)
+    keep=0
+fi
+pid=""
+stop_daemon() {
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+}
+cleanup() {
+    stop_daemon
+    [ $keep = 1 ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now() { $PY -c 'import time; print(time.time())'; }
+
+# start_daemon STORE
+start_daemon() {
+    port=$(free_port)
+    # two compilers at a time: the machine is shared
+    UV_THREADPOOL_SIZE=2 build/tlmd --listen "127.0.0.1:$port" --store "$1" \
+        --weights none >>"$tmp/tlmd.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do
+        build/tlmc --server "http://127.0.0.1:$port" health >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "e2e.sh: tlmd did not start:" >&2
+    tail -20 "$tmp/tlmd.out" >&2
+    exit 1
+}
+
+results=$tmp/results.jsonl
+: >"$results"
+for spec in $MODELS; do
+    name=${spec%%:*}
+    opt=${spec#*:}
+    key=${opt%%=*}
+    val=${opt#*=}
+    flag="--$(echo "$key" | tr _ -)"
+    d=$tmp/$name-$key$val
+    rm -rf "$d" "$d.warm" "$d.store.db"*
+    # a fresh store per model: "cold" compiles every kernel of this model (models share some)
+    start_daemon "$d.store.db"
+    echo "e2e.sh: $name $key=$val: compiling (cold)" >&2
+    t0=$(now)
+    build/tlmc --server "http://127.0.0.1:$port" compile --model "$name" "$flag" "$val" \
+        --target cpu -o "$d" >/dev/null 2>"$d.compile.log" || { cat "$d.compile.log" >&2; exit 1; }
+    t1=$(now)
+    build/tlmc --server "http://127.0.0.1:$port" compile --model "$name" "$flag" "$val" \
+        --target cpu -o "$d.warm" >/dev/null 2>>"$d.compile.log"
+    t2=$(now)
+    stop_daemon
+    echo "e2e.sh: $name: PyTorch eager + ONNX export" >&2
+    $PY bench/e2e_peers.py torch "$d" --runs "$RUNS" >"$d/torch.json"
+    echo "e2e.sh: $name: tlm run" >&2
+    mkdir -p "$d/ours"
+    build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check on \
+        --save-outputs "$d/ours" >"$d/ours.json" || echo "e2e.sh: $name: tlm run failed or the check failed" >&2
+    echo "e2e.sh: $name: ONNX Runtime" >&2
+    $VPY bench/e2e_peers.py ort "$d" --runs "$RUNS" >"$d/ort.json"
+    $PY - "$d" "$name" "$key" "$val" "$t0" "$t1" "$t2" >>"$results" <<'EOF'
+import json, sys
+import numpy as np
+d, name, key, val, t0, t1, t2 = sys.argv[1:]
+ours = json.load(open(f"{d}/ours.json"))
+man = json.load(open(f"{d}/manifest.json"))
+tout = np.load(f"{d}/torch_out.npz")
+err = 0.0
+for n in tout.files:
+    o = np.load(f"{d}/ours/{n}.npy").astype(np.float64).ravel()
+    r = tout[n].astype(np.float64).ravel()
+    err = max(err, float(np.max(np.abs(o - r)) / max(float(np.max(np.abs(r))), 1e-30)))
+srcs = sorted({k.get("schedule_source", "?") for k in man["kernels"]})
+print(json.dumps({"model": name, key: int(val), "ours": ours["e2e_ms"], "sum_launch_ms": ours["sum_launch_median_ms"],
+                  "check": ours["check"], "rel_err_ours_vs_torch": err,
+                  "torch": json.load(open(f"{d}/torch.json")), "ort": json.load(open(f"{d}/ort.json")),
+                  "compile_cold_s": float(t1) - float(t0), "compile_warm_s": float(t2) - float(t1),
+                  "subgraphs": len(man["kernels"]), "launches": man["model"]["launches"],
+                  "gflops": man["model"]["flops"] / 1e9, "arena_mb": man["plan"]["arena_bytes"] / 2**20,
+                  "unshared_mb": man["plan"]["unshared_bytes"] / 2**20, "schedule_source": srcs,
+                  "top_launches": sorted(ours["launches"], key=lambda l: -l["median_ms"])[:3]}))
+EOF
+done
+stop_daemon
+mkdir -p bench/results
+cp "$results" bench/results/e2e.jsonl
+$PY bench/report_e2e.py bench/results/e2e.jsonl >bench/results/e2e.md
+cat bench/results/e2e.md
