@@ -666,8 +666,9 @@ static void kop_after(uv_work_t *w, int status)
             http_reply_json(r, 200, m);
         } else if (op->route == R_METRICS) {
             const routes *rt = op->rt;
-            metrics_gauges g = {jobs_in_flight(rt->js), jobs_flights_in_flight(rt->js),
-                                dec_queue_depth(rt->d)};
+            metrics_gauges g = {jobs_in_flight(rt->js),        jobs_flights_in_flight(rt->js),
+                                dec_queue_depth(rt->d),        http_connections(r->srv),
+                                http_door_connections(r->srv), http_refused(r->srv)};
             char *text = metrics_render(rt->m, &g, &op->ss);
             if (text) {
                 http_reply(r, 200, "text/plain; version=0.0.4", text, strlen(text), NULL);
