@@ -146,18 +146,6 @@ static void job_free_cb(uv_handle_t *h)
     free(j);
 }
 
-void job_params_free(job_params *p)
-{
-    free(p->wl);
-    free(p->occ);
-    free(p->node);
-    json_decref(p->model);
-    p->wl = NULL;
-    p->occ = NULL;
-    p->node = NULL;
-    p->model = NULL;
-}
-
 static void job_unref(job *j)
 {
     if (--j->refs > 0) return;

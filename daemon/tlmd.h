@@ -23,8 +23,8 @@
  *  - the SIGNAL thread takes SIGTERM/SIGINT/SIGHUP with sigwait and posts them to the loop.
  * Files: main.c (config, logging, start-up, signals, shutdown, sd_notify), http.c (MHD
  * driven by the loop, requests, responses, streams), routes.c (the API, a route table),
- * jobs.c (compile jobs, single flight, the pipeline on the compile pool), pool.c, decoder.c,
- * metrics.c.
+ * request.c (the compile request's decoder), jobs.c (compile jobs, single flight, the
+ * pipeline on the compile pool), pool.c, decoder.c, metrics.c.
  */
 #ifndef TLMD_H
 #define TLMD_H
@@ -296,6 +296,12 @@ int job_cancel(jobs *js, const char *id); /* 0, TLM_ENOTFOUND */
 void jobs_fail_all(jobs *js, const char *why);
 int jobs_in_flight(const jobs *js);
 int jobs_flights_in_flight(const jobs *js);
+
+/* ---- request.c: POST /v1/compile's body (any thread) ---- */
+/* Decodes body (len bytes; accept: the Accept header or NULL) into *p (zeroed by the caller);
+ * on failure e names the field and p owns nothing. */
+int request_decode_compile(const tlmd_env *env, const char *body, size_t len, const char *accept,
+                           job_params *p, tlm_error *e);
 
 /* ---- routes.c ---- */
 typedef struct routes routes;
