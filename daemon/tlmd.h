@@ -236,6 +236,17 @@ int pool_queued(pool *p); /* waiting for a thread (any thread) */
 void pool_stop(pool *p);
 void pool_free(pool *p);
 
+/* ---- head.c: a request head against RFC 9112 (any thread) ---- */
+/* Limits of a first request head (the front door's; MHD gets room for more). */
+#define HEAD_MAX 16384
+#define TARGET_MAX 8192
+#define FIELDS_MAX 100
+/* p, n: the head; complete: it runs through the blank line (else only the lines that are
+ * complete are judged: a head over HEAD_MAX). Returns 0, or the HTTP status to answer with,
+ * *code (a PROTO_CODE_*) and msg saying why. */
+int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
+                    size_t cap);
+
 /* ---- decoder.c ---- */
 typedef struct dec dec;
 typedef struct dec_item {
