@@ -339,6 +339,8 @@ static void kop_after(uv_work_t *w, int status)
 {
     kop *op = w->data;
     http_req *r = op->r;
+    /* the reply resumes r and runs MHD, which may complete and free r: keep its server */
+    http_server *srv = r ? r->srv : NULL;
     if (r) {
         r->op = NULL;
         r->detach = NULL;
@@ -399,7 +401,7 @@ static void kop_after(uv_work_t *w, int status)
     }
     store_kernel_free(&op->k);
     free(op);
-    if (r) http_kick(r->srv);
+    if (srv) http_kick(srv);
 }
 
 static void start_kop(routes *rt, http_req *r, int route_id, const char *key)
