@@ -66,8 +66,8 @@ DAEMON_LIBS   = $(call once,DAEMON_LIBS,pkg-config --libs libmicrohttpd libuv li
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-check-build deps-check-test deps-check-bench test test-build run bench \
-    install clean format
+.PHONY: all deps deps-check-build deps-check-test deps-check-bench deps-check-fuzz test \
+    test-build run bench fuzz install clean format
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(BUILD)/libtlmstore.a $(BUILD)/tlm $(BUILD)/tlmd \
@@ -86,6 +86,8 @@ deps-check-test:
 	@./scripts/deps.sh --check test
 deps-check-bench:
 	@./scripts/deps.sh --check bench
+deps-check-fuzz:
+	@./scripts/deps.sh --check fuzz
 ifneq ($(filter test test-build run bench,$(MAKECMDGOALS)),)
 deps-check-build deps-check-test deps-check-bench: deps
 endif
@@ -157,6 +159,29 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a | deps-chec
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -O3 -march=native -o $@ $< $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a \
 	    $(LDLIBS) -ldnnl
+
+# `make fuzz FUZZ_S=N`: every libFuzzer harness (tests/fuzz/fuzz_*.c, built with Debian clang,
+# ASan + UBSan) for N seconds on its seeded corpus; fails on any crash, leak or timeout, and
+# prints execs and coverage per harness (scripts/fuzz.sh).
+FUZZ_S    ?= 60
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) daemon/head.c daemon/request.c)
+FUZZFLAGS := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+
+$(BUILD)/fuzz/obj/%.o: %.c | deps-check-fuzz
+	@mkdir -p $(dir $@)
+	clang $(BASEFLAGS) -Wno-unknown-warning-option $(FUZZFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+.SECONDARY: $(FUZZ_OBJ)
+$(BUILD)/fuzz/libtlmfuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
+	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS)
+
+fuzz: $(FUZZ_BIN)
+	./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_BIN)
 
 test-build: deps all $(SAN)/tlm $(SAN)/tlmd $(SAN)/tlmc $(TEST_BIN)
 

@@ -5,15 +5,19 @@
  * A flight is the compilation of one cache key: one pl_job of the pipeline
  * (compiler/driver/pipeline.h); every kernel task that wants that key while it is in flight
  * joins it instead of starting another (single flight). Life of a flight:
- *   loop: created ─► pool: store_kernel_get, on a miss pl_prepare
- *   ─► hit: done │ miss with pl_decode_count > 0: decoder thread (batched, grammar-masked)
- *   ─► loop ─► pool: pl_add_candidate each, pl_finish (build, measure where the policy says,
- *   choose), store_kernel_put with its schedule source, every stored-worthy pl_record to
- *   store_measurement_add ─► loop: every waiter done.
+ *   loop: created ─► libuv pool: store_kernel_get ─► hit: done │ miss ─► compile pool:
+ *   pl_prepare ─► with pl_decode_count > 0: decoder thread (batched, grammar-masked)
+ *   ─► loop ─► compile pool: pl_add_candidate each, pl_finish (build, measure where the
+ *   policy says, choose), store_kernel_put with its schedule source, every stored-worthy
+ *   pl_record to store_measurement_add ─► loop: every waiter done.
+ * Hits never wait for the compile pool (pool.c). A flight whose every waiter's job ended
+ * (cancelled, its client gone, failed) is marked cancelled: the steps it has not begun are
+ * skipped; a step already running finishes (the pipeline cannot be interrupted).
  * Jobs and flights are loop-thread objects; the pool and decoder only touch a flight's own
  * fields while it is handed to them (the pl_job belongs to one thread at a time). */
 #include <math.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,13 +43,14 @@ typedef struct ktask {
     char whash[65];
     char key[65];
     bool done;
-    json_t *kernel; /* the answer's kernel object, without the binary */
+    struct flight *f; /* the flight it waits on, while it waits */
+    json_t *kernel;   /* the answer's kernel object, without the binary */
     struct ktask *next_waiter;
 } ktask;
 
 typedef struct job {
     struct jobs *js;
-    char id[24];
+    char id[40];
     int refs;
     http_req *req;
     job_params p;
@@ -81,7 +86,9 @@ typedef struct flight {
     const char *selection; /* pj.selection of a miss (static) */
     int n_records;         /* measurement records stored */
     double t_start, t_looked_up, decode_s, codegen_s, compile_s, measure_s;
-    uv_work_t w;
+    uv_work_t w;    /* the store lookup (libuv's pool) */
+    pool_work pw;   /* pl_prepare, then the compile (the compile pool) */
+    bool cancelled; /* set by the loop, read by the compile pool: no waiter wants it */
     struct flight *next;
 } flight;
 
@@ -95,10 +102,12 @@ struct jobs {
     job *list; /* recent jobs, newest first */
     int n_jobs;
     uint64_t next_job_id;
+    char epoch[9]; /* this run's: job ids are "j<n>-<epoch>", unique across restarts */
     int in_flight; /* jobs running */
+    pool *cp;
 };
 
-jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h)
+jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h, pool *cp)
 {
     jobs *js = calloc(1, sizeof *js);
     if (!js) return NULL;
@@ -106,6 +115,11 @@ jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h)
     js->d = d;
     js->m = m;
     js->h = h;
+    js->cp = cp;
+    uint32_t e;
+    if (getrandom(&e, sizeof e, 0) != (ssize_t)sizeof e)
+        e = (uint32_t)tlmd_wall() ^ (uint32_t)getpid() << 16;
+    snprintf(js->epoch, sizeof js->epoch, "%08x", e);
     return js;
 }
 
@@ -132,20 +146,6 @@ static void job_free_cb(uv_handle_t *h)
     free(j);
 }
 
-void job_params_free(job_params *p)
-{
-    free(p->wl);
-    free(p->occ);
-    free(p->node);
-    json_decref(p->model);
-    json_decref(p->plan);
-    p->wl = NULL;
-    p->occ = NULL;
-    p->node = NULL;
-    p->model = NULL;
-    p->plan = NULL;
-}
-
 static void job_unref(job *j)
 {
     if (--j->refs > 0) return;
@@ -159,6 +159,10 @@ static void job_unref(job *j)
     }
 }
 
+static void job_finish(job *j, job_state st, const tlm_error *err, int status);
+
+/* The request is over while its job runs: the client went away (the answer is only sent when
+ * the job ends). The job is cancelled; flights that other jobs wait on go on. */
 static void job_detach(http_req *r)
 {
     job *j = r->job;
@@ -166,6 +170,12 @@ static void job_detach(http_req *r)
     r->detach = NULL;
     if (j) {
         j->req = NULL;
+        if (j->state == JOB_RUNNING) {
+            tlm_error e;
+            tlm_err_set(&e, TLM_EUNSUPPORTED, "", "the client disconnected");
+            job_finish(j, JOB_CANCELLED, &e, 503);
+            http_kick(j->js->h);
+        }
         job_unref(j);
     }
 }
@@ -247,10 +257,22 @@ static void plan_fill_kernels(job *j)
     }
 }
 
+/* Whether a job still running waits on f. */
+static bool flight_wanted(const flight *f)
+{
+    for (const ktask *t = f->waiters; t; t = t->next_waiter)
+        if (t->j->state == JOB_RUNNING) return true;
+    return false;
+}
+
 static void job_finish(job *j, job_state st, const tlm_error *err, int status)
 {
     if (j->state != JOB_RUNNING) return;
     j->state = st;
+    if (st != JOB_DONE)
+        for (int i = 0; i < j->p.n; i++)
+            if (j->kt[i].f && !flight_wanted(j->kt[i].f))
+                __atomic_store_n(&j->kt[i].f->cancelled, true, __ATOMIC_RELEASE);
     j->t_end = tlmd_now();
     j->js->in_flight--;
     if (j->timer_open) uv_timer_stop(&j->deadline);
@@ -457,14 +479,14 @@ static void flight_finish(flight *f)
     for (ktask *t = f->waiters, *next; t; t = next) {
         next = t->next_waiter;
         t->next_waiter = NULL;
+        t->f = NULL;
         task_done(t, f, next != NULL);
     }
     flight_free(f);
     http_kick(js->h);
 }
 
-/* Pool: the cache lookup, and on a miss the pipeline's preparation (subgraph, space, and
- * the candidates of modes that need no model). */
+/* libuv's pool: the cache lookup (a read: it never waits behind a compile). */
 static void lookup_work(uv_work_t *w)
 {
     flight *f = w->data;
@@ -480,16 +502,44 @@ static void lookup_work(uv_work_t *w)
         tlm_err_clear(&f->err);
     }
     memset(&f->sk, 0, sizeof f->sk);
+}
+
+/* Loop: a flight nobody waits for any more ends here (its steps not yet begun are skipped). */
+static bool flight_dropped(flight *f)
+{
+    if (flight_wanted(f) && !__atomic_load_n(&f->cancelled, __ATOMIC_ACQUIRE)) return false;
+    f->rc = tlm_err_set(&f->err, TLM_EUNSUPPORTED, "",
+                        "every job that wanted this kernel was cancelled");
+    flight_finish(f);
+    return true;
+}
+
+static bool cancelled_here(flight *f)
+{
+    if (!__atomic_load_n(&f->cancelled, __ATOMIC_ACQUIRE)) return false;
+    f->rc = tlm_err_set(&f->err, TLM_EUNSUPPORTED, "",
+                        "every job that wanted this kernel was cancelled");
+    return true;
+}
+
+/* Compile pool: the pipeline's preparation (subgraph, space, and the candidates of modes
+ * that need no model). */
+static void prepare_work(pool_work *w)
+{
+    flight *f = w->data;
+    if (cancelled_here(f)) return;
     f->rc = pl_prepare(&f->pj, &f->wl, &f->tgt, &f->opts, &f->err);
 }
 
-static void compile_work(uv_work_t *w);
-static void compile_after(uv_work_t *w, int status);
+static void compile_work(pool_work *w);
+static void compile_after(pool_work *w);
 
 static void queue_compile(flight *f)
 {
-    f->w.data = f;
-    uv_queue_work(f->js->env->loop, &f->w, compile_work, compile_after);
+    f->pw.data = f;
+    f->pw.work = compile_work;
+    f->pw.done = compile_after;
+    pool_submit(f->js->cp, &f->pw);
 }
 
 static void decoded(void *arg)
@@ -502,17 +552,36 @@ static void decoded(void *arg)
         flight_finish(f);
         return;
     }
+    if (flight_dropped(f)) return;
     queue_compile(f);
 }
+
+static void prepare_after(pool_work *w);
 
 static void lookup_after(uv_work_t *w, int status)
 {
     flight *f = w->data;
-    f->t_looked_up = tlmd_now();
     if (f->hit || f->rc) {
+        f->t_looked_up = tlmd_now();
         flight_finish(f);
         return;
     }
+    if (flight_dropped(f)) return;
+    f->pw.data = f;
+    f->pw.work = prepare_work;
+    f->pw.done = prepare_after;
+    pool_submit(f->js->cp, &f->pw);
+}
+
+static void prepare_after(pool_work *w)
+{
+    flight *f = w->data;
+    f->t_looked_up = tlmd_now();
+    if (f->rc) {
+        flight_finish(f);
+        return;
+    }
+    if (flight_dropped(f)) return;
     int n = pl_decode_count(&f->pj);
     if (n == 0) {
         queue_compile(f);
@@ -587,9 +656,10 @@ static void store_records(flight *f)
 
 /* Pool: the decoded candidates in, then the pipeline builds, measures (per its policy) and
  * chooses; the kernel and the records go to the store. */
-static void compile_work(uv_work_t *w)
+static void compile_work(pool_work *w)
 {
     flight *f = w->data;
+    if (cancelled_here(f)) return;
     pl_job *pj = &f->pj;
     tlm_error e;
     tlm_err_clear(&e);
@@ -638,7 +708,7 @@ static void compile_work(uv_work_t *w)
     metrics_compile_done(f->js->m);
 }
 
-static void compile_after(uv_work_t *w, int status)
+static void compile_after(pool_work *w)
 {
     flight *f = w->data;
     tlmd_log(LOG_DEBUG, "compiled",
@@ -652,10 +722,12 @@ static void compile_after(uv_work_t *w, int status)
 static void start_task(job *j, ktask *t)
 {
     jobs *js = j->js;
+    /* a cancelled flight may already have skipped its compile: a new task starts afresh */
     for (flight *f = js->flights; f; f = f->next)
-        if (!strcmp(f->key, t->key)) {
+        if (!strcmp(f->key, t->key) && !__atomic_load_n(&f->cancelled, __ATOMIC_ACQUIRE)) {
             t->next_waiter = f->waiters;
             f->waiters = t;
+            t->f = f;
             j->refs++;
             metrics_single_flight_join(js->m);
             return;
@@ -686,6 +758,7 @@ static void start_task(job *j, ktask *t)
     f->pj.chosen = -1;
     f->t_start = tlmd_now();
     f->waiters = t;
+    t->f = f;
     j->refs++;
     f->next = js->flights;
     js->flights = f;
@@ -712,7 +785,7 @@ void job_start(jobs *js, http_req *r, job_params *p)
     p->model = NULL;
     p->plan = NULL;
     j->kt = kt;
-    snprintf(j->id, sizeof j->id, "j%llu", (unsigned long long)++js->next_job_id);
+    snprintf(j->id, sizeof j->id, "j%llu-%s", (unsigned long long)++js->next_job_id, js->epoch);
     j->t_start = tlmd_now();
     j->created_wall = tlmd_wall();
     j->state = JOB_RUNNING;

@@ -46,6 +46,7 @@ static struct {
     metrics *m;
     http_server *h;
     dec *d;
+    pool *cp; /* the compile pool */
     jobs *js;
     routes *rt;
     uv_timer_t watchdog, shutdown_timer;
@@ -135,7 +136,8 @@ static const char usage[] =
     "TLMD_CONFIG, TLMD_TOKEN_FILE, TLMD_LOG_LEVEL, TLMD_LOG_FILE. Config file: key = value lines\n"
     "with the same keys (listen, store, weights, serve_untrained, device, token_file, log_level,\n"
     "log_file) and max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s,\n"
-    "grace_s, store_max_bytes, decoder_slots.\n"
+    "grace_s, store_max_bytes, decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
+    "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers.\n"
     "Exit status: 0 after a clean shutdown, 1 when the store or the listener fails, 2 for bad\n"
     "usage or configuration (flags, config file, weights, device).\n";
 
@@ -166,6 +168,12 @@ static void config_defaults(tlmd_config *c)
     c->grace_s = 10;
     c->store_max_bytes = INT64_C(1) << 30;
     c->decoder_slots = 64;
+    c->max_connections = 0;
+    c->max_connections_per_ip = 128;
+    c->header_timeout_s = 10;
+    c->body_timeout_s = 60;
+    c->idle_timeout_s = 30;
+    c->compile_workers = 4;
 }
 
 static int parse_listen(tlmd_config *c, const char *v, tlm_error *err)
@@ -261,6 +269,12 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
     NUM("grace_s", 0, 3600, c->grace_s = d)
     NUM("store_max_bytes", 0, 1e15, c->store_max_bytes = (int64_t)d)
     NUM("decoder_slots", 1, 4096, c->decoder_slots = (int)d)
+    NUM("max_connections", 0, 1000000, c->max_connections = (int)d)
+    NUM("max_connections_per_ip", 1, 1000000, c->max_connections_per_ip = (int)d)
+    NUM("header_timeout_s", 0.1, 3600, c->header_timeout_s = d)
+    NUM("body_timeout_s", 0.1, 86400, c->body_timeout_s = d)
+    NUM("idle_timeout_s", 1, 86400, c->idle_timeout_s = d)
+    NUM("compile_workers", 1, 256, c->compile_workers = (int)d)
 #undef NUM
     return tlm_err_set(err, TLM_EINVAL, key, "unknown configuration key");
 }
@@ -833,7 +847,8 @@ static void teardown(void)
 {
     routes_free(srv.rt);
     jobs_free(srv.js);
-    dec_free(srv.d); /* joins the decoder thread if it still runs */
+    pool_free(srv.cp); /* stopped by main after the loop (or never started) */
+    dec_free(srv.d);   /* joins the decoder thread if it still runs */
     http_free(srv.h);
     metrics_free(srv.m);
     store_close(srv.env.st);
@@ -912,7 +927,8 @@ int main(int argc, char **argv)
     srv.inbox.h = srv.h;
     if (!rc && env->model) rc = dec_start(env, srv.m, &srv.inbox, &srv.d, &err);
     if (!rc) {
-        srv.js = jobs_new(env, srv.d, srv.m, srv.h);
+        srv.cp = pool_new(env->loop, c->compile_workers);
+        srv.js = srv.cp ? jobs_new(env, srv.d, srv.m, srv.h, srv.cp) : NULL;
         srv.rt = srv.js ? routes_new(env, &srv.status, srv.js, srv.d, srv.m) : NULL;
         if (!srv.rt) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
     }
@@ -945,6 +961,7 @@ int main(int argc, char **argv)
      * jobs go now; their timers close on one more turn of the loop. */
     jobs_free(srv.js);
     srv.js = NULL;
+    pool_stop(srv.cp); /* idle: nothing is pending once the loop has ended */
     uv_run(env->loop, UV_RUN_DEFAULT);
     uv_loop_close(env->loop);
     /* Join the thread pool's idle workers: threads left running at exit race with the

@@ -178,6 +178,18 @@ char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stat
         "# HELP tlmd_decoder_queue_depth Decodes queued or active in the decoder.\n"
         "# TYPE tlmd_decoder_queue_depth gauge\ntlmd_decoder_queue_depth %d\n",
         g->decoder_queue_depth);
+    out(&b,
+        "# HELP tlmd_http_connections Open connections, by stage (head: waiting for the first "
+        "request head in the front door; mhd: past it).\n"
+        "# TYPE tlmd_http_connections gauge\ntlmd_http_connections{stage=\"head\"} %u\n"
+        "tlmd_http_connections{stage=\"mhd\"} %u\n",
+        g->connections_waiting_head, g->connections);
+    out(&b,
+        "# HELP tlmd_http_connections_refused_total Connections refused over max_connections "
+        "or max_connections_per_ip.\n"
+        "# TYPE tlmd_http_connections_refused_total counter\n"
+        "tlmd_http_connections_refused_total %llu\n",
+        (unsigned long long)g->connections_refused);
     out(&b, "# HELP tlmd_decoder_batch_size Active sequences per decoder step.\n"
             "# TYPE tlmd_decoder_batch_size histogram\n");
     uint64_t cum = 0;

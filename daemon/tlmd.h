@@ -16,13 +16,15 @@
  *  - the DECODER thread owns the tlm_decoder and batches every pending decode; it talks to
  *    the loop only through dec_submit (in) and tlmd_post (out: a mutex-protected queue plus
  *    uv_async_send, drained whole by the loop).
- *  - libuv POOL threads run store lookups/inserts and the pipeline (uv_queue_work); their
- *    after-callbacks run on the loop thread. Each thread uses its own SQLite connection
- *    (store.h does that).
+ *  - libuv POOL threads run store reads (kernel lookups, GET /v1/kernels, stats) with
+ *    uv_queue_work; the COMPILE POOL threads (pool.c, compile_workers of them) run the
+ *    pipeline and the store inserts, so a read never waits behind a compile. Completions of
+ *    both run on the loop thread. Each thread uses its own SQLite connection (store.h).
  *  - the SIGNAL thread takes SIGTERM/SIGINT/SIGHUP with sigwait and posts them to the loop.
  * Files: main.c (config, logging, start-up, signals, shutdown, sd_notify), http.c (MHD
  * driven by the loop, requests, responses, streams), routes.c (the API, a route table),
- * jobs.c (compile jobs, single flight, the pipeline on the pool), decoder.c, metrics.c.
+ * request.c (the compile request's decoder), jobs.c (compile jobs, single flight, the
+ * pipeline on the compile pool), pool.c, decoder.c, metrics.c.
  */
 #ifndef TLMD_H
 #define TLMD_H
@@ -78,6 +80,12 @@ typedef struct tlmd_config {
     double grace_s;       /* shutdown grace period */
     int64_t store_max_bytes;
     int decoder_slots;
+    /* connections (http.c): how many at once (0: sized from RLIMIT_NOFILE), per client
+     * address, and how long a request head, a body, an idle keep-alive connection may take */
+    int max_connections;
+    int max_connections_per_ip;
+    double header_timeout_s, body_timeout_s, idle_timeout_s;
+    int compile_workers; /* threads of the compile pool (jobs.c) */
 } tlmd_config;
 
 /* ---- the environment: read-only once the loop runs (any thread) ---- */
@@ -123,6 +131,8 @@ typedef struct tlmd_status {
 typedef struct metrics metrics;
 typedef struct metrics_gauges {
     int jobs_in_flight, flights_in_flight, decoder_queue_depth;
+    unsigned connections, connections_waiting_head;
+    uint64_t connections_refused;
 } metrics_gauges;
 /* labels: the route label of each route index (kept, not copied). */
 metrics *metrics_new(const char *const *labels, int n_labels);
@@ -155,6 +165,7 @@ typedef struct http_req {
     char *body;
     size_t len, cap;
     bool too_large;
+    double t_begin;     /* when the headers were complete (the body's deadline counts from it) */
     int pending_status; /* an error decided before the body was read */
     json_t *pending_body;
     bool dispatched, suspended;
@@ -205,7 +216,36 @@ void http_stream_end(http_req *r);
 const char *http_header(http_req *r, const char *name);
 /* Resumes every suspended request with 503 (shutdown). */
 void http_fail_all(http_server *h);
-unsigned http_connections(const http_server *h);
+unsigned http_connections(const http_server *h);      /* MHD's */
+unsigned http_door_connections(const http_server *h); /* waiting for their request head */
+uint64_t http_refused(const http_server *h);          /* refused over a connection limit */
+
+/* ---- pool.c: the compile pool (reads and hits stay on libuv's pool) ---- */
+typedef struct pool pool;
+typedef struct pool_work {
+    void (*work)(struct pool_work *w); /* on a pool thread */
+    void (*done)(struct pool_work *w); /* then on the loop thread */
+    void *data;
+    struct pool_work *next; /* pool-private */
+} pool_work;
+pool *pool_new(uv_loop_t *loop, int n_threads);
+void pool_submit(pool *p, pool_work *w);
+int pool_queued(pool *p); /* waiting for a thread (any thread) */
+/* After the loop ended (nothing pending): joins the threads, closes the async handle (the
+ * loop runs once more to close it); pool_free after that. */
+void pool_stop(pool *p);
+void pool_free(pool *p);
+
+/* ---- head.c: a request head against RFC 9112 (any thread) ---- */
+/* Limits of a first request head (the front door's; MHD gets room for more). */
+#define HEAD_MAX 16384
+#define TARGET_MAX 8192
+#define FIELDS_MAX 100
+/* p, n: the head; complete: it runs through the blank line (else only the lines that are
+ * complete are judged: a head over HEAD_MAX). Returns 0, or the HTTP status to answer with,
+ * *code (a PROTO_CODE_*) and msg saying why. */
+int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
+                    size_t cap);
 
 /* ---- decoder.c ---- */
 typedef struct dec dec;
@@ -258,8 +298,8 @@ typedef struct job_params {
      * in from the kernels. Owned like wl. */
     json_t *plan;
 } job_params;
-/* d may be NULL (no model served: nothing is decoded). */
-jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h);
+/* d may be NULL (no model served: nothing is decoded); cp runs the compiles. */
+jobs *jobs_new(const tlmd_env *env, dec *d, metrics *m, http_server *h, pool *cp);
 void jobs_free(jobs *js); /* after the loop ended */
 /* Starts a compile job answering r; takes p->wl, p->occ, p->node, p->model, p->plan. Replies itself
  * on errors. */
@@ -271,6 +311,12 @@ int job_cancel(jobs *js, const char *id); /* 0, TLM_ENOTFOUND */
 void jobs_fail_all(jobs *js, const char *why);
 int jobs_in_flight(const jobs *js);
 int jobs_flights_in_flight(const jobs *js);
+
+/* ---- request.c: POST /v1/compile's body (any thread) ---- */
+/* Decodes body (len bytes; accept: the Accept header or NULL) into *p (zeroed by the caller);
+ * on failure e names the field and p owns nothing. */
+int request_decode_compile(const tlmd_env *env, const char *body, size_t len, const char *accept,
+                           job_params *p, tlm_error *e);
 
 /* ---- routes.c ---- */
 typedef struct routes routes;

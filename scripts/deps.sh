@@ -10,6 +10,7 @@
 #                                compiles anything, so a fresh machine gets this message instead
 #                                of a compiler error. SCOPE: build (libraries, tlm, tlmd, tlmc;
 #                                the default), test (build + Criterion), bench (build + oneDNN),
+#                                fuzz (build + clang with libFuzzer's runtime, `make fuzz`),
 #                                all (everything, with numpy for the reference checks).
 set -eu
 
@@ -24,14 +25,14 @@ case "${1:-}" in
 -q) quiet=1 ;;
 "") ;;
 *)
-    echo "usage: deps.sh [-q] | deps.sh --check [build|test|bench|all]" >&2
+    echo "usage: deps.sh [-q] | deps.sh --check [build|test|bench|fuzz|all]" >&2
     exit 2
     ;;
 esac
 case "$scope" in
-build | test | bench | all) ;;
+build | test | bench | fuzz | all) ;;
 *)
-    echo "deps.sh: unknown scope '$scope' (build, test, bench or all)" >&2
+    echo "deps.sh: unknown scope '$scope' (build, test, bench, fuzz or all)" >&2
     exit 2
     ;;
 esac
@@ -44,9 +45,11 @@ pc_test="criterion:libcriterion-dev"
 pcs=$pc_build
 # protoc-c regenerates compiler/frontend/onnx.pb-c.[ch] when onnx.proto changes
 files="/usr/bin/protoc-c:protobuf-c-compiler"
+fuzz=0
 case "$scope" in
 test) pcs="$pcs $pc_test" ;;
 bench) files="$files /usr/include/dnnl.h:libdnnl-dev" ;;
+fuzz) fuzz=1 ;;
 all)
     pcs="$pcs $pc_test"
     files="$files /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
@@ -70,6 +73,14 @@ fi
 for f in $files; do
     [ -e "${f%%:*}" ] || missing="$missing ${f#*:}"
 done
+# libFuzzer's runtime is only "recommended" by Debian's clang: name the versioned package
+if [ "$fuzz" = 1 ]; then
+    command -v clang >/dev/null 2>&1 || missing="$missing clang"
+    v=$(clang -dumpversion 2>/dev/null | cut -d. -f1)
+    # shellcheck disable=SC2086
+    ls /usr/lib/llvm-${v:-14}/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+        missing="$missing libclang-rt-${v:-14}-dev"
+fi
 
 if [ -z "$missing" ]; then
     [ "$mode" = check ] || [ "$quiet" = 1 ] || echo "deps: all present"

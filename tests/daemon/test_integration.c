@@ -670,14 +670,26 @@ Test(daemon, queue_full_then_cancel)
                      "queue_full");
     json_decref(j);
     resp_free(&r);
-    /* cancel it: its client gets 503, the job record says cancelled */
-    resp c = http(&d, "DELETE", "/v1/jobs/j1", NULL, 0, NULL);
+    /* cancel it: its client gets 503, the job record says cancelled (the id, unique across
+     * restarts, is in the log's job_start line) */
+    char id[64] = "", path[96];
+    FILE *lf = fopen(d.log, "r");
+    cr_assert(lf);
+    char line[1024];
+    while (fgets(line, sizeof line, lf)) {
+        const char *p = strstr(line, "msg=job_start job=");
+        if (p) sscanf(p + strlen("msg=job_start job="), "%63s", id);
+    }
+    fclose(lf);
+    cr_assert(id[0], "no job_start in %s", d.log);
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    resp c = http(&d, "DELETE", path, NULL, 0, NULL);
     cr_assert_eq(c.status, 200, "%s", c.body.p);
     resp_free(&c);
     pthread_join(th, NULL);
     cr_assert_eq(w.status, 503);
     cr_assert(w.done, "the cancelled job's answer is an \"unavailable\" error");
-    resp g = get(&d, "/v1/jobs/j1");
+    resp g = get(&d, path);
     cr_assert_eq(g.status, 200);
     cr_assert(strstr(g.body.p, "\"cancelled\""), "%s", g.body.p);
     resp_free(&g);

@@ -42,10 +42,22 @@ static void *client_main(void *arg)
 }
 
 /* The record of job jID, or NULL while there is none (not accepted yet). */
+/* The record of the id-th job (ids are "j<n>-<run>", unique across restarts: the full id is
+ * in the log's job_start line); NULL while it is not accepted. */
 static json_t *job_record(const tlmd *d, int id)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/v1/jobs/j%d", id);
+    char want[32], full[64] = "", line[4096];
+    snprintf(want, sizeof want, "msg=job_start job=j%d-", id);
+    FILE *f = fopen(d->log, "r");
+    cr_assert(f, "%s", d->log);
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, want);
+        if (p) sscanf(p + strlen("msg=job_start job="), "%63s", full);
+    }
+    fclose(f);
+    if (!full[0]) return NULL;
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%s", full);
     resp r = get(d, path);
     json_t *j = r.status == 200 ? body_json(&r) : NULL;
     cr_assert(j || r.status == 404, "GET %s: %ld %s", path, r.status, r.body.p);
