@@ -42,17 +42,20 @@ pc_build="jansson:libjansson-dev libcrypto:libssl-dev openblas:libopenblas-dev
 sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev
 libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev libprotobuf-c:libprotobuf-c-dev"
 pc_test="criterion:libcriterion-dev"
+# the tests' command-line tools: the crash-loop test (bench/crashloop.sh) checks the store with
+# sqlite3 and talks to tlmd with curl; the Python client's tests and helper scripts use python3
+files_test="/usr/bin/sqlite3:sqlite3 /usr/bin/curl:curl /usr/bin/python3:python3"
 pcs=$pc_build
 # protoc-c regenerates compiler/frontend/onnx.pb-c.[ch] when onnx.proto changes
 files="/usr/bin/protoc-c:protobuf-c-compiler"
 fuzz=0
 case "$scope" in
-test) pcs="$pcs $pc_test" ;;
+test) pcs="$pcs $pc_test"; files="$files $files_test" ;;
 bench) files="$files /usr/include/dnnl.h:libdnnl-dev" ;;
 fuzz) fuzz=1 ;;
 all)
     pcs="$pcs $pc_test"
-    files="$files /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
+    files="$files $files_test /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
     ;;
 esac
 
