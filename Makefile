@@ -18,7 +18,7 @@ CUDA_HOME ?= /usr/local/cuda
 # pkg-config runs at the first recipe that needs a flag, once (`once`), not when the Makefile is
 # read: so `make test` on a fresh machine sees what its `deps` step has just installed.
 once = $(eval $(1) := $$(shell $(2)))$($(1))
-PKGS     := jansson libcrypto openblas sqlite3 libprotobuf-c
+PKGS     := jansson libcrypto openblas sqlite3 libprotobuf-c xgboost
 PKG_CFLAGS = $(call once,PKG_CFLAGS,pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(call once,PKG_LIBS,pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -125,12 +125,12 @@ $(BUILD)/libtlmstore.a: $(STORE_OBJ)
 $(SAN)/libtlmstore.a: $(SAN_STORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
-	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLM_OBJ) $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a $(LDLIBS)
+$(BUILD)/tlm: $(TLM_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TLM_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a $(LDLIBS)
 
 # The sanitized tlm is what integration tests drive.
-$(SAN)/tlm: $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a
-	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_TLM_OBJ) $(SAN)/libtlmproto.a $(SAN)/libtlm.a $(LDLIBS)
+$(SAN)/tlm: $(SAN_TLM_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a $(SAN)/libtlm.a
+	$(CC) $(BASEFLAGS) $(SANFLAGS) -o $@ $(SAN_TLM_OBJ) $(SAN)/libtlmstore.a $(SAN)/libtlmproto.a $(SAN)/libtlm.a $(LDLIBS)
 
 $(BUILD)/tlmd: $(DAEMON_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(DAEMON_OBJ) $(BUILD)/libtlmstore.a $(BUILD)/libtlmproto.a \

@@ -42,6 +42,7 @@ typedef struct ktask {
     char canon[1024];
     char whash[65];
     char key[65];
+    char gen_key[65]; /* tune: the key a generate request for this kernel looks up */
     bool done;
     struct flight *f; /* the flight it waits on, while it waits */
     json_t *kernel;   /* the answer's kernel object, without the binary */
@@ -85,6 +86,8 @@ typedef struct flight {
     dec_item dec;
     const char *selection; /* pj.selection of a miss (static) */
     int n_records;         /* measurement records stored */
+    int recs_stored;       /* pj.recs before this index are in the store */
+    char gen_key[65];      /* tune: also stored under the generate key ("" otherwise) */
     double t_start, t_looked_up, decode_s, codegen_s, compile_s, measure_s;
     uv_work_t w;    /* the store lookup (libuv's pool) */
     pool_work pw;   /* pl_prepare, then the compile (the compile pool) */
@@ -621,37 +624,14 @@ static char *dup_or_null(const char *s)
  * goes to the store's measurements: the training data and the searches' history. */
 static void store_records(flight *f)
 {
-    const pl_job *pj = &f->pj;
-    const char *sketch = pj->sp ? space_sketch_name(pj->sp->sketch) : NULL;
-    for (int i = 0; i < pj->n_recs; i++) {
-        const pl_record *r = &pj->recs[i];
-        if (!pl_record_storable(r)) continue;
-        char sentence[8192];
-        if (pl_sentence(pj, r->cand, sentence, sizeof sentence) < 0) sentence[0] = 0;
-        store_measurement m = {.workload_hash = f->whash,
-                               .target_hash = f->target_hash,
-                               .sketch = (char *)sketch,
-                               .schedule = (char *)r->schedule,
-                               .status = (char *)r->status,
-                               .median_s = r->median_s,
-                               .gflops = r->gflops,
-                               .rel_err = r->rel_err,
-                               .workload_json = f->canon,
-                               .target_name = f->tgt.name,
-                               .toolchain_id = f->toolchain,
-                               .model_id = f->model_id,
-                               .sentence = sentence[0] ? sentence : NULL,
-                               .schedule_source = (char *)pl_source_name(r->source),
-                               .min_s = r->min_s,
-                               .n_samples = r->n_samples,
-                               .detail = r->detail[0] ? (char *)r->detail : NULL};
-        tlm_error e;
-        if (store_measurement_add(f->js->env->st, &m, NULL, &e))
-            tlmd_log(LOG_ERROR, "store_measurement", "key=%.16s error=\"%s\"", f->key, e.msg);
-        else
-            f->n_records++;
-    }
-    metrics_records(f->js->m, f->n_records);
+    int n = 0;
+    tlm_error e;
+    if (store_pl_records(f->js->env->st, &f->pj, f->recs_stored, f->pj.n_recs, f->model_id, &n,
+                         &e))
+        tlmd_log(LOG_ERROR, "store_measurement", "key=%.16s error=\"%s\"", f->key, e.msg);
+    f->recs_stored = f->pj.n_recs;
+    f->n_records += n;
+    metrics_records(f->js->m, n);
 }
 
 /* Pool: the decoded candidates in, then the pipeline builds, measures (per its policy) and
@@ -674,6 +654,12 @@ static void compile_work(pool_work *w)
     f->measure_s = pj->measure_s;
     store_records(f);
     if (f->rc) return;
+    if (__atomic_load_n(&f->cancelled, __ATOMIC_ACQUIRE)) {
+        /* a cancelled search keeps its records, not a kernel its budget did not earn */
+        f->rc = tlm_err_set(&f->err, TLM_EUNSUPPORTED, "",
+                            "every job that wanted this kernel was cancelled");
+        return;
+    }
     metrics_compile_seconds(f->js->m, f->compile_s);
     char sentence[8192];
     if (pl_sentence(pj, pj->chosen, sentence, sizeof sentence) < 0) sentence[0] = 0;
@@ -705,6 +691,16 @@ static void compile_work(pool_work *w)
     tlm_error pe;
     if (store_kernel_put(f->js->env->st, k, &pe))
         tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->key, pe.msg);
+    if (f->gen_key[0]) {
+        /* a tuned kernel is this server's best known for the workload: generate requests
+         * for it are served this kernel from now on (its schedule_source says "tuned") */
+        char key[65];
+        memcpy(key, k->key, sizeof key);
+        snprintf(k->key, sizeof k->key, "%s", f->gen_key);
+        if (store_kernel_put(f->js->env->st, k, &pe))
+            tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->gen_key, pe.msg);
+        memcpy(k->key, key, sizeof key);
+    }
     metrics_compile_done(f->js->m);
 }
 
@@ -717,6 +713,59 @@ static void compile_after(pool_work *w)
              f->key, f->rc, f->rc ? "-" : pl_source_name(f->pj.source), f->pj.n_cands, f->n_records,
              f->decode_s, f->codegen_s, f->compile_s, f->measure_s);
     flight_finish(f);
+}
+
+/* A search's progress report, carried from the compile pool to the loop. */
+typedef struct {
+    pool_work w;
+    flight *f;
+    pl_progress p;
+} progress_note;
+
+static json_t *ms_json(double s)
+{
+    return isfinite(s) ? json_real(s * 1e3) : json_null();
+}
+
+/* Loop: a progress event to every streaming job that waits on the flight (the flight lives
+ * until its compile's completion, which is delivered after this). */
+static void progress_done(pool_work *w)
+{
+    progress_note *n = w->data;
+    flight *f = n->f;
+    for (ktask *t = f->waiters; t; t = t->next_waiter) {
+        job *j = t->j;
+        if (!j->req || !j->p.stream || j->state != JOB_RUNNING) continue;
+        http_stream_line(j->req,
+                         json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:f}", "event",
+                                   "progress", "job", j->id, "index", t->index, "phase",
+                                   n->p.phase, "trial", n->p.trials, "trials", n->p.trials_budget,
+                                   "round", n->p.round, "best_ms", ms_json(n->p.best_s),
+                                   "first_ms", ms_json(n->p.first_s), "elapsed_s",
+                                   n->p.elapsed_s));
+    }
+    http_kick(f->js->h);
+    free(n);
+}
+
+/* Compile pool (inside pl_finish): hands a progress report to the loop. */
+static void flight_progress(const pl_job *pj, const pl_progress *p, void *user)
+{
+    flight *f = user;
+    progress_note *n = calloc(1, sizeof *n);
+    if (!n) return;
+    n->f = f;
+    n->p = *p;
+    n->w.data = n;
+    n->w.done = progress_done;
+    pool_post(f->js->cp, &n->w);
+}
+
+/* Compile pool (inside pl_finish): the search's records go to the store as they are made,
+ * so a tune that is killed keeps what it measured. */
+static void flight_records(const pl_job *pj, int from, int to, void *user)
+{
+    store_records(user);
 }
 
 static void start_task(job *j, ktask *t)
@@ -755,6 +804,13 @@ static void start_task(job *j, ktask *t)
     f->opts.trials = j->p.trials;
     f->opts.seconds = j->p.seconds;
     f->opts.strategy = j->p.strategy[0] ? j->p.strategy : NULL;
+    if (j->p.mode == PL_MODE_TUNE) {
+        f->opts.cancel = &f->cancelled;
+        f->opts.progress = flight_progress;
+        f->opts.on_records = flight_records;
+        f->opts.user = f;
+        snprintf(f->gen_key, sizeof f->gen_key, "%s", t->gen_key);
+    }
     f->pj.chosen = -1;
     f->t_start = tlmd_now();
     f->waiters = t;
@@ -805,6 +861,13 @@ void job_start(jobs *js, http_req *r, job_params *p)
                  ";trials=%d;seconds=%g;strategy=%s", j->p.trials, j->p.seconds, j->p.strategy);
     char toolchain[768];
     drv_toolchain_key(&j->p.tgt, toolchain, sizeof toolchain);
+    /* what a generate request decides with, for the keys tuned kernels are also stored under */
+    char gen_options[192], gen_model[65];
+    pl_mode gen_mode = js->env->model ? PL_MODE_TLM : PL_MODE_DEFAULT;
+    snprintf(gen_model, sizeof gen_model, "%s",
+             gen_mode == PL_MODE_TLM ? js->env->model_id : "none");
+    snprintf(gen_options, sizeof gen_options, "mode=%s;model=%s", pl_mode_name(gen_mode),
+             gen_model);
     for (int i = 0; i < j->p.n; i++) {
         ktask *t = &kt[i];
         t->j = j;
@@ -814,7 +877,10 @@ void job_start(jobs *js, http_req *r, job_params *p)
         if (ir_workload_canonical(&t->wl, t->canon, sizeof t->canon) < 0 ||
             ir_workload_hash_hex(&t->wl, t->whash) ||
             store_cache_key(t->canon, j->target_hash, toolchain, j->model_id, j->options, t->key,
-                            &e)) {
+                            &e) ||
+            (j->p.mode == PL_MODE_TUNE &&
+             store_cache_key(t->canon, j->target_hash, toolchain, gen_model, gen_options,
+                             t->gen_key, &e))) {
             job_params_free(&j->p);
             free(kt);
             free(j);

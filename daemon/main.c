@@ -20,6 +20,7 @@
 #include "compiler/lang/lang.h"
 #include "compiler/toolchain/toolchain.h"
 #include "compiler/util/util.h"
+#include "compiler/tune/tune.h"
 #include "daemon/tlmd.h"
 
 /* The loop's inbox: other threads post closures; the loop drains them all per wake-up. */
@@ -877,6 +878,7 @@ int main(int argc, char **argv)
     }
     /* A client that goes away mid-answer must not kill the server. */
     signal(SIGPIPE, SIG_IGN);
+    tune_register(); /* mode "tune": the measured search */
     pthread_mutex_init(&srv.inbox.mu, NULL);
     tlmd_log(LOG_INFO, "starting", "version=%s pid=%ld store=\"%s\" weights=\"%s\" device=%s",
              TLMD_VERSION, (long)getpid(), c->store_path, c->weights, c->device);

@@ -60,7 +60,7 @@ static void on_done(uv_async_t *a)
     pthread_mutex_unlock(&p->mu);
     while (w) {
         pool_work *next = w->next;
-        if (--p->pending == 0) uv_unref((uv_handle_t *)&p->async);
+        if (!w->posted && --p->pending == 0) uv_unref((uv_handle_t *)&p->async);
         w->done(w);
         w = next;
     }
@@ -99,6 +99,7 @@ void pool_submit(pool *p, pool_work *w)
 {
     if (p->pending++ == 0) uv_ref((uv_handle_t *)&p->async);
     w->next = NULL;
+    w->posted = false;
     pthread_mutex_lock(&p->mu);
     if (p->todo_tail)
         p->todo_tail->next = w;
@@ -107,6 +108,22 @@ void pool_submit(pool *p, pool_work *w)
     p->todo_tail = w;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
+}
+
+void pool_post(pool *p, pool_work *w)
+{
+    /* the running work holds a pending count, so the handle stays referenced until this
+     * and the work's own completion have been delivered */
+    w->next = NULL;
+    w->posted = true;
+    pthread_mutex_lock(&p->mu);
+    if (p->done_tail)
+        p->done_tail->next = w;
+    else
+        p->done_head = w;
+    p->done_tail = w;
+    pthread_mutex_unlock(&p->mu);
+    uv_async_send(&p->async);
 }
 
 int pool_queued(pool *p)

@@ -188,7 +188,10 @@ out:
  *   topk:     the model's k best candidates, measured where this host runs them; refused
  *             with 422 when no model is served (there is nothing to rank; "generate" gives
  *             the default schedule and says so in schedule_source);
- *   tune:     the measured search, 422 until a search is registered (pl_set_search). */
+ *   tune:     the measured search (compiler/tune) within "budget" (trials, default 64;
+ *             seconds, capped below the job timeout), "strategy" evolutionary (the cost
+ *             model, the default) or random; 422 when no search is registered or when this
+ *             host cannot run the target's kernels (a CUDA target without a GPU). */
 static int decode_mode(const tlmd_env *env, const json_t *j, job_params *p, tlm_error *e)
 {
     json_t *mode = json_object_get(j, "mode");
@@ -251,8 +254,13 @@ static int decode_mode(const tlmd_env *env, const json_t *j, job_params *p, tlm_
     json_t *st = json_object_get(j, "strategy");
     if (st) {
         const char *sv = json_string_value(st);
-        if (!sv || (strcmp(sv, "evolutionary") && strcmp(sv, "htam")))
-            return bad(e, TLM_EINVAL, "strategy", "must be \"evolutionary\" or \"htam\"");
+        if (!sv || (strcmp(sv, "evolutionary") && strcmp(sv, "random") && strcmp(sv, "htam")))
+            return bad(e, TLM_EINVAL, "strategy",
+                       "must be \"evolutionary\", \"random\" or \"htam\"");
+        if (!strcmp(sv, "htam") && !pl_has_search(PL_MODE_REFINE))
+            return bad(e, TLM_EUNSUPPORTED, "strategy",
+                       "strategy \"htam\" (HTAM refinement) is not available in this server; "
+                       "use \"evolutionary\" or \"random\"");
         snprintf(p->strategy, sizeof p->strategy, "%s", sv);
     }
     /* well-formed; now whether this server can do it */
@@ -264,8 +272,21 @@ static int decode_mode(const tlmd_env *env, const json_t *j, job_params *p, tlm_
                            env->schedules_reason);
     if (p->mode == PL_MODE_TUNE && !pl_has_search(PL_MODE_TUNE))
         return bad(e, TLM_EUNSUPPORTED, "mode",
-                   "mode \"tune\" is not yet supported by this server; use \"generate\" or "
-                   "\"topk\"");
+                   "mode \"tune\" is not available in this server (no search registered); use "
+                   "\"generate\" or \"topk\"");
+    if (p->mode == PL_MODE_TUNE && !(p->tgt.kind == TARGET_CPU && target_host_can_run(&p->tgt)))
+        return tlm_err_set(e, TLM_EUNSUPPORTED, "mode",
+                           "mode \"tune\" measures every candidate, and this server cannot run "
+                           "%s kernels (%s); use \"generate\" or \"topk\", or tune on a "
+                           "machine that can",
+                           p->tgt.name,
+                           p->tgt.kind == TARGET_CUDA ? "it runs no GPU"
+                                                      : "its CPU lacks the instructions");
+    if (p->mode == PL_MODE_TUNE) {
+        /* the search must end, with what it measured, before the job's deadline */
+        double cap = 0.8 * env->cfg.job_timeout_s;
+        if (p->seconds <= 0 || p->seconds > cap) p->seconds = cap;
+    }
     return 0;
 }
 

@@ -227,10 +227,14 @@ typedef struct pool_work {
     void (*done)(struct pool_work *w); /* then on the loop thread */
     void *data;
     struct pool_work *next; /* pool-private */
+    bool posted;            /* pool-private */
 } pool_work;
 pool *pool_new(uv_loop_t *loop, int n_threads);
 void pool_submit(pool *p, pool_work *w);
 int pool_queued(pool *p); /* waiting for a thread (any thread) */
+/* From inside a running work(): w->done runs on the loop thread, before the running work's
+ * own done (completions are delivered in order). w->work is not called. */
+void pool_post(pool *p, pool_work *w);
 /* After the loop ended (nothing pending): joins the threads, closes the async handle (the
  * loop runs once more to close it); pool_free after that. */
 void pool_stop(pool *p);

@@ -39,7 +39,7 @@ esac
 
 # pkg-config module -> Debian package, per scope
 pc_build="jansson:libjansson-dev libcrypto:libssl-dev openblas:libopenblas-dev
-sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev
+sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev xgboost:libxgboost-dev
 libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev libprotobuf-c:libprotobuf-c-dev"
 pc_test="criterion:libcriterion-dev"
 # the tests' command-line tools: the crash-loop test (bench/crashloop.sh) checks the store with

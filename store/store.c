@@ -39,6 +39,8 @@ enum {
     ST_MEAS_ADD,
     ST_MEAS_BEST,
     ST_MEAS_LIST,
+    ST_MEAS_PAGE,
+    ST_MEAS_FIND,
     ST_META_GET,
     ST_META_SET,
     ST__COUNT
@@ -84,6 +86,12 @@ static const char *const SQL[ST__COUNT] = {
                      "AND gflops IS NOT NULL ORDER BY gflops DESC, id LIMIT ?3",
     [ST_MEAS_LIST] = "SELECT " MEAS_COLS " FROM measurements "
                      "WHERE workload_hash = ?1 AND target_hash = ?2 ORDER BY id LIMIT ?3",
+    [ST_MEAS_PAGE] = "SELECT " MEAS_COLS " FROM measurements WHERE id > ?1 ORDER BY id LIMIT ?2",
+    /* an imported record is the same record when it was made by the same host at the same
+     * time for the same schedule of the same workload on the same target */
+    [ST_MEAS_FIND] = "SELECT id FROM measurements WHERE workload_hash = ?1 AND target_hash = ?2 "
+                     "AND schedule = ?3 AND created_at = ?4 AND host_id IS ?5 AND status = ?6 "
+                     "LIMIT 1",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
     [ST_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
 };
@@ -1056,8 +1064,12 @@ int store_stats_get(store *st, store_stats *out, tlm_error *err)
 
 /* ---- measurements ------------------------------------------------------------------ */
 
-int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out, tlm_error *err)
+/* Adds m (created_at: m's when `keep` and set, else now); with `dedup`, not when the same
+ * record is there already (*added says which). */
+static int measurement_put(store *st, const store_measurement *m, bool keep, bool dedup,
+                           int64_t *id_out, bool *added, tlm_error *err)
 {
+    if (added) *added = false;
     if (!m) return tlm_err_set(err, TLM_EINVAL, "measurement", "measurement is NULL");
     if (!m->workload_hash || !*m->workload_hash)
         return tlm_err_set(err, TLM_EINVAL, "workload_hash", "is required");
@@ -1079,7 +1091,9 @@ int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out
     bind_real(s, 6, m->median_s);
     bind_real(s, 7, m->gflops);
     bind_real(s, 8, m->rel_err);
-    sqlite3_bind_int64(s, 9, stamp_now(st));
+    int64_t at = keep && m->created_at > 0 ? m->created_at : stamp_now(st);
+    const char *host = m->host_id ? m->host_id : store_host_id();
+    sqlite3_bind_int64(s, 9, at);
     bind_text(s, 10, m->workload_json);
     bind_text(s, 11, m->target_name);
     bind_text(s, 12, m->toolchain_id);
@@ -1091,11 +1105,40 @@ int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out
         sqlite3_bind_int(s, 17, m->n_samples);
     else
         sqlite3_bind_null(s, 17);
-    bind_text(s, 18, m->host_id ? m->host_id : store_host_id());
+    bind_text(s, 18, host);
     bind_text(s, 19, m->detail);
     if ((rc = tx_begin(c, err))) {
         stmt_done(s);
         return rc;
+    }
+    if (dedup) {
+        sqlite3_stmt *f = NULL;
+        /* ST_MEAS_ADD stays bound while its sibling runs: they are distinct statements */
+        if ((rc = stmt_get(c, ST_MEAS_FIND, &f, err))) {
+            stmt_done(s);
+            tx_rollback(c);
+            return rc;
+        }
+        bind_text(f, 1, m->workload_hash);
+        bind_text(f, 2, m->target_hash);
+        bind_text(f, 3, m->schedule);
+        sqlite3_bind_int64(f, 4, at);
+        bind_text(f, 5, host);
+        bind_text(f, 6, m->status);
+        int frc = sqlite3_step(f);
+        int64_t found = frc == SQLITE_ROW ? sqlite3_column_int64(f, 0) : 0;
+        stmt_done(f);
+        if (frc != SQLITE_ROW && frc != SQLITE_DONE) {
+            stmt_done(s);
+            tx_rollback(c);
+            return sql_err(err, c->db, frc, "looking for a measurement");
+        }
+        if (found) {
+            stmt_done(s);
+            tx_rollback(c);
+            if (id_out) *id_out = found;
+            return 0;
+        }
     }
     if ((rc = stmt_exec(c, s, "adding a measurement", err))) {
         tx_rollback(c);
@@ -1104,7 +1147,18 @@ int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out
     int64_t id = sqlite3_last_insert_rowid(c->db);
     if ((rc = tx_commit(c, err))) return rc;
     if (id_out) *id_out = id;
+    if (added) *added = true;
     return 0;
+}
+
+int store_measurement_add(store *st, const store_measurement *m, int64_t *id_out, tlm_error *err)
+{
+    return measurement_put(st, m, false, false, id_out, NULL, err);
+}
+
+int store_measurement_import(store *st, const store_measurement *m, bool *added, tlm_error *err)
+{
+    return measurement_put(st, m, true, true, NULL, added, err);
 }
 
 void store_measurements_free(store_measurement *ms, size_t count)
@@ -1130,13 +1184,15 @@ void store_measurements_free(store_measurement *ms, size_t count)
 
 /* Reads the MEAS_COLS rows of a prepared ST_MEAS_BEST / ST_MEAS_LIST query. */
 static int measurements_query(store *st, int which, const char *workload_hash,
-                              const char *target_hash, int n, store_measurement **out,
-                              size_t *count, tlm_error *err)
+                              const char *target_hash, int64_t after_id, int n,
+                              store_measurement **out, size_t *count, tlm_error *err)
 {
     *out = NULL;
     *count = 0;
-    if (!workload_hash) return tlm_err_set(err, TLM_EINVAL, "workload_hash", "is required");
-    if (!target_hash) return tlm_err_set(err, TLM_EINVAL, "target_hash", "is required");
+    if (which != ST_MEAS_PAGE && !workload_hash)
+        return tlm_err_set(err, TLM_EINVAL, "workload_hash", "is required");
+    if (which != ST_MEAS_PAGE && !target_hash)
+        return tlm_err_set(err, TLM_EINVAL, "target_hash", "is required");
     if (n <= 0 || n > 100000)
         return tlm_err_set(err, TLM_EINVAL, "n", "%d; must be in 1..100000", n);
     store_conn *c = store_conn_get(st, err);
@@ -1144,9 +1200,14 @@ static int measurements_query(store *st, int which, const char *workload_hash,
     sqlite3_stmt *s = NULL;
     int rc = stmt_get(c, which, &s, err);
     if (rc) return rc;
-    bind_text(s, 1, workload_hash);
-    bind_text(s, 2, target_hash);
-    sqlite3_bind_int(s, 3, n);
+    if (which == ST_MEAS_PAGE) {
+        sqlite3_bind_int64(s, 1, after_id);
+        sqlite3_bind_int(s, 2, n);
+    } else {
+        bind_text(s, 1, workload_hash);
+        bind_text(s, 2, target_hash);
+        sqlite3_bind_int(s, 3, n);
+    }
     store_measurement *ms = NULL;
     size_t k = 0, cap = 0;
     bool oom = false;
@@ -1201,13 +1262,19 @@ static int measurements_query(store *st, int which, const char *workload_hash,
 int store_measurements_best(store *st, const char *workload_hash, const char *target_hash, int n,
                             store_measurement **out, size_t *count, tlm_error *err)
 {
-    return measurements_query(st, ST_MEAS_BEST, workload_hash, target_hash, n, out, count, err);
+    return measurements_query(st, ST_MEAS_BEST, workload_hash, target_hash, 0, n, out, count, err);
 }
 
 int store_measurements_list(store *st, const char *workload_hash, const char *target_hash, int n,
                             store_measurement **out, size_t *count, tlm_error *err)
 {
-    return measurements_query(st, ST_MEAS_LIST, workload_hash, target_hash, n, out, count, err);
+    return measurements_query(st, ST_MEAS_LIST, workload_hash, target_hash, 0, n, out, count, err);
+}
+
+int store_measurements_page(store *st, int64_t after_id, int n, store_measurement **out,
+                            size_t *count, tlm_error *err)
+{
+    return measurements_query(st, ST_MEAS_PAGE, NULL, NULL, after_id, n, out, count, err);
 }
 
 /* ---- meta -------------------------------------------------------------------------- */

@@ -29,6 +29,7 @@
 #define TLM_STORE_STORE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "compiler/util/err.h"
@@ -183,7 +184,24 @@ int store_measurements_best(store *st, const char *workload_hash, const char *ta
 /* Every record for a workload on a target (any status), oldest first, at most n. */
 int store_measurements_list(store *st, const char *workload_hash, const char *target_hash, int n,
                             store_measurement **out, size_t *count, tlm_error *err);
+/* Every record with id > after_id, oldest first, at most n (1..100000): export in pages. */
+int store_measurements_page(store *st, int64_t after_id, int n, store_measurement **out,
+                            size_t *count, tlm_error *err);
+/* Adds a record made elsewhere (an import), keeping its created_at (now when 0) and host_id
+ * (this host when NULL), unless the same record — same workload hash, target hash,
+ * schedule, status, host and created_at — is there already: then nothing changes and
+ * *added (may be NULL) is false. Importing a file twice adds nothing the second time. */
+int store_measurement_import(store *st, const store_measurement *m, bool *added, tlm_error *err);
 void store_measurements_free(store_measurement *ms, size_t count);
+
+/* The storable records j->recs[from, to) of a pipeline job (measured candidates and build
+ * failures; pl_record_storable) as measurements, with the job's workload, target, toolchain
+ * and the given model id ("none" when NULL). Each is committed on its own, so what was
+ * stored survives a crash of the caller. *stored (may be NULL) counts them. Returns 0, or the
+ * first error (the others are still tried). */
+struct pl_job;
+int store_pl_records(store *st, const struct pl_job *j, int from, int to, const char *model_id,
+                     int *stored, tlm_error *err);
 
 /* Small key/value settings in table meta. get returns TLM_ENOTFOUND when absent; *value is
  * the caller's to free. */

@@ -2,6 +2,7 @@
 #include "compiler/driver/pipeline.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,12 @@ int pl_prepare(pl_job *j, const ir_workload *wl, const target *t, const pl_opts 
                                  "not run, on this machine"
                                : "this machine's CPU cannot run %s kernels",
                            t->name);
+    if (op->mode == PL_MODE_TUNE && !j->can_run)
+        return tlm_err_set(err, TLM_EUNSUPPORTED, "mode",
+                           "tuning measures every candidate, and this machine cannot run %s "
+                           "kernels (%s); use generate or topk, or tune on a machine that can",
+                           t->name, t->kind == TARGET_CUDA ? "no GPU is used here"
+                                                           : "its CPU lacks the instructions");
     if (ir_workload_canonical(wl, j->canon, sizeof j->canon) < 0 ||
         ir_workload_hash_hex(wl, j->whash) || target_hash_hex(t, j->target_hash))
         return tlm_err_set(err, TLM_ELIMIT, "workload", "cannot form the canonical workload");
@@ -218,6 +225,59 @@ int pl_decode(pl_job *j, tlm_error *err)
 
 /* ---- evaluation and choice ---- */
 
+/* Measures the built artifact *a of candidate i into record r. */
+static void measure_into(pl_job *j, const drv_artifact *a, pl_record *r)
+{
+    measure_result mr;
+    memset(&mr, 0, sizeof mr);
+    tlm_error me;
+    tlm_err_clear(&me);
+    double t0 = tlm_now_s();
+    int mrc = drv_measure_cpu(j->g, a, &j->o.mo, &mr, &me);
+    r->measure_s = tlm_now_s() - t0;
+    j->measure_s += r->measure_s;
+    if (mrc) {
+        snprintf(r->status, sizeof r->status, "load_error");
+        snprintf(r->detail, sizeof r->detail, "%.255s", me.msg);
+        return;
+    }
+    snprintf(r->status, sizeof r->status, "%s", measure_status_name(mr.status));
+    r->seed = mr.seed;
+    snprintf(r->detail, sizeof r->detail, "%s", mr.detail);
+    if (mr.status == MEASURE_OK) {
+        r->median_s = mr.median_s;
+        r->min_s = mr.min_s;
+        r->gflops = mr.gflops;
+        r->n_samples = mr.n_samples;
+    }
+    if (mr.rel_err >= 0) r->rel_err = mr.rel_err;
+}
+
+/* Appends the record of a build of candidate i (rc: drv_build's code, *a its artifact,
+ * *be its error); a failed build's artifact is released (its source kept once for
+ * inspection). NULL when even the record could not be kept. */
+static pl_record *record_build(pl_job *j, int i, int rc, drv_artifact *a, const tlm_error *be)
+{
+    j->codegen_s += a->codegen_s;
+    j->compile_s += a->compile_s;
+    pl_record *r = record_new(j, i);
+    if (!r) return NULL;
+    r->codegen_s = a->codegen_s;
+    r->compile_s = a->compile_s;
+    if (rc) {
+        snprintf(r->status, sizeof r->status, "build_error");
+        snprintf(r->detail, sizeof r->detail, "%.255s", be->msg);
+        if (a->source && !j->failed_source) {
+            j->failed_source = a->source; /* for inspection: what did not compile */
+            a->source = NULL;
+        }
+        drv_artifact_free(a);
+    } else {
+        snprintf(r->status, sizeof r->status, "built");
+    }
+    return r;
+}
+
 int pl_evaluate(pl_job *j, int i, bool measure, drv_artifact *art_out, tlm_error *err)
 {
     if (i < 0 || i >= j->n_cands) return tlm_err_set(err, TLM_EINVAL, "", "no candidate %d", i);
@@ -225,60 +285,101 @@ int pl_evaluate(pl_job *j, int i, bool measure, drv_artifact *art_out, tlm_error
     tlm_error be;
     tlm_err_clear(&be);
     int brc = drv_build(j->sp, &j->cands[i].sched, &a, &be);
-    j->codegen_s += a.codegen_s;
-    j->compile_s += a.compile_s;
-    pl_record *r = record_new(j, i);
+    pl_record *r = record_build(j, i, brc, &a, &be);
     if (!r) {
         drv_artifact_free(&a);
         return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     }
     int ri = j->n_recs - 1;
-    r->codegen_s = a.codegen_s;
-    r->compile_s = a.compile_s;
     if (brc) {
-        snprintf(r->status, sizeof r->status, "build_error");
-        snprintf(r->detail, sizeof r->detail, "%.255s", be.msg);
-        if (a.source && !j->failed_source) {
-            j->failed_source = a.source; /* for inspection: what did not compile */
-            a.source = NULL;
-        }
-        drv_artifact_free(&a);
         if (art_out) memset(art_out, 0, sizeof *art_out);
         *err = be;
         return ri;
     }
-    if (measure && j->can_run) {
-        measure_result mr;
-        memset(&mr, 0, sizeof mr);
-        tlm_error me;
-        tlm_err_clear(&me);
-        double t0 = tlm_now_s();
-        int mrc = drv_measure_cpu(j->g, &a, &j->o.mo, &mr, &me);
-        r->measure_s = tlm_now_s() - t0;
-        j->measure_s += r->measure_s;
-        if (mrc) {
-            snprintf(r->status, sizeof r->status, "load_error");
-            snprintf(r->detail, sizeof r->detail, "%.255s", me.msg);
-        } else {
-            snprintf(r->status, sizeof r->status, "%s", measure_status_name(mr.status));
-            r->seed = mr.seed;
-            snprintf(r->detail, sizeof r->detail, "%s", mr.detail);
-            if (mr.status == MEASURE_OK) {
-                r->median_s = mr.median_s;
-                r->min_s = mr.min_s;
-                r->gflops = mr.gflops;
-                r->n_samples = mr.n_samples;
-            }
-            if (mr.rel_err >= 0) r->rel_err = mr.rel_err;
-        }
-    } else {
-        snprintf(r->status, sizeof r->status, "built");
-    }
+    if (measure && j->can_run) measure_into(j, &a, r);
     if (art_out)
         *art_out = a;
     else
         drv_artifact_free(&a);
     return ri;
+}
+
+/* ---- batches: builds in parallel, measurements one at a time ---- */
+
+typedef struct {
+    pl_job *j;
+    const int *idx;
+    int n;
+    drv_artifact *arts;
+    tlm_error *errs;
+    int *rcs;
+    int next; /* the next build to take (atomic) */
+} build_batch;
+
+static void *build_worker(void *arg)
+{
+    build_batch *b = arg;
+    for (;;) {
+        int k = __atomic_fetch_add(&b->next, 1, __ATOMIC_RELAXED);
+        if (k >= b->n) break;
+        if (b->j->o.cancel && __atomic_load_n(b->j->o.cancel, __ATOMIC_ACQUIRE)) {
+            b->rcs[k] = TLM_EUNSUPPORTED;
+            memset(&b->arts[k], 0, sizeof b->arts[k]);
+            tlm_err_set(&b->errs[k], TLM_EUNSUPPORTED, "", "cancelled");
+            continue;
+        }
+        tlm_err_clear(&b->errs[k]);
+        b->rcs[k] = drv_build(b->j->sp, &b->j->cands[b->idx[k]].sched, &b->arts[k], &b->errs[k]);
+    }
+    return NULL;
+}
+
+int pl_evaluate_batch(pl_job *j, const int *idx, int n, bool measure, int threads, int *rec_out,
+                      tlm_error *err)
+{
+    for (int k = 0; k < n; k++)
+        if (idx[k] < 0 || idx[k] >= j->n_cands)
+            return tlm_err_set(err, TLM_EINVAL, "", "no candidate %d", idx[k]);
+    if (n <= 0) return 0;
+    build_batch b = {.j = j, .idx = idx, .n = n};
+    b.arts = calloc((size_t)n, sizeof *b.arts);
+    b.errs = calloc((size_t)n, sizeof *b.errs);
+    b.rcs = calloc((size_t)n, sizeof *b.rcs);
+    if (!b.arts || !b.errs || !b.rcs) {
+        free(b.arts);
+        free(b.errs);
+        free(b.rcs);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    if (threads < 1) threads = 1;
+    if (threads > n) threads = n;
+    pthread_t th[16];
+    if (threads > 16) threads = 16;
+    int started = 0;
+    for (int t = 1; t < threads; t++)
+        if (pthread_create(&th[started], NULL, build_worker, &b) == 0) started++;
+    build_worker(&b); /* this thread builds too */
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        pl_record *r = rc ? NULL : record_build(j, idx[k], b.rcs[k], &b.arts[k], &b.errs[k]);
+        if (!r) {
+            if (!rc) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+            drv_artifact_free(&b.arts[k]);
+            continue;
+        }
+        if (b.rcs[k] == TLM_EUNSUPPORTED && !strcmp(b.errs[k].msg, "cancelled"))
+            snprintf(r->status, sizeof r->status, "cancelled");
+        if (rec_out) rec_out[k] = j->n_recs - 1;
+        if (!b.rcs[k] && measure && j->can_run &&
+            !(j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)))
+            measure_into(j, &b.arts[k], r);
+        drv_artifact_free(&b.arts[k]);
+    }
+    free(b.arts);
+    free(b.errs);
+    free(b.rcs);
+    return rc;
 }
 
 void pl_choose(pl_job *j, int i, drv_artifact *art, const measure_result *mr, const char *selection)
@@ -406,7 +507,7 @@ int pl_run(pl_job *j, const ir_workload *wl, const target *t, const pl_opts *o, 
 
 bool pl_record_storable(const pl_record *r)
 {
-    return strcmp(r->status, "built") != 0;
+    return strcmp(r->status, "built") != 0 && strcmp(r->status, "cancelled") != 0;
 }
 
 void pl_job_free(pl_job *j)

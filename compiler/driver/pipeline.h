@@ -75,6 +75,9 @@ typedef enum pl_measure { PL_MEASURE_AUTO, PL_MEASURE_OFF, PL_MEASURE_ON } pl_me
 
 #define PL_MAX_CANDIDATES 64 /* = TLM_MAX_BEAM */
 
+struct pl_job;
+struct pl_progress;
+
 typedef struct pl_opts {
     pl_mode mode;
     int k;                  /* TOPK: candidates, 1..PL_MAX_CANDIDATES (others: ignored) */
@@ -91,7 +94,27 @@ typedef struct pl_opts {
     double seconds;
     uint64_t seed;
     const char *strategy;
+    /* Long searches (TUNE / REFINE): a flag the caller sets (from any thread) to stop early
+     * (the search keeps what it measured and chooses among it); a progress report after each
+     * measured batch; records handed over as they are made (j->recs[from, to)), so a caller
+     * can commit them before the search ends. Any may be NULL. */
+    const bool *cancel;
+    void (*progress)(const struct pl_job *j, const struct pl_progress *p, void *user);
+    void (*on_records)(const struct pl_job *j, int from, int to, void *user);
+    void *user;
 } pl_opts;
+
+/* A search's progress, after each measured batch. */
+typedef struct pl_progress {
+    int trials;         /* candidates measured (or failed to build) so far */
+    int trials_budget;  /* the budget in trials */
+    double elapsed_s;
+    double best_s;      /* the fastest correct median so far; INFINITY when none */
+    double first_s;     /* the starting point's time (the first candidate measured) */
+    int best_cand;      /* index into j->cands; -1 when none */
+    int round;
+    const char *phase;  /* "measure", "done" */
+} pl_progress;
 
 typedef struct pl_candidate {
     space_sched sched;
@@ -180,6 +203,14 @@ void pl_job_free(pl_job *j);
  * even the record could not be kept). The artifact is kept in *art_out when not NULL (the
  * caller frees it), else released. */
 int pl_evaluate(pl_job *j, int i, bool measure, drv_artifact *art_out, tlm_error *err);
+/* For search hooks: builds candidates idx[0..n) on `threads` threads at once, then measures
+ * the built ones one at a time (when `measure` and the host can run them; timings are never
+ * taken while another build runs), appending one record per candidate in idx's order;
+ * rec_out[k] (may be NULL) receives candidate idx[k]'s record index. Artifacts are released.
+ * When j->o.cancel is set, what is not built yet is not built (record status "cancelled",
+ * not storable). Returns 0, or a negative code when a record could not be kept. */
+int pl_evaluate_batch(pl_job *j, const int *idx, int n, bool measure, int threads, int *rec_out,
+                      tlm_error *err);
 /* Makes candidate i (already built into *art, which the job takes over) the job's choice. */
 void pl_choose(pl_job *j, int i, drv_artifact *art, const measure_result *mr, const char *selection);
 

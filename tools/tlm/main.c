@@ -15,6 +15,8 @@
     X(space)                                                                                       \
     X(compile)                                                                                     \
     X(generate)                                                                                    \
+    X(tune)                                                                                        \
+    X(records)                                                                                     \
     X(run)                                                                                         \
     X(model)
 

@@ -1,0 +1,371 @@
+/* cmd_tune.c — `tlm tune`: the measured search (compiler/tune) on one workload, or on every
+ * kernel of a network with one budget spread by the task scheduler.
+ *
+ *   tlm tune --workload W --target T [--trials N] [--seconds S] [--strategy evolutionary|random]
+ *            [--seed S] [--batch B] [--store FILE] [--weights F] [--curve FILE]
+ *   tlm tune --model NAME [--batch-size B] [--image-size S] [--seq-len L] --target T ...
+ *
+ * Prints one JSON object: best_ms, default_ms, first_ms (the starting point's time), trials,
+ * ok, rounds, schedule, schedule_source ("tuned"), sketch, speedup_vs_default, elapsed_s,
+ * model_s (cost-model time), records (stored), best_at (best-so-far in ms after 16, 64, 256,
+ * 1000 trials, where reached). A network prints {"tasks": [...], "weighted_ms",
+ * "weighted_default_ms", ...}. Progress goes to stderr, one line per round. --store FILE
+ * (SQLite, created if needed) receives every measurement as it is made: a tune killed
+ * half-way keeps what it measured. --curve FILE writes the best-so-far per trial (JSON
+ * array of ms). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/driver/pipeline.h"
+#include "compiler/frontend/frontend.h"
+#include "compiler/lang/lang.h"
+#include "compiler/target/target.h"
+#include "compiler/tlm/tlm.h"
+#include "compiler/tune/tune.h"
+#include "compiler/util/util.h"
+#include "store/store.h"
+#include "tools/tlm/cli.h"
+
+static const char tune_usage[] =
+    "usage: tlm tune (--workload W | --model NAME [--batch-size B] [--image-size S]\n"
+    "                [--seq-len L]) --target T [options]\n"
+    "  the measured search: evolutionary, guided by a cost model (XGBoost) retrained on every\n"
+    "  measurement; prints JSON (best_ms, default_ms, first_ms, trials, schedule, ...)\n"
+    "options:\n"
+    "  --trials N        candidates to build and measure (default 64; a network: in total)\n"
+    "  --seconds S       wall-clock budget (default: none)\n"
+    "  --strategy S      evolutionary (default) | random (uniform samples: the baseline)\n"
+    "  --seed S          the search's random seed (default 1)\n"
+    "  --batch B         candidates per round (default 16)\n"
+    "  --store FILE      record every measurement in this SQLite store as it is made\n"
+    "  --weights F       seed the first round with the model's beam\n"
+    "  --curve FILE      write the best-so-far time per trial (JSON array, ms)\n"
+    "  --quiet           no progress on stderr\n";
+
+typedef struct {
+    const char *wl, *model, *tg, *strategy, *store, *weights, *curve;
+    fe_zoo_opts zo;
+    uint64_t trials, seed, batch;
+    double seconds;
+    bool quiet;
+} tune_args;
+
+typedef struct {
+    store *st;
+    int stored;
+    bool quiet;
+    const char *label;
+} tune_ctx;
+
+static void on_records(const pl_job *j, int from, int to, void *user)
+{
+    tune_ctx *c = user;
+    if (!c->st) return;
+    int n = 0;
+    tlm_error e;
+    if (store_pl_records(c->st, j, from, to, "none", &n, &e))
+        fprintf(stderr, "tlm: tune: storing records: %s\n", e.msg);
+    c->stored += n;
+}
+
+static void on_progress(const pl_job *j, const pl_progress *p, void *user)
+{
+    tune_ctx *c = user;
+    if (c->quiet || strcmp(p->phase, "measure")) return;
+    fprintf(stderr, "tune%s%s: round %d trials %d/%d best %.4f ms first %.4f ms %.1f s\n",
+            c->label ? " " : "", c->label ? c->label : "", p->round, p->trials, p->trials_budget,
+            isfinite(p->best_s) ? p->best_s * 1e3 : NAN,
+            isfinite(p->first_s) ? p->first_s * 1e3 : NAN, p->elapsed_s);
+}
+
+static json_t *ms(double s)
+{
+    return isfinite(s) ? json_real(s * 1e3) : json_null();
+}
+
+static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
+{
+    memset(a, 0, sizeof *a);
+    a->trials = 64;
+    a->seed = 1;
+    a->batch = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            fputs(tune_usage, stdout);
+            return -1;
+        }
+        if (!strcmp(o, "--quiet")) {
+            a->quiet = true;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_usage_error("tune: %s needs a value", o);
+        const char *v = argv[++i];
+        uint64_t n;
+        if (!strcmp(o, "--workload"))
+            a->wl = v;
+        else if (!strcmp(o, "--model"))
+            a->model = v;
+        else if (!strcmp(o, "--target"))
+            a->tg = v;
+        else if (!strcmp(o, "--strategy"))
+            a->strategy = v;
+        else if (!strcmp(o, "--store"))
+            a->store = v;
+        else if (!strcmp(o, "--weights"))
+            a->weights = v;
+        else if (!strcmp(o, "--curve"))
+            a->curve = v;
+        else if (!strcmp(o, "--seconds")) {
+            char *end;
+            a->seconds = strtod(v, &end);
+            if (*end || !(a->seconds > 0) || a->seconds > 864000)
+                return cli_usage_error("tune: --seconds must be a number in (0, 864000]");
+        } else if (!strcmp(o, "--trials") || !strcmp(o, "--seed") || !strcmp(o, "--batch") ||
+                   !strcmp(o, "--batch-size") || !strcmp(o, "--image-size") ||
+                   !strcmp(o, "--seq-len")) {
+            if (cli_parse_u64(o, v, !strcmp(o, "--seed") ? UINT64_MAX : 1000000, &n, err))
+                return cli_report(err);
+            if (!strcmp(o, "--trials"))
+                a->trials = n;
+            else if (!strcmp(o, "--seed"))
+                a->seed = n;
+            else if (!strcmp(o, "--batch"))
+                a->batch = n;
+            else if (!strcmp(o, "--batch-size"))
+                a->zo.batch = (int64_t)n;
+            else if (!strcmp(o, "--image-size"))
+                a->zo.image_size = (int64_t)n;
+            else
+                a->zo.seq_len = (int64_t)n;
+        } else {
+            return cli_usage_error("tune: unknown option %s (see tlm tune --help)", o);
+        }
+    }
+    if (!!a->wl + !!a->model != 1)
+        return cli_usage_error("tune: give exactly one of --workload or --model");
+    if (!a->tg) return cli_usage_error("tune: --target is required (see tlm tune --help)");
+    if (a->trials < 1) return cli_usage_error("tune: --trials must be at least 1");
+    if (a->batch < 1 || a->batch > 256)
+        return cli_usage_error("tune: --batch must be in 1..256");
+    return 0;
+}
+
+static int write_curve(const char *path, const double *curve, int n, tlm_error *err)
+{
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, ms(curve[i]));
+    int rc = json_dump_file(arr, path, JSON_COMPACT);
+    json_decref(arr);
+    return rc ? tlm_err_set(err, TLM_EIO, "--curve", "cannot write \"%s\"", path) : 0;
+}
+
+static json_t *best_at(const tune_stats *s)
+{
+    static const int marks[] = {16, 64, 256, 1000};
+    json_t *o = json_object();
+    for (int i = 0; i < 4; i++) {
+        if (marks[i] > s->trials) break;
+        char k[16];
+        snprintf(k, sizeof k, "%d", marks[i]);
+        json_object_set_new(o, k, ms(s->best_curve[marks[i] - 1]));
+    }
+    return o;
+}
+
+static int tune_one(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    if (cli_load_workload("--workload", a->wl, &w, &err)) return cli_report(&err);
+    pl_opts po;
+    pl_opts_init(&po);
+    po.mode = PL_MODE_TUNE;
+    po.trials = (int)a->trials;
+    po.seconds = a->seconds;
+    po.seed = a->seed;
+    po.strategy = a->strategy;
+    po.model = model;
+    po.on_records = on_records;
+    po.progress = on_progress;
+    po.user = ctx;
+    po.mo.seed = a->seed * 0x9e3779b97f4a7c15ull | 1; /* one reference for the whole search */
+    pl_job j;
+    int rc = pl_prepare(&j, &w, t, &po, &err);
+    if (rc) {
+        pl_job_free(&j);
+        return cli_report(&err);
+    }
+    tune_opts o;
+    tune_opts_init(&o);
+    o.trials = (int)a->trials;
+    o.seconds = a->seconds;
+    o.seed = a->seed;
+    o.batch = (int)a->batch;
+    o.model = model;
+    if (tune_strategy_parse(a->strategy, &o.strategy, &err)) {
+        pl_job_free(&j);
+        return cli_report(&err);
+    }
+    tune_stats s;
+    rc = tune_run(&j, &o, &s, &err);
+    int out = CLI_OK;
+    if (rc) {
+        out = err.code == TLM_ERUNTIME ? (fprintf(stderr, "tlm: %s\n", err.msg), CLI_FAIL)
+                                       : cli_report(&err);
+    } else {
+        json_t *r = json_pack(
+            "{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:i, s:i, s:s, s:s, s:s, s:o, s:f, s:f, s:i, s:o}",
+            "workload_hash", j.whash, "target", t->name, "sketch",
+            space_sketch_name(j.sp->sketch), "best_ms", ms(s.best_s), "default_ms",
+            ms(s.default_s), "first_ms", ms(s.first_s), "trials", s.trials, "ok", s.ok, "rounds",
+            s.rounds, "schedule", j.art.schedule, "schedule_source", pl_source_name(j.source),
+            "strategy", o.strategy == TUNE_RANDOM ? "random" : "evolutionary",
+            "speedup_vs_default",
+            isfinite(s.default_s) && isfinite(s.best_s) ? json_real(s.default_s / s.best_s)
+                                                        : json_null(),
+            "elapsed_s", s.elapsed_s, "model_s", s.model_s, "records", ctx->stored, "best_at",
+            best_at(&s));
+        if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err))
+            out = cli_report(&err);
+        if (out == CLI_OK) out = cli_print_json(r);
+        json_decref(r);
+    }
+    tune_stats_free(&s);
+    pl_job_free(&j);
+    return out;
+}
+
+typedef struct {
+    const fe_fused *fu;
+    bool quiet;
+} net_ctx;
+
+static void on_task(int task, const tune_task *t, int total, void *user)
+{
+    net_ctx *c = user;
+    if (c->quiet) return;
+    fprintf(stderr, "tune: %d trials: task %d (%s, x%lld) trials %d best %.4f ms first %.4f ms\n",
+            total, task, c->fu->sub[task].name, (long long)c->fu->sub[task].count, t->trials,
+            isfinite(t->best_s) ? t->best_s * 1e3 : NAN,
+            isfinite(t->first_s) ? t->first_s * 1e3 : NAN);
+}
+
+static int tune_network(const tune_args *a, const target *t, const tlm_model *model,
+                        tune_ctx *ctx)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    fe_graph *g = NULL;
+    fe_fused fu = {0};
+    if (fe_zoo_build(a->model, &a->zo, &g, &err) || fe_fuse(g, &fu, &err)) {
+        fe_graph_free(g);
+        return cli_report(&err);
+    }
+    pl_job *jobs = calloc((size_t)fu.n, sizeof *jobs);
+    tune_task *tasks = calloc((size_t)fu.n, sizeof *tasks);
+    int rc = jobs && tasks ? 0 : tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+    int prepared = 0;
+    for (int i = 0; i < fu.n && !rc; i++) {
+        pl_opts po;
+        pl_opts_init(&po);
+        po.mode = PL_MODE_TUNE;
+        po.on_records = on_records;
+        po.user = ctx;
+        po.mo.seed = (a->seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
+        rc = pl_prepare(&jobs[i], &fu.sub[i].wl, t, &po, &err);
+        prepared++;
+        tasks[i].job = &jobs[i];
+        /* the kernel's share of the model: launches (its time is what the search measures) */
+        tasks[i].weight = (double)fu.sub[i].count;
+    }
+    tune_opts o;
+    tune_opts_init(&o);
+    o.trials = (int)a->trials;
+    o.seconds = a->seconds;
+    o.seed = a->seed;
+    o.batch = (int)a->batch;
+    o.model = model;
+    if (!rc) rc = tune_strategy_parse(a->strategy, &o.strategy, &err);
+    net_ctx nc = {.fu = &fu, .quiet = a->quiet};
+    double t0 = tlm_now_s();
+    if (!rc) rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
+    int out = CLI_OK;
+    if (rc) {
+        out = err.code == TLM_ERUNTIME ? (fprintf(stderr, "tlm: %s\n", err.msg), CLI_FAIL)
+                                       : cli_report(&err);
+    } else {
+        json_t *arr = json_array();
+        double wb = 0, wf = 0;
+        int total = 0;
+        for (int i = 0; i < fu.n; i++) {
+            const tune_task *tk = &tasks[i];
+            total += tk->trials;
+            wb += tk->weight * (isfinite(tk->best_s) ? tk->best_s : NAN);
+            wf += tk->weight * (isfinite(tk->first_s) ? tk->first_s : NAN);
+            json_array_append_new(
+                arr, json_pack("{s:i, s:s, s:I, s:s, s:i, s:o, s:o, s:s}", "index", i, "name",
+                               fu.sub[i].name, "occurrences", (json_int_t)fu.sub[i].count,
+                               "workload_hash", jobs[i].whash, "trials", tk->trials, "best_ms",
+                               ms(tk->best_s), "first_ms", ms(tk->first_s), "schedule",
+                               jobs[i].art.schedule));
+        }
+        json_t *r = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:f, s:i, s:o}", "model", a->model,
+                              "target", t->name, "subgraphs", fu.n, "trials", total,
+                              "weighted_ms", ms(wb), "weighted_first_ms", ms(wf), "elapsed_s",
+                              tlm_now_s() - t0, "records", ctx->stored, "tasks", arr);
+        out = cli_print_json(r);
+        json_decref(r);
+    }
+    for (int i = 0; i < prepared; i++) pl_job_free(&jobs[i]);
+    free(jobs);
+    free(tasks);
+    fe_fused_free(&fu);
+    fe_graph_free(g);
+    return out;
+}
+
+static int run_tune(int argc, char **argv)
+{
+    tune_args a;
+    tlm_error err;
+    tlm_err_clear(&err);
+    int prc = parse(argc, argv, &a, &err);
+    if (prc) return prc < 0 ? CLI_OK : prc;
+    target t;
+    if (target_parse(a.tg, &t, &err)) return cli_report(&err);
+    tune_strategy strat;
+    if (tune_strategy_parse(a.strategy, &strat, &err)) {
+        snprintf(err.field, sizeof err.field, "--strategy");
+        return cli_report(&err);
+    }
+    tune_register();
+    tlm_model *model = NULL;
+    if (a.weights) {
+        uint8_t vh[32];
+        lang_vocab_hash(vh);
+        if (tlm_model_load(a.weights, lang_vocab_size(), vh, &model, &err)) {
+            err.code = TLM_EINVAL;
+            snprintf(err.field, sizeof err.field, "--weights");
+            return cli_report(&err);
+        }
+    }
+    tune_ctx ctx = {.quiet = a.quiet};
+    if (a.store) {
+        ctx.st = store_open(a.store, NULL, &err);
+        if (!ctx.st) {
+            snprintf(err.field, sizeof err.field, "--store");
+            tlm_model_free(model);
+            return cli_report(&err);
+        }
+    }
+    int rc = a.wl ? tune_one(&a, &t, model, &ctx) : tune_network(&a, &t, model, &ctx);
+    store_close(ctx.st);
+    tlm_model_free(model);
+    return rc;
+}
+
+const cli_cmd cli_cmd_tune = {"tune", "measured search: tune one workload or a network", run_tune};
