@@ -385,9 +385,9 @@ Test(daemon, bad_inputs_table)
         {"mode wrong", "POST", "/v1/compile",
          B("{\"target\":\"cpu\",\"mode\":\"fast\",\"workloads\":%s}", W), NULL, NULL, 400,
          "invalid_field", "mode"},
-        {"mode tune", "POST", "/v1/compile",
-         B("{\"target\":\"cpu\",\"mode\":\"tune\",\"workloads\":%s}", W), NULL, NULL, 422,
-         "unsupported", "mode"},
+        {"mode tune on a GPU target without a GPU", "POST", "/v1/compile",
+         B("{\"target\":\"cuda:sm_90\",\"mode\":\"tune\",\"workloads\":%s}", W), NULL, NULL,
+         422, "unsupported", "mode"},
         {"empty graph", "POST", "/v1/compile", "{\"target\":\"cpu\",\"graph\":{}}", NULL, NULL, 400,
          "invalid_field", "graph.inputs"},
         {"unknown model", "POST", "/v1/compile",
@@ -940,7 +940,9 @@ Test(daemon, weights_none_serves_default_schedules)
     cr_assert(strstr(jstr(v, "device_reason"), "no schedule model"), "%s",
               jstr(v, "device_reason"));
     json_t *modes = json_object_get(v, "modes");
-    cr_assert_eq(json_array_size(modes), 2, "generate and default; no topk without a model");
+    cr_assert_eq(json_array_size(modes), 3,
+                 "generate, default and tune; no topk without a model");
+    cr_assert_str_eq(json_string_value(json_array_get(modes, 2)), "tune");
     json_decref(v);
 
     json_t *k = compile_one(&d, NULL);
@@ -1118,7 +1120,7 @@ Test(daemon, untrained_weights_serve_default_unless_serve_untrained)
     cr_assert_str_eq(jstr(v, "schedules"), "tlm");
     cr_assert_str_eq(jstr(v, "model_id"), sha);
     cr_assert(json_is_true(json_object_get(json_object_get(v, "model"), "served")));
-    cr_assert_eq(json_array_size(json_object_get(v, "modes")), 3);
+    cr_assert_eq(json_array_size(json_object_get(v, "modes")), 4); /* + topk */
     json_decref(v);
     k = compile_one(&d, NULL);
     cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");

@@ -1099,3 +1099,67 @@ Test(store, kill_9_mid_write_leaves_a_sound_database, .timeout = 120)
     cr_assert_geq(raw_int(t.path, "SELECT count(*) FROM measurements"), acked + 1);
     tmp_remove(&t);
 }
+
+Test(store, measurements_page_through_and_import_merges_duplicates)
+{
+    tmp t;
+    tmp_make(&t);
+    store *st = open_store(t.path, 0);
+    tlm_error e = {0};
+    for (int i = 0; i < 25; i++) {
+        char sched[32];
+        snprintf(sched, sizeof sched, "s-%d", i);
+        store_measurement m = {.workload_hash = i % 2 ? "wa" : "wb", .target_hash = "t",
+                               .schedule = sched, .status = "ok", .median_s = 1e-3 * (i + 1),
+                               .gflops = NAN, .rel_err = NAN, .min_s = NAN};
+        cr_assert_eq(store_measurement_add(st, &m, NULL, &e), 0, "%s", e.msg);
+    }
+    /* pages of 10 cover every record once, oldest first */
+    int64_t after = 0;
+    int seen = 0, pages = 0;
+    for (;;) {
+        store_measurement *ms;
+        size_t n;
+        cr_assert_eq(store_measurements_page(st, after, 10, &ms, &n, &e), 0, "%s", e.msg);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_gt(ms[i].id, after);
+            after = ms[i].id;
+            char want[32];
+            snprintf(want, sizeof want, "s-%d", seen++);
+            cr_assert_str_eq(ms[i].schedule, want);
+        }
+        store_measurements_free(ms, n);
+        pages++;
+        if (n < 10) break;
+    }
+    cr_assert_eq(seen, 25);
+    cr_assert_eq(pages, 3);
+
+    /* an imported record keeps its time and host; the same record again changes nothing */
+    store_measurement imp = {.workload_hash = "wc", .target_hash = "t", .schedule = "x",
+                             .status = "ok", .median_s = 2e-3, .gflops = NAN, .rel_err = NAN,
+                             .min_s = NAN, .host_id = "feedfacecafebeef",
+                             .created_at = 1700000000000000};
+    bool added = false;
+    cr_assert_eq(store_measurement_import(st, &imp, &added, &e), 0, "%s", e.msg);
+    cr_assert(added);
+    cr_assert_eq(store_measurement_import(st, &imp, &added, &e), 0, "%s", e.msg);
+    cr_assert(!added, "a duplicate was added");
+    imp.status = "wrong"; /* another outcome is another record */
+    cr_assert_eq(store_measurement_import(st, &imp, &added, &e), 0);
+    cr_assert(added);
+    cr_assert_eq(raw_int(t.path, "SELECT count(*) FROM measurements WHERE workload_hash = 'wc'"),
+                 2);
+    cr_assert_eq(raw_int(t.path, "SELECT created_at FROM measurements WHERE workload_hash = 'wc' "
+                                 "AND status = 'ok'"),
+                 1700000000000000);
+    store_measurement *ms;
+    size_t n;
+    cr_assert_eq(store_measurements_list(st, "wc", "t", 10, &ms, &n, &e), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(ms[0].host_id, "feedfacecafebeef");
+    store_measurements_free(ms, n);
+    cr_assert_eq(store_measurements_page(st, 0, 0, &ms, &n, &e), TLM_EINVAL);
+    store_close(st);
+    tmp_remove(&t);
+}

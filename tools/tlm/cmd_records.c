@@ -62,6 +62,8 @@ static int do_export(const char *store_path, const char *out_path, const char *s
     tlm_err_clear(&err);
     store *st = store_open(store_path, NULL, &err);
     if (!st) {
+        /* a path that cannot hold a store is the user's input */
+        err.code = TLM_EINVAL;
         snprintf(err.field, sizeof err.field, "--store");
         return cli_report(&err);
     }
@@ -167,6 +169,8 @@ static int do_import(const char *store_path, char **files, int n_files)
     tlm_err_clear(&err);
     store *st = store_open(store_path, NULL, &err);
     if (!st) {
+        /* a path that cannot hold a store is the user's input */
+        err.code = TLM_EINVAL;
         snprintf(err.field, sizeof err.field, "--store");
         return cli_report(&err);
     }

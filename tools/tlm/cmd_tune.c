@@ -357,6 +357,7 @@ static int run_tune(int argc, char **argv)
     if (a.store) {
         ctx.st = store_open(a.store, NULL, &err);
         if (!ctx.st) {
+            err.code = TLM_EINVAL;
             snprintf(err.field, sizeof err.field, "--store");
             tlm_model_free(model);
             return cli_report(&err);

@@ -308,3 +308,44 @@ Test(pipeline, tune_goes_through_the_registered_search)
     pl_job_free(&j);
     pl_set_search(PL_MODE_TUNE, NULL, NULL);
 }
+
+Test(pipeline, a_batch_builds_in_parallel_and_records_in_order)
+{
+    ir_workload w;
+    dense(&w, 24, 40, 16);
+    target t = tgt("cpu");
+    pl_opts o;
+    pl_opts_init(&o);
+    pl_job j;
+    tlm_error e;
+    cr_assert_eq(pl_prepare(&j, &w, &t, &o, &e), 0, "%s", e.msg);
+    uint64_t rng = 5;
+    for (int i = 0; i < 3; i++) {
+        space_sched s;
+        space_sample(j.sp, &rng, &s);
+        cr_assert_eq(pl_add_candidate(&j, &s, PL_SRC_GIVEN, NAN, &e), 0);
+    }
+    int idx[4] = {3, 0, 2, 1}, rec[4];
+    cr_assert_eq(pl_evaluate_batch(&j, idx, 4, true, 2, rec, &e), 0, "%s", e.msg);
+    cr_assert_eq(j.n_recs, 4);
+    for (int k = 0; k < 4; k++) {
+        cr_assert_eq(rec[k], k);
+        cr_assert_eq(j.recs[k].cand, idx[k], "records follow idx's order");
+        cr_assert_str_eq(j.recs[k].status, "ok", "%s", j.recs[k].detail);
+        cr_assert_gt(j.recs[k].median_s, 0);
+        cr_assert(pl_record_storable(&j.recs[k]));
+    }
+    /* unmeasured: built only, nothing to store */
+    cr_assert_eq(pl_evaluate_batch(&j, idx, 2, false, 2, NULL, &e), 0);
+    cr_assert_str_eq(j.recs[4].status, "built");
+    cr_assert(!pl_record_storable(&j.recs[4]));
+    /* cancelled before the batch: nothing is built, and nothing is a trial to store */
+    bool cancel = true;
+    j.o.cancel = &cancel;
+    cr_assert_eq(pl_evaluate_batch(&j, idx, 3, true, 2, rec, &e), 0);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_str_eq(j.recs[rec[k]].status, "cancelled");
+        cr_assert(!pl_record_storable(&j.recs[rec[k]]));
+    }
+    pl_job_free(&j);
+}

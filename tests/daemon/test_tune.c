@@ -1,0 +1,200 @@
+/* test_tune.c — mode "tune" in the real tlmd: streamed progress, the tuned kernel (and its
+ * records) in the store, generate requests served the tuned kernel afterwards, cancel keeps
+ * what was measured, and the refusals. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "tests/common/tlmd_harness.h"
+
+TestSuite(tune, .timeout = 900);
+
+#define WL "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":40,\"K\":16},\"epilogue\":[\"relu\"]}"
+
+static long long rows(const tlmd *d, const char *where)
+{
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(d->store, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        sqlite3_close(h);
+        return -1;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM measurements %s", where ? where : "");
+    sqlite3_stmt *s = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    return n;
+}
+
+static json_t *kernel_of(const resp *r)
+{
+    json_t *j = body_json(r);
+    json_t *k = json_incref(json_array_get(json_object_get(j, "kernels"), 0));
+    json_decref(j);
+    return k;
+}
+
+Test(tune, streams_progress_stores_records_and_serves_the_tuned_kernel_to_generate)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    resp v = get(&d, "/v1/version");
+    cr_assert(strstr(v.body.p, "\"tune\""), "modes lack tune: %s", v.body.p);
+    resp_free(&v);
+
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":6},"
+                      "\"stream\":true,\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    int progress = 0, last_trial = 0;
+    json_t *kernel = NULL;
+    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *ev = json_loads(line, 0, &je);
+        cr_assert_not_null(ev, "not JSON: %s", line);
+        const char *what = json_string_value(json_object_get(ev, "event"));
+        if (!strcmp(what, "progress")) {
+            int trial = (int)json_integer_value(json_object_get(ev, "trial"));
+            cr_assert_geq(trial, last_trial, "trials count up");
+            last_trial = trial;
+            cr_assert_eq(json_integer_value(json_object_get(ev, "trials")), 6);
+            cr_assert(json_is_number(json_object_get(ev, "best_ms")), "%s", line);
+            progress++;
+        } else if (!strcmp(what, "kernel")) {
+            kernel = json_incref(json_object_get(ev, "kernel"));
+        }
+        json_decref(ev);
+    }
+    cr_assert_geq(progress, 1, "no progress event");
+    cr_assert_eq(last_trial, 6);
+    cr_assert_not_null(kernel, "no kernel event");
+    cr_assert_str_eq(json_string_value(json_object_get(kernel, "schedule_source")), "tuned");
+    const char *tuned_schedule = json_string_value(json_object_get(kernel, "schedule"));
+    cr_assert(tuned_schedule);
+    resp_free(&r);
+    cr_assert_eq(rows(&d, NULL), 6, "one record per trial");
+    cr_assert_geq(rows(&d, "WHERE status = 'ok' AND median_s > 0"), 6);
+
+    /* generate for the same workload: the tuned kernel, from the cache */
+    r = post(&d, "{\"target\":\"cpu\",\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *g = kernel_of(&r);
+    cr_assert_str_eq(json_string_value(json_object_get(g, "schedule_source")), "tuned",
+                     "%s", r.body.p);
+    cr_assert_str_eq(json_string_value(json_object_get(g, "schedule")), tuned_schedule);
+    cr_assert_str_eq(json_string_value(json_object_get(g, "cache")), "hit", "%s", r.body.p);
+    json_decref(g);
+    resp_free(&r);
+    /* the same tune again is a hit: nothing is measured twice */
+    r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":6},"
+                 "\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    resp_free(&r);
+    cr_assert_eq(rows(&d, NULL), 6);
+    json_decref(kernel);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
+typedef struct {
+    tlmd *d;
+    long status;
+} writer;
+
+static void *long_tune(void *arg)
+{
+    writer *w = arg;
+    resp r = post(w->d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":5000},"
+                        "\"workloads\":[" WL "]}");
+    w->status = r.status;
+    resp_free(&r);
+    return NULL;
+}
+
+Test(tune, cancel_stops_the_search_and_keeps_its_records)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    writer w = {&d, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, long_tune, &w);
+    /* two rounds measured (generous: a loaded machine) */
+    double t0 = tlm_now_s();
+    while (tlm_now_s() - t0 < 300 && rows(&d, NULL) < 32) usleep(100000);
+    long long before = rows(&d, NULL);
+    cr_assert_geq(before, 32, "the tune measured nothing in 300 s; see %s", d.log);
+    char id[64] = "", path[96];
+    FILE *lf = fopen(d.log, "r");
+    cr_assert(lf);
+    char line[1024];
+    while (fgets(line, sizeof line, lf)) {
+        const char *p = strstr(line, "msg=job_start job=");
+        if (p) sscanf(p + strlen("msg=job_start job="), "%63s", id);
+    }
+    fclose(lf);
+    cr_assert(id[0]);
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    resp c = http(&d, "DELETE", path, NULL, 0, NULL);
+    cr_assert_eq(c.status, 200, "%s", c.body.p);
+    resp_free(&c);
+    pthread_join(th, NULL);
+    cr_assert_eq(w.status, 503);
+    /* the search stops within its round: the flight ends */
+    t0 = tlm_now_s();
+    while (tlm_now_s() - t0 < 120 && metric(&d, "tlmd_flights_in_flight") > 0) usleep(50000);
+    cr_assert_eq(metric(&d, "tlmd_flights_in_flight"), 0, "the cancelled search goes on");
+    long long after = rows(&d, NULL);
+    cr_assert_geq(after, before, "records were lost");
+    cr_assert_lt(after, 5000);
+    /* a cancelled search leaves no kernel behind: generate compiles the default */
+    resp r = post(&d, "{\"target\":\"cpu\",\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    json_t *g = kernel_of(&r);
+    cr_assert_str_eq(json_string_value(json_object_get(g, "schedule_source")), "default");
+    json_decref(g);
+    resp_free(&r);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
+Test(tune, refusals_name_their_field)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    struct {
+        const char *body, *field;
+        long status;
+    } cases[] = {
+        {"{\"target\":\"cuda:sm_90\",\"mode\":\"tune\",\"workloads\":[" WL "]}", "mode", 422},
+        {"{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"annealing\",\"workloads\":[" WL
+         "]}",
+         "strategy", 400},
+        {"{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\",\"workloads\":[" WL "]}",
+         "strategy", 422},
+        {"{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":0},\"workloads\":[" WL
+         "]}",
+         "budget.trials", 400},
+        {"{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"seconds\":-1},\"workloads\":[" WL
+         "]}",
+         "budget.seconds", 400},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp r = post(&d, cases[i].body);
+        cr_assert_eq(r.status, cases[i].status, "case %zu: %ld %s", i, r.status, r.body.p);
+        json_t *j = body_json(&r);
+        cr_assert_str_eq(
+            json_string_value(json_object_get(json_object_get(j, "error"), "field")),
+            cases[i].field, "case %zu: %s", i, r.body.p);
+        json_decref(j);
+        resp_free(&r);
+    }
+    cr_assert_eq(rows(&d, NULL), 0, "a refused request measures nothing");
+    cr_assert(healthy(&d));
+    teardown(&d);
+}

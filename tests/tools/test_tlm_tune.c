@@ -1,0 +1,227 @@
+/* test_tlm_tune.c — drives the real `tlm` binary (TLM_BIN, default build/san/tlm): `tlm tune`
+ * (its JSON, the records it stores as it goes, the curve), `tlm records export|import`
+ * (JSONL, duplicates merged, bad lines named), a tune killed with SIGKILL half-way (the
+ * records it had committed stay, the store stays readable), and the refusals. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+static char g_dir[64];
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-tune-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(tlm_tune, .init = setup, .fini = teardown, .timeout = 600);
+
+#include "tests/common/run_tool.h"
+
+static const char *WL = "{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, \"K\": 16}, "
+                        "\"epilogue\": [\"relu\"]}";
+
+static long long count_rows(const char *db, const char *where)
+{
+    sqlite3 *h = NULL;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(h, 5000);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM measurements %s", where ? where : "");
+    sqlite3_stmt *s = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    return n;
+}
+
+static void path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", g_dir, name);
+}
+
+Test(tlm_tune, tunes_records_and_writes_the_curve)
+{
+    char db[128], curve[128];
+    path(db, sizeof db, "a.db");
+    path(curve, sizeof curve, "curve.json");
+    run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "8", "--batch",
+                       "4", "--seed", "3", "--store", db, "--curve", curve);
+    cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+    json_error_t je;
+    json_t *o = json_loads(r.out, 0, &je);
+    cr_assert_not_null(o, "not JSON: %s", r.out);
+    cr_assert_eq(json_integer_value(json_object_get(o, "trials")), 8);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "schedule_source")), "tuned");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "strategy")), "evolutionary");
+    double best = json_number_value(json_object_get(o, "best_ms"));
+    double first = json_number_value(json_object_get(o, "first_ms"));
+    double def = json_number_value(json_object_get(o, "default_ms"));
+    cr_assert(best > 0 && best <= first && best <= def, "best %g first %g default %g", best, first,
+              def);
+    cr_assert_float_eq(first, def, 1e-12, "the default is the starting point");
+    cr_assert_eq(json_integer_value(json_object_get(o, "records")), 8);
+    cr_assert(strstr(r.err, "round 2 trials 8/8"), "progress on stderr: %s", r.err);
+    cr_assert_eq(count_rows(db, NULL), 8);
+    cr_assert_eq(count_rows(db, "WHERE schedule_source = 'default'"), 1);
+    json_t *c = json_load_file(curve, 0, &je);
+    cr_assert(json_is_array(c) && json_array_size(c) == 8);
+    cr_assert_float_eq(json_number_value(json_array_get(c, 7)), best, 1e-9);
+    json_decref(c);
+    json_decref(o);
+    free_result(&r);
+}
+
+Test(tlm_tune, records_export_and_import_merge_duplicates)
+{
+    char db[128], db2[128], out[128], out2[128], bad[128];
+    path(db, sizeof db, "a.db");
+    path(db2, sizeof db2, "b.db");
+    path(out, sizeof out, "a.jsonl");
+    path(out2, sizeof out2, "b.jsonl");
+    path(bad, sizeof bad, "bad.jsonl");
+    run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "5", "--batch",
+                       "5", "--store", db, "--quiet");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_str_empty(r.err, "--quiet: %s", r.err);
+    free_result(&r);
+    r = RUN("records", "export", "--store", db, "-o", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    char *text = slurp(out);
+    cr_assert_eq(count_lines(text), 5);
+    json_error_t je;
+    json_t *first = json_loadb(text, strcspn(text, "\n"), 0, &je);
+    cr_assert_not_null(first, "%s", je.text);
+    cr_assert_str_eq(json_string_value(json_object_get(first, "format")), "tlm-records/1");
+    cr_assert(json_is_object(json_object_get(first, "workload")));
+    cr_assert_str_eq(json_string_value(json_object_get(first, "target")), "cpu");
+    cr_assert(json_string_value(json_object_get(first, "sentence")));
+    cr_assert(json_string_value(json_object_get(first, "host_id")));
+    json_decref(first);
+
+    r = RUN("records", "import", "--store", db2, out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *sum = json_loads(r.out, 0, &je);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "added")), 5, "%s", r.out);
+    json_decref(sum);
+    free_result(&r);
+    /* the same file again, and the other store's own records: nothing new */
+    r = RUN("records", "import", "--store", db2, out);
+    sum = json_loads(r.out, 0, &je);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "added")), 0, "%s", r.out);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "duplicates")), 5, "%s", r.out);
+    json_decref(sum);
+    free_result(&r);
+    r = RUN("records", "export", "--store", db2, "-o", out2);
+    cr_assert_eq(r.status, 0);
+    free_result(&r);
+    char *text2 = slurp(out2);
+    cr_assert_str_eq(text, text2, "a round trip keeps every field");
+    free(text2);
+
+    /* a bad line is named and skipped; the good ones still count */
+    size_t n = strcspn(text, "\n");
+    char *mixed = malloc(strlen(text) + 64);
+    snprintf(mixed, strlen(text) + 64, "{\"format\": \"tlm-records/1\"}\nnot json\n%.*s\n", (int)n,
+             text);
+    write_file(bad, mixed);
+    r = RUN("records", "import", "--store", db2, bad);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, ":1: workload_hash"), "%s", r.err);
+    cr_assert(strstr(r.err, ":2: (not JSON)"), "%s", r.err);
+    sum = json_loads(r.out, 0, &je);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "rejected")), 2, "%s", r.out);
+    cr_assert_eq(json_integer_value(json_object_get(sum, "duplicates")), 1, "%s", r.out);
+    json_decref(sum);
+    free_result(&r);
+    cr_assert_eq(count_rows(db2, NULL), 5);
+    free(mixed);
+    free(text);
+}
+
+Test(tlm_tune, a_killed_tune_keeps_the_records_it_committed)
+{
+    char db[128];
+    path(db, sizeof db, "k.db");
+    const char *argv[] = {tlm_bin(), "tune",   "--workload", WL,      "--target",
+                          "cpu",     "--trials", "400",      "--batch", "4",
+                          "--store", db,       "--quiet",    NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    /* wait until at least two rounds are committed (generous: a loaded machine) */
+    long long n = 0;
+    for (int i = 0; i < 3000 && n < 8; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (access(db, F_OK) == 0) n = count_rows(db, NULL);
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the tune ended early");
+    }
+    cr_assert_geq(n, 8, "no records after 300 s");
+    kill(pid, SIGKILL);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    long long after = count_rows(db, NULL);
+    cr_assert_geq(after, n, "records were lost: %lld then %lld", n, after);
+    cr_assert_lt(after, 400, "the tune did not finish");
+    /* the store is intact and every record is readable */
+    sqlite3 *h = NULL;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(h, "PRAGMA integrity_check", -1, &s, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(s, 0), "ok");
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    run_result r = RUN("records", "export", "--store", db);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(count_lines(r.out), after);
+    free_result(&r);
+}
+
+Test(tlm_tune, refusals_name_the_flag)
+{
+    run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "annealing");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--strategy"), "%s", r.err);
+    free_result(&r);
+    r = RUN("tune", "--workload", WL, "--target", "cuda:sm_80", "--trials", "4");
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "mode") && strstr(r.err, "cannot run"), "%s", r.err);
+    free_result(&r);
+    r = RUN("tune", "--target", "cpu");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--workload or --model"), "%s", r.err);
+    free_result(&r);
+    r = RUN("records", "import", "--store", "/nonexistent-dir/x.db", "/dev/null");
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "--store"), "%s", r.err);
+    free_result(&r);
+    r = RUN("records", "shuffle", "--store", "x.db");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "export, import"), "%s", r.err);
+    free_result(&r);
+}
