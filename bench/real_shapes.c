@@ -61,6 +61,7 @@
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
+#include "compiler/tune/tune.h"
 #include "compiler/util/util.h"
 #include "proto/workload.h"
 
@@ -74,6 +75,8 @@ typedef struct {
     const char *only[RS_MAX_ONLY];
     int n_only;
     int nrand;
+    int tune;          /* --tune N: the measured search with N trials (0: off) */
+    bool tune_random;  /* --tune-random: also the random strategy, N trials (the baseline) */
     double budget_s;                       /* the sweep's wall budget (0: none) */
     const char *torch_python, *ort_python; /* NULL: that peer is off */
     bool quick, fresh, list;
@@ -96,6 +99,7 @@ static int rs_usage(void)
             "usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAMES]\n"
             "                   [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE]\n"
             "                   [--fresh] [--no-torch] [--no-ort] [--torch-python PY]\n"
+            "                   [--tune N] [--tune-random]\n"
             "                   [--ort-python PY] [--list]\n");
     return 2;
 }
@@ -383,6 +387,63 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
         build_s += rs_build_s(&rj);
         pl_job_free(&rj);
     }
+    /* --tune N: the measured search (compiler/tune) from the default, N trials; its best is
+     * then measured again as fully as the default, so the two compare alike. With
+     * --tune-random the random strategy gets the same N trials (the cost model's baseline). */
+    json_t *tuned = NULL;
+    for (int strat = 0; o->tune > 0 && strat < (o->tune_random ? 2 : 1); strat++) {
+        pl_opts po;
+        pl_opts_init(&po);
+        po.mo.seed = seed;
+        po.mo.repeats = rep_search;
+        po.mo.timeout_s = def_s > 0 ? fmin(20.0, 2.0 + 20.0 * def_s) : 20.0;
+        pl_job tj;
+        tlm_error te;
+        tune_opts to;
+        tune_opts_init(&to);
+        to.trials = o->tune;
+        to.seed = 1;
+        to.strategy = strat ? TUNE_RANDOM : TUNE_EVOLUTIONARY;
+        tune_stats st;
+        memset(&st, 0, sizeof st);
+        const double tt0 = tlm_now_s();
+        int trc = pl_prepare(&tj, w, &t, &po, &te);
+        if (!trc) trc = tune_run(&tj, &to, &st, &te);
+        const double tune_wall = tlm_now_s() - tt0;
+        json_t *tj_json = json_object();
+        json_t *curve = json_array();
+        for (int k = 0; k < st.trials; k++)
+            json_array_append_new(curve, rs_num(isfinite(st.best_curve[k]) ? st.best_curve[k] : 0));
+        json_object_set_new(tj_json, "trials", json_integer(st.trials));
+        json_object_set_new(tj_json, "wall_s", json_real(tune_wall));
+        json_object_set_new(tj_json, "model_s", json_real(st.model_s));
+        json_object_set_new(tj_json, "search_best_s", rs_num(isfinite(st.best_s) ? st.best_s : 0));
+        json_object_set_new(tj_json, "curve_s", curve);
+        if (trc) {
+            fprintf(stderr, "[%s %s] tune: %s\n", name, tname, te.msg);
+            json_object_set_new(tj_json, "status", json_string("error"));
+        } else if (st.best_cand >= 0) {
+            /* the winner again, measured as the default was */
+            pl_job fj;
+            space_sched bs = tj.cands[st.best_cand].sched;
+            int frc = rs_pipeline(&fj, w, &t, &bs, 1, seed, rep_full, 120.0);
+            char txt[1024];
+            space_print(tj.sp, &bs, txt, sizeof txt);
+            json_object_set_new(tj_json, "status", json_string(frc == 0 ? "ok" : "error"));
+            json_object_set_new(tj_json, "median_s", rs_num(frc == 0 ? fj.chosen_mr.median_s : 0));
+            json_object_set_new(tj_json, "gflops", rs_num(frc == 0 ? fj.chosen_mr.gflops : 0));
+            json_object_set_new(tj_json, "schedule", json_string(txt));
+            fprintf(stderr, "[%s %s] tune %s@%d: %.2f GFLOP/s %.3g ms (search %.3g ms) in %.1f s\n",
+                    name, tname, strat ? "random" : "evolutionary", st.trials,
+                    frc == 0 ? fj.chosen_mr.gflops : 0, frc == 0 ? fj.chosen_mr.median_s * 1e3 : 0,
+                    st.best_s * 1e3, tune_wall);
+            pl_job_free(&fj);
+        }
+        if (!tuned) tuned = json_object();
+        json_object_set_new(tuned, strat ? "random" : "evolutionary", tj_json);
+        tune_stats_free(&st);
+        pl_job_free(&tj);
+    }
     const bool rand_wins = rand_s_best > 0 && (def_s <= 0 || rand_s_best < def_s);
     const double best_s = rand_wins ? rand_s_best : def_s,
                  best_gf = rand_wins ? rand_gf_best : def_gf;
@@ -417,6 +478,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
     json_object_set_new(j, "best", rs_time_json(best_s > 0 ? "ok" : "none", best_s, best_gf));
     json_object_set_new(j, "best_from", json_string(rand_wins ? "random" : "default"));
     json_object_set_new(j, "best_schedule", json_string(rand_wins ? rand_txt : def_txt));
+    if (tuned) json_object_set_new(j, "tune", tuned);
     json_object_set_new(j, "compile_s", json_real(build_s));
     json_object_set_new(j, "wall_s", json_real(wall));
     json_object_set_new(j, "time", json_integer((json_int_t)time(NULL)));
@@ -646,6 +708,10 @@ int main(int argc, char **argv)
             only_arg = strdup(argv[++i]);
         else if (!strcmp(a, "--random") && more)
             o.nrand = atoi(argv[++i]);
+        else if (!strcmp(a, "--tune") && more)
+            o.tune = atoi(argv[++i]);
+        else if (!strcmp(a, "--tune-random"))
+            o.tune_random = true;
         else if (!strcmp(a, "--part") && more)
             o.part = argv[++i];
         else if (!strcmp(a, "--budget-min") && more)

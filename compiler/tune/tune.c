@@ -445,7 +445,39 @@ static int round_run(tstate *t, int budget, tlm_error *err)
                 }
             free(c);
         }
+        /* structured variants of the rule of thumb: along every other vector axis, and
+         * with packing toggled (what the default's model is least sure about) */
         int base = pick.n;
+        if (!rc && j->sp->sketch == SKETCH_CPU_TILE && j->sp->n_slot &&
+            j->sp->slot[0].kind == SLOT_VECTORIZE) {
+            space_sched none;
+            memset(&none, 0, sizeof none);
+            int nv = space_legal_values(j->sp, 0, &none, t->vals);
+            int64_t cur = space_get(j->sp, &d, SLOT_VECTORIZE, 1);
+            int64_t axes[16];
+            int na = 0;
+            for (int k = 0; k < nv && na < 16; k++)
+                if (t->vals[k] >= 1 && t->vals[k] != cur) axes[na++] = t->vals[k];
+            space_sched var[34];
+            int nvar = 0;
+            for (int k = 0; k < na; k++) space_default_vectorized(j->sp, axes[k], &var[nvar++]);
+            for (int k = 0, n0 = nvar; k <= n0; k++) {
+                const space_sched *src = k == 0 ? &d : &var[k - 1];
+                for (int i = 0; i < j->sp->n_slot; i++)
+                    if (j->sp->slot[i].kind == SLOT_PACK) {
+                        var[nvar] = *src;
+                        var[nvar].v[i] = !src->v[i];
+                        tlm_error ce;
+                        if (space_check(j->sp, &var[nvar], &ce) == 0) nvar++;
+                    }
+            }
+            for (int k = 0; k < nvar && pick.n < B && !rc; k++) {
+                uint64_t h = shash(&var[k]);
+                bool dup = false;
+                for (int q = 0; q < pick.n && !dup; q++) dup = shash(&pick.s[q]) == h;
+                if (!dup) rc = slist_add(&pick, &var[k]);
+            }
+        }
         if (!rc) rc = add_samples(t, B, &pick);
         for (int i = base; i < pick.n && !rc; i++)
             rc = pl_add_candidate(j, &pick.s[i], PL_SRC_TUNED, NAN, err);

@@ -1,6 +1,8 @@
 /* tune.h — the measured search: evolutionary tuning guided by a learned cost model.
  *
- *   population (default, the model's beam, the best measured so far, uniform samples)
+ *   first round: the job's own candidates, the default, the model's beam, the default along
+ *     every other vector axis and with packing toggled, then uniform samples
+ *   population (the best measured so far, uniform samples)
  *     ─► evolve G generations: mutation and crossover of decisions, scored by the cost model
  *     ─► pick a batch: the best predicted not yet measured, plus ε of uniform samples
  *     ─► build the batch in parallel, measure one at a time (child processes)
