@@ -21,7 +21,8 @@
  *    host can run them), when `seconds` of wall time have passed (checked between batches
  *    and builds), or when *cancel is set. What was measured is kept, and the fastest correct
  *    candidate is chosen; with none correct the search fails (TLM_ERUNTIME naming the first
- *    failure).
+ *    failure). Before choosing, the `confirm` best are measured again with twice the
+ *    samples (records too, not trials) and the fastest of that second look wins.
  *  - Reproducible: the random choices come from `seed` alone, so with the same
  *    measurements a run makes the same candidates in the same order (tests inject an
  *    evaluator to check this); the measured times themselves vary run to run.
@@ -57,6 +58,7 @@ typedef struct tune_opts {
     int generations;      /* evolution steps per round (4) */
     double eps;           /* share of uniform samples in a batch (0.1) */
     int build_threads;    /* parallel builds (online CPUs, at most 8) */
+    int confirm;          /* the top candidates measured again at the end (3; 0: off) */
     const tlm_model *model; /* seeds the population with its beam when set */
     int beam;             /* beam width (8) */
     tune_eval_fn eval;    /* NULL: build + measure */
@@ -70,7 +72,9 @@ typedef struct tune_stats {
     double best_s;      /* INFINITY when none correct */
     double first_s;     /* the first candidate's (the starting point's) time */
     double default_s;   /* the default schedule's time when it was tried, else NAN */
-    int best_cand;      /* index into j->cands; -1 when none */
+    int best_cand;      /* index into j->cands (after confirmation); -1 when none */
+    int confirmed;      /* candidates measured again at the end */
+    double confirmed_s; /* the chosen one's time in that second look; NAN without one */
     double elapsed_s;
     double model_s;     /* time in cost-model training and prediction */
     /* best-so-far after each trial: best_curve[t] for t < trials (INFINITY before the first

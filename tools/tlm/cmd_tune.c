@@ -229,6 +229,8 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
                                                         : json_null(),
             "elapsed_s", s.elapsed_s, "model_s", s.model_s, "records", ctx->stored, "best_at",
             best_at(&s));
+        /* the chosen kernel's time in the final second look (twice the samples) */
+        json_object_set_new(r, "confirmed_ms", ms(s.confirmed_s));
         if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err))
             out = cli_report(&err);
         if (out == CLI_OK) out = cli_print_json(r);

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""The measured search beside the default and the peers: bench/results/tune.md and tune.png.
+
+Input: the JSON lines build/bench/real_shapes writes with --tune N [--tune-random]
+(bench/tune.sh: bench/results/tune.jsonl): "host", "ours" (default, structured variants, and
+"tune": {"evolutionary": {...}, "random": {...}} with trials, wall_s, model_s, curve_s (best
+so far after each trial, s), and the winner re-measured as fully as the default: median_s),
+"peers" (OpenBLAS, oneDNN), "torch" (PyTorch eager), "ort" (ONNX Runtime) — all measured in
+the same run, right after ours. The last line per key wins.
+
+Ratios are speedups, peer time / our time (> 1: ours is faster), medians of the same run.
+"vendor" is the fastest of OpenBLAS and oneDNN (plain or blocked layouts) for the workload.
+
+Usage: report_tune.py [--results F] [--md F] [--png F]
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+
+
+def read_jsonl(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return rows
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def fmt(x, d=2):
+    return "–" if x is None or not math.isfinite(x) else f"{x:.{d}f}"
+
+
+def vendor_s(p):
+    if not p:
+        return None
+    ts = [v for k, v in p.items()
+          if k.endswith("_s") and k != "wall_s" and isinstance(v, (int, float)) and v > 0]
+    return min(ts) if ts else None
+
+
+def at(curve, n):
+    """best so far after n trials (None when fewer were run)"""
+    if not curve or len(curve) < n:
+        return None
+    v = curve[n - 1]
+    return v if v and v > 0 else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", default="bench/results/tune.jsonl")
+    ap.add_argument("--md", default="bench/results/tune.md")
+    ap.add_argument("--png", default="bench/results/tune.png")
+    a = ap.parse_args()
+    rows = read_jsonl(a.results)
+    host, ours, peers, torch, ort = None, {}, {}, {}, {}
+    for r in rows:
+        k = r.get("kind")
+        if k == "host":
+            host = r
+        elif k == "ours" and "tune" in r:
+            ours[(r["name"], r["target"])] = r
+        elif k == "peers":
+            peers[r["name"]] = r
+        elif k == "torch":
+            torch[r["name"]] = r
+        elif k == "ort":
+            ort[r["name"]] = r
+
+    marks = [16, 64, 256, 1000]
+    lines = []
+    out = lines.append
+    out("# Measured search (tune) beside the default and the peers\n")
+    out(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} by "
+        "bench/report_tune.py from bench/results/tune.jsonl (bench/tune.sh). Every figure of a "
+        "row was measured in the same run, the peers right after ours.\n")
+    if host:
+        out(f"Host: {host.get('cpu_model')}, {host.get('cores')} cores, ISA "
+            f"{' '.join(host.get('isa', []))}; OpenBLAS core {host.get('openblas_core')}, "
+            f"pinned {host.get('openblas_pinned')}.\n")
+    out("Columns: default = the rule of thumb (what the server serves untrained); tuned = the "
+        "evolutionary search's winner after N trials, re-measured as fully as the default; "
+        "search@n = best so far after n trials (evolutionary / random strategy, the search's "
+        "own short measurements); tune s = wall time of the search (builds + measurements + "
+        "cost model); speedups are peer time / tuned time.\n")
+    hdr = ("| workload | target | N | default ms | tuned ms | tuned/default | vs vendor | "
+           "vs PyTorch | vs ORT | tune s (model s) | " +
+           " | ".join(f"evo@{m} / rnd@{m} ms" for m in marks) + " |")
+    out(hdr)
+    out("|" + "---|" * (hdr.count("|") - 1))
+    g = {"def": [], "vendor": [], "torch": [], "ort": [], "evo_vs_rnd": {m: [] for m in marks}}
+    curves = []
+    for (name, tgt), r in sorted(ours.items()):
+        t = r["tune"]
+        evo, rnd = t.get("evolutionary", {}), t.get("random", {})
+        d = r.get("default", {}).get("median_s")
+        ts = evo.get("median_s")
+        v = vendor_s(peers.get(name))
+        pt = torch.get(name, {}).get("median_s")
+        po = ort.get(name, {}).get("median_s")
+        s_def = d / ts if d and ts else None
+        s_v = v / ts if v and ts else None
+        s_t = pt / ts if pt and ts else None
+        s_o = po / ts if po and ts else None
+        for k, x in (("def", s_def), ("vendor", s_v), ("torch", s_t), ("ort", s_o)):
+            if x:
+                g[k].append(x)
+        cells = []
+        for m in marks:
+            e, q = at(evo.get("curve_s"), m), at(rnd.get("curve_s"), m)
+            if e and q:
+                g["evo_vs_rnd"][m].append(q / e)
+            cells.append(f"{fmt(e * 1e3 if e else None, 3)} / {fmt(q * 1e3 if q else None, 3)}")
+        out(f"| {name} | {tgt} | {evo.get('trials', 0)} | {fmt(d * 1e3 if d else None, 3)} | "
+            f"{fmt(ts * 1e3 if ts else None, 3)} | {fmt(s_def)} | {fmt(s_v)} | {fmt(s_t)} | "
+            f"{fmt(s_o)} | {fmt(evo.get('wall_s'), 0)} ({fmt(evo.get('model_s'), 1)}) | " +
+            " | ".join(cells) + " |")
+        if d and evo.get("curve_s"):
+            curves.append((name, d, evo.get("curve_s"), rnd.get("curve_s")))
+    out("")
+    out(f"Geomean over {len(ours)} workload-target pairs: tuned/default "
+        f"{fmt(geomean(g['def']))}×, vs vendor {fmt(geomean(g['vendor']))}×, vs PyTorch eager "
+        f"{fmt(geomean(g['torch']))}×, vs ONNX Runtime {fmt(geomean(g['ort']))}×.\n")
+    out("Cost model vs random sampling at equal trials (geomean of random best / evolutionary "
+        "best; > 1: the cost model found faster kernels): " +
+        ", ".join(f"@{m}: {fmt(geomean(g['evo_vs_rnd'][m]))} (n={len(g['evo_vs_rnd'][m])})"
+                  for m in marks) + ".\n")
+    with open(a.md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    if a.png and curves:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("report_tune.py: no matplotlib; no plot")
+            return
+        fig, ax = plt.subplots(figsize=(8, 5))
+        n = max(len(c[2]) for c in curves)
+        for strat, col, idx in (("evolutionary (cost model)", "tab:blue", 2),
+                                ("random", "tab:orange", 3)):
+            ys = []
+            for k in range(1, n + 1):
+                vals = []
+                for name, d, e, q in curves:
+                    c = e if idx == 2 else q
+                    b = at(c, k)
+                    if b:
+                        vals.append(d / b)
+                ys.append(geomean(vals) if vals else float("nan"))
+            ax.plot(range(1, n + 1), ys, label=strat, color=col)
+        ax.set_xscale("log")
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best so far: speedup over the default (geomean)")
+        ax.set_title("Measured search: best so far vs trials")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
