@@ -1,5 +1,7 @@
 #!/bin/bash
 # make bench: every benchmark, tables into bench/results/.
+# TUNE=skip (default) | quick | full: the measured search beside the peers (bench/tune.sh:
+# quick = 64 trials on 6 workloads, ~15 min; full = 256 trials on 12, ~1.5 h).
 # REAL_SHAPES=full (default) | quick | skip chooses how the real-shapes suite runs
 # (bench/real_shapes.sh: ~25 min full, ~10 min quick on 2 cores; it resumes when run by hand
 # without --fresh).
@@ -25,5 +27,13 @@ case "${REAL_SHAPES:-full}" in
 full) echo "== bench/real_shapes.sh --fresh"; bench/real_shapes.sh --fresh ;;
 quick) echo "== bench/real_shapes.sh --fresh --quick"; bench/real_shapes.sh --fresh --quick ;;
 skip) ;;
+esac
+case "${TUNE:-skip}" in
+quick) echo "== bench/tune.sh --fresh --trials 64 (6 workloads)"
+    bench/tune.sh --fresh --trials 64 --no-setup \
+        --only vit_b16_fc1_gelu,vit_b16_attn_softmax,tinyllama_kv_proj_prefill512,yolov5s_c3_80,convnext_t_dw7x7_14,llama2_7b_q_proj_decode ;;
+full) echo "== bench/tune.sh --fresh"; bench/tune.sh --fresh --no-setup ;;
+skip) ;;
+*) echo "run.sh: TUNE must be skip, quick or full" >&2; exit 2 ;;
 esac
 echo "tables in bench/results/"
