@@ -24,6 +24,7 @@
 #include "compiler/driver/driver.h"
 #include "compiler/driver/pipeline.h"
 #include "compiler/lang/lang.h"
+#include "compiler/tune/tune.h"
 #include "daemon/tlmd.h"
 #include "proto/error.h"
 #include "proto/workload.h"
@@ -65,6 +66,7 @@ typedef struct job {
     uv_timer_t deadline;
     bool timer_open;
     ktask *kt;
+    struct tgroup *group; /* tune over several kernels: their shared search (until started) */
     json_t *answer; /* the final answer (without binaries), or the error body */
     int err_status;
     struct job *next;
@@ -88,12 +90,36 @@ typedef struct flight {
     int n_records;         /* measurement records stored */
     int recs_stored;       /* pj.recs before this index are in the store */
     char gen_key[65];      /* tune: also stored under the generate key ("" otherwise) */
+    struct tgroup *group;  /* tune over several kernels: the one search they share */
+    bool group_ready;      /* prepared, waiting for the group's search */
+    bool in_batch;         /* the group's search ran it */
+    double weight;         /* tune: the kernel's launches in the request */
     double t_start, t_looked_up, decode_s, codegen_s, compile_s, measure_s;
     uv_work_t w;    /* the store lookup (libuv's pool) */
     pool_work pw;   /* pl_prepare, then the compile (the compile pool) */
     bool cancelled; /* set by the loop, read by the compile pool: no waiter wants it */
     struct flight *next;
 } flight;
+
+/* A tune over several kernels (a graph, a model, several workloads): their flights are
+ * prepared one by one, then ONE search (tune_tasks, Ansor's gradient task scheduler) spends
+ * the request's trial budget over all of them, where the expected gain in weighted latency is
+ * largest. Loop thread, except the search itself (the compile pool). */
+typedef struct tgroup {
+    struct jobs *js;
+    int members;   /* flights that may still join the search */
+    int ready;     /* prepared and waiting */
+    flight **list; /* the ready ones */
+    bool started;
+    int trials;
+    double seconds;
+    uint64_t seed;
+    char strategy[32];
+    const tlm_model *model;
+    pool_work pw;
+    int rc;
+    tlm_error err;
+} tgroup;
 
 struct jobs {
     const tlmd_env *env;
@@ -473,9 +499,22 @@ static void task_done(ktask *t, flight *f, bool shared)
     job_unref(j);
 }
 
+static void group_maybe_start(tgroup *g);
+
 static void flight_finish(flight *f)
 {
     jobs *js = f->js;
+    if (f->group && !f->in_batch) {
+        /* it will not be in the group's search (a hit, a failure, a cancel) */
+        tgroup *g = f->group;
+        f->group = NULL;
+        g->members--;
+        if (f->group_ready) {
+            for (int i = 0; i < g->ready; i++)
+                if (g->list[i] == f) g->list[i] = g->list[--g->ready];
+        }
+        group_maybe_start(g);
+    }
     flight_unlink(f);
     if (f->rc == 0) metrics_cache(js->m, f->hit);
     /* waiters were pushed at the front: the leader (who started the flight) is last */
@@ -585,6 +624,12 @@ static void prepare_after(pool_work *w)
         return;
     }
     if (flight_dropped(f)) return;
+    if (f->group) {
+        f->group_ready = true;
+        f->group->list[f->group->ready++] = f;
+        group_maybe_start(f->group);
+        return;
+    }
     int n = pl_decode_count(&f->pj);
     if (n == 0) {
         queue_compile(f);
@@ -634,20 +679,11 @@ static void store_records(flight *f)
     metrics_records(f->js->m, n);
 }
 
-/* Pool: the decoded candidates in, then the pipeline builds, measures (per its policy) and
- * chooses; the kernel and the records go to the store. */
-static void compile_work(pool_work *w)
+/* Pool: after the pipeline chose (or failed): the records, then the kernel, go to the
+ * store. */
+static void compile_store(flight *f)
 {
-    flight *f = w->data;
-    if (cancelled_here(f)) return;
     pl_job *pj = &f->pj;
-    tlm_error e;
-    tlm_err_clear(&e);
-    pl_source src = pj->o.mode == PL_MODE_TOPK ? PL_SRC_TOPK : PL_SRC_TLM;
-    for (int i = 0; i < f->dec.n_cands; i++)
-        if (pl_add_candidate(pj, &f->dec.cands[i].sched, src, f->dec.cands[i].score, &e))
-            tlmd_log(LOG_WARN, "candidate", "key=%.16s index=%d error=\"%s\"", f->key, i, e.msg);
-    f->rc = pl_finish(pj, &f->err);
     f->selection = pj->selection;
     f->codegen_s = pj->codegen_s;
     f->compile_s = pj->compile_s;
@@ -704,6 +740,23 @@ static void compile_work(pool_work *w)
     metrics_compile_done(f->js->m);
 }
 
+/* Pool: the decoded candidates in, then the pipeline builds, measures (per its policy) and
+ * chooses; the kernel and the records go to the store. */
+static void compile_work(pool_work *w)
+{
+    flight *f = w->data;
+    if (cancelled_here(f)) return;
+    pl_job *pj = &f->pj;
+    tlm_error e;
+    tlm_err_clear(&e);
+    pl_source src = pj->o.mode == PL_MODE_TOPK ? PL_SRC_TOPK : PL_SRC_TLM;
+    for (int i = 0; i < f->dec.n_cands; i++)
+        if (pl_add_candidate(pj, &f->dec.cands[i].sched, src, f->dec.cands[i].score, &e))
+            tlmd_log(LOG_WARN, "candidate", "key=%.16s index=%d error=\"%s\"", f->key, i, e.msg);
+    f->rc = pl_finish(pj, &f->err);
+    compile_store(f);
+}
+
 static void compile_after(pool_work *w)
 {
     flight *f = w->data;
@@ -713,6 +766,67 @@ static void compile_after(pool_work *w)
              f->key, f->rc, f->rc ? "-" : pl_source_name(f->pj.source), f->pj.n_cands, f->n_records,
              f->decode_s, f->codegen_s, f->compile_s, f->measure_s);
     flight_finish(f);
+}
+
+/* Compile pool: the group's one search over its kernels, then each kernel to the store. */
+static void group_work(pool_work *w)
+{
+    tgroup *g = w->data;
+    tune_task *tasks = calloc((size_t)g->ready, sizeof *tasks);
+    if (!tasks) {
+        g->rc = tlm_err_set(&g->err, TLM_ENOMEM, "", "out of memory");
+    } else {
+        for (int i = 0; i < g->ready; i++) {
+            tasks[i].job = &g->list[i]->pj;
+            tasks[i].weight = g->list[i]->weight;
+        }
+        tune_opts o;
+        tune_opts_init(&o);
+        o.trials = g->trials > 0 ? g->trials : 64 * g->ready;
+        o.seconds = g->seconds;
+        if (g->seed) o.seed = g->seed;
+        o.model = g->model;
+        g->rc = tune_strategy_parse(g->strategy, &o.strategy, &g->err);
+        if (!g->rc) g->rc = tune_tasks(tasks, g->ready, &o, NULL, NULL, &g->err);
+    }
+    for (int i = 0; i < g->ready; i++) {
+        flight *f = g->list[i];
+        f->rc = f->pj.chosen >= 0 ? 0 : g->rc ? g->rc : TLM_ERUNTIME;
+        if (f->rc) f->err = g->rc ? g->err : (tlm_error){.code = TLM_ERUNTIME};
+        compile_store(f);
+    }
+    free(tasks);
+}
+
+static void group_done(pool_work *w)
+{
+    tgroup *g = w->data;
+    for (int i = 0; i < g->ready; i++) {
+        flight *f = g->list[i];
+        f->in_batch = true;
+        compile_after(&f->pw);
+    }
+    free(g->list);
+    free(g);
+}
+
+/* Loop: starts the group's search once every member is prepared (or gone); frees a group
+ * nobody joined. */
+static void group_maybe_start(tgroup *g)
+{
+    if (g->started || g->ready < g->members) return;
+    if (g->members == 0) {
+        free(g->list);
+        free(g);
+        return;
+    }
+    g->started = true;
+    tlmd_log(LOG_INFO, "tune_group", "kernels=%d trials=%d seconds=%g", g->ready, g->trials,
+             g->seconds);
+    g->pw.data = g;
+    g->pw.work = group_work;
+    g->pw.done = group_done;
+    pool_submit(g->js->cp, &g->pw);
 }
 
 /* A search's progress report, carried from the compile pool to the loop. */
@@ -810,6 +924,11 @@ static void start_task(job *j, ktask *t)
         f->opts.on_records = flight_records;
         f->opts.user = f;
         snprintf(f->gen_key, sizeof f->gen_key, "%s", t->gen_key);
+        f->weight = j->p.occ ? (double)j->p.occ[t->index] : 1.0;
+        if (j->group) {
+            f->group = j->group;
+            j->group->members++;
+        }
     }
     f->pj.chosen = -1;
     f->t_start = tlmd_now();
@@ -911,9 +1030,29 @@ void job_start(jobs *js, http_req *r, job_params *p)
     } else {
         http_suspend(r);
     }
+    if (j->p.mode == PL_MODE_TUNE && j->p.n > 1) {
+        tgroup *g = calloc(1, sizeof *g);
+        flight **list = g ? calloc((size_t)j->p.n, sizeof *list) : NULL;
+        if (list) {
+            g->js = js;
+            g->list = list;
+            g->trials = j->p.trials;
+            g->seconds = j->p.seconds;
+            snprintf(g->strategy, sizeof g->strategy, "%s", j->p.strategy);
+            g->model = js->env->model;
+            j->group = g;
+        } else {
+            free(g); /* out of memory: each kernel gets its own search */
+        }
+    }
     j->refs++; /* held across the loop below: a task may finish the job synchronously */
     for (int i = 0; i < j->p.n && j->state == JOB_RUNNING; i++)
         start_task(j, &kt[i]);
+    if (j->group) {
+        tgroup *g = j->group;
+        j->group = NULL; /* the flights hold it now */
+        group_maybe_start(g);
+    }
     job_unref(j);
 }
 

@@ -765,6 +765,12 @@ int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_f
         prev[pickt] = st[pickt].st.best_s;
         prev_trials[pickt] = st[pickt].st.trials;
         int left = o->trials - total;
+        /* the first rounds share the budget so every task gets one */
+        if (step < n) {
+            int share = o->trials / n;
+            if (share < 1) share = 1;
+            if (left > share) left = share;
+        }
         int got = round_run(&st[pickt], left, err);
         if (got < 0) {
             rc = got;

@@ -100,6 +100,46 @@ Test(tune, streams_progress_stores_records_and_serves_the_tuned_kernel_to_genera
     teardown(&d);
 }
 
+Test(tune, several_kernels_share_one_budget_through_the_task_scheduler)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":24},"
+                      "\"stream\":true,\"workloads\":[" WL ","
+                      "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":32}},"
+                      "{\"op\":\"softmax\",\"shape\":{\"R\":16,\"C\":100}}]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    int kernels = 0, progress_of[3] = {0};
+    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *ev = json_loads(line, 0, NULL);
+        cr_assert_not_null(ev, "%s", line);
+        const char *what = json_string_value(json_object_get(ev, "event"));
+        int index = (int)json_integer_value(json_object_get(ev, "index"));
+        if (!strcmp(what, "progress")) {
+            cr_assert(index >= 0 && index < 3);
+            progress_of[index]++;
+        } else if (!strcmp(what, "kernel")) {
+            kernels++;
+            json_t *k = json_object_get(ev, "kernel");
+            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), "tuned",
+                             "%s", line);
+        } else {
+            cr_assert(strcmp(what, "error"), "%s", line);
+        }
+        json_decref(ev);
+    }
+    cr_assert_eq(kernels, 3);
+    for (int i = 0; i < 3; i++) cr_assert_geq(progress_of[i], 1, "kernel %d had no round", i);
+    /* the budget is for the request, not per kernel: 24 trials (and a second look at each
+     * kernel's top 3) */
+    long long n = rows(&d, NULL);
+    cr_assert(n >= 24 && n <= 24 + 9, "%lld records", n);
+    resp_free(&r);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 typedef struct {
     tlmd *d;
     long status;
