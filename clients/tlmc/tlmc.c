@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +43,15 @@ static const char usage_text[] =
     "usage: tlmc [--server URL] [--token TOKEN] COMMAND ...\n"
     "  compile (--workload W | --model NAME [--batch B] [--image-size S] [--seq-len L]\n"
     "          | --graph FILE | --onnx MODEL.onnx) --target T [-o DIR] [--stream]\n"
+    "          [--mode generate|default|topk|tune] [--trials N] [--seconds S]\n"
+    "          [--strategy evolutionary|random]\n"
     "      W: a workload as inline JSON (an object or an array of them) or @file.json\n"
     "      FILE: a graph document (proto/graph.md); - reads stdin\n"
     "      MODEL.onnx: sent base64-encoded (the server's max_body_bytes bounds its size)\n"
     "      -o DIR: write every kernel (binary, source, meta) and DIR/manifest.json\n"
     "      --stream: copy the server's NDJSON events to stdout\n"
+    "      --mode tune: the measured search; --trials / --seconds are the budget of the whole\n"
+    "      request (a model's kernels share it), progress is printed per round\n"
     "  get KEY [-o FILE]   the kernel binary (to FILE, or to stdout when it is not a terminal)\n"
     "  stats               the server's cache statistics (JSON)\n"
     "  health              exit 0 when the server is healthy and ready\n"
@@ -291,6 +296,17 @@ static void on_event(stream *s, json_t *ev)
         if (!g.tty)
             fprintf(stderr, "job %s: %d kernels for %s\n", s->job, s->total,
                     json_string_value(json_object_get(s->target, "name")));
+    } else if (!strcmp(type, "progress")) {
+        /* tune: one line per measured round of a kernel */
+        json_t *b = json_object_get(ev, "best_ms"), *f0 = json_object_get(ev, "first_ms");
+        if (g.tty) fputs("\r\033[K", stderr);
+        fprintf(stderr, "tune kernel %lld: %lld trials of %lld, best %.4g ms (start %.4g ms) %.0fs\n",
+                (long long)json_integer_value(json_object_get(ev, "index")),
+                (long long)json_integer_value(json_object_get(ev, "trial")),
+                (long long)json_integer_value(json_object_get(ev, "trials")),
+                json_is_number(b) ? json_number_value(b) : NAN,
+                json_is_number(f0) ? json_number_value(f0) : NAN,
+                json_number_value(json_object_get(ev, "elapsed_s")));
     } else if (!strcmp(type, "kernel")) {
         int idx = (int)json_integer_value(json_object_get(ev, "index"));
         json_t *k = json_object_get(ev, "kernel");
@@ -546,8 +562,9 @@ static char *base64_encode(const unsigned char *d, size_t n)
 static int cmd_compile(int argc, char **argv)
 {
     const char *workload = NULL, *model = NULL, *graph = NULL, *target = NULL, *dir = NULL;
-    const char *onnx = NULL;
-    json_int_t batch = 0, image = 0, seq = 0;
+    const char *onnx = NULL, *mode = NULL, *strategy = NULL;
+    json_int_t batch = 0, image = 0, seq = 0, trials = 0;
+    double seconds = 0;
     bool echo = false;
     int rc;
     for (int i = 0; i < argc; i++) {
@@ -560,9 +577,10 @@ static int cmd_compile(int argc, char **argv)
             fputs(usage_text, stdout);
             return 0;
         }
-        static const char *const valued[] = {"--workload", "--model", "--graph",      "--target",
-                                             "-o",         "--batch", "--image-size", "--seq-len",
-                                             "--onnx",     NULL};
+        static const char *const valued[] = {"--workload", "--model",  "--graph",      "--target",
+                                             "-o",         "--batch",  "--image-size", "--seq-len",
+                                             "--onnx",     "--mode",   "--trials",     "--seconds",
+                                             "--strategy", NULL};
         int k = 0;
         while (valued[k] && strcmp(a, valued[k]))
             k++;
@@ -594,6 +612,22 @@ static int cmd_compile(int argc, char **argv)
         case 8:
             onnx = v;
             break;
+        case 9:
+            mode = v;
+            break;
+        case 10:
+            if ((rc = parse_pos(a, v, &trials))) return rc;
+            break;
+        case 11: {
+            char *end;
+            seconds = strtod(v, &end);
+            if (*end || !(seconds > 0))
+                return fail(EXIT_USAGE, "compile: --seconds must be a positive number");
+            break;
+        }
+        case 12:
+            strategy = v;
+            break;
         default:
             if ((rc = parse_pos(a, v, &seq))) return rc;
         }
@@ -605,7 +639,17 @@ static int cmd_compile(int argc, char **argv)
     if (!model && (batch || image || seq))
         return fail(EXIT_USAGE, "compile: --batch, --image-size and --seq-len go with --model");
 
+    if ((trials || seconds || strategy) && (!mode || strcmp(mode, "tune")))
+        return fail(EXIT_USAGE, "compile: --trials, --seconds and --strategy go with --mode tune");
     json_t *req = json_pack("{s:s, s:b}", "target", target, "stream", 1);
+    if (mode) json_object_set_new(req, "mode", json_string(mode));
+    if (trials || seconds) {
+        json_t *b = json_object();
+        if (trials) json_object_set_new(b, "trials", json_integer(trials));
+        if (seconds) json_object_set_new(b, "seconds", json_real(seconds));
+        json_object_set_new(req, "budget", b);
+    }
+    if (strategy) json_object_set_new(req, "strategy", json_string(strategy));
     json_t *summary = json_object(); /* what the manifest says was asked */
     if (workload) {
         json_error_t je;

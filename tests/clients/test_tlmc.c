@@ -309,3 +309,42 @@ Test(tlmc, graph_stream_get_stats_health_token_and_exit_codes)
     run_free(&r);
     teardown(&d);
 }
+
+Test(tlmc, tune_a_graph_with_one_budget)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    char url[64], gpath[400], dir[400];
+    server_url(&d, url, sizeof url);
+    snprintf(gpath, sizeof gpath, "%s/graph.json", d.dir);
+    FILE *f = fopen(gpath, "w");
+    fputs(graph_doc, f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/tuned", d.dir);
+    const char *args[] = {"--server", url,      "compile", "--graph", gpath,   "--target", "cpu",
+                          "--mode",   "tune",   "--trials", "10",     "-o",    dir,        NULL};
+    run_result r = tlmc(&d, NULL, args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert(strstr(r.err, "tune kernel 0: "), "progress lines: %s", r.err);
+    run_free(&r);
+    char path[600];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_error_t je;
+    json_t *m = json_load_file(path, 0, &je);
+    cr_assert(m, "%s", je.text);
+    json_t *ks = json_object_get(m, "kernels");
+    cr_assert_geq(json_array_size(ks), 1);
+    for (size_t i = 0; i < json_array_size(ks); i++)
+        cr_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(ks, i), "schedule_source")), "tuned");
+    json_decref(m);
+    /* the budget flags go with --mode tune only */
+    const char *bad[] = {"--server", url, "compile", "--graph", gpath, "--target", "cpu",
+                         "--trials", "10", NULL};
+    r = tlmc(&d, NULL, bad);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--mode tune"), "%s", r.err);
+    run_free(&r);
+    teardown(&d);
+}
