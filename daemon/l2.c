@@ -246,8 +246,9 @@ static struct timeval tv_ms(int ms)
 
 /* The calling thread's connection, (re)connected when the back-off allows; NULL when L2 is
  * down. */
-static redisContext *ctx_get(l2 *l)
+static redisContext *ctx_get(l2 *l, bool *fresh)
 {
+    *fresh = false;
     conn *c = pthread_getspecific(l->tls);
     if (!c) {
         c = calloc(1, sizeof *c);
@@ -286,6 +287,7 @@ static redisContext *ctx_get(l2 *l)
         return NULL;
     }
     c->ctx = ctx;
+    *fresh = true;
     mark_up(l);
     return ctx;
 }
@@ -311,21 +313,32 @@ static void observe(l2 *l, double s)
 
 static void *command_argv(l2 *l, int block_ms, int argc, const char **argv, const size_t *lens)
 {
-    redisContext *ctx = ctx_get(l);
-    if (!ctx) return NULL;
-    if (block_ms > 0) redisSetTimeout(ctx, tv_ms(block_ms + l->c.timeout_ms + 1000));
-    double t0 = tlmd_now();
-    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
-    if (block_ms <= 0) observe(l, tlmd_now() - t0);
-    if (!r) {
+    redisReply *r = NULL;
+    for (int attempt = 0; attempt < 2 && !r; attempt++) {
+        bool fresh;
+        redisContext *ctx = ctx_get(l, &fresh);
+        if (!ctx) return NULL;
+        if (block_ms > 0) redisSetTimeout(ctx, tv_ms(block_ms + l->c.timeout_ms + 1000));
+        double t0 = tlmd_now();
+        errno = 0;
+        r = redisCommandArgv(ctx, argc, argv, lens);
+        if (block_ms <= 0) observe(l, tlmd_now() - t0);
+        if (r) {
+            if (block_ms > 0) redisSetTimeout(ctx, tv_ms(l->c.timeout_ms));
+            break;
+        }
+        bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT;
         char why[200];
         snprintf(why, sizeof why, "%s: %s", argv[0], ctx->errstr[0] ? ctx->errstr : "no reply");
-        ctx_drop(l); /* the protocol state is unknown after a timeout */
-        mark_down(l, why);
-        ADD(l->errors, 1);
-        return NULL;
+        ctx_drop(l); /* the protocol state is unknown after a failure */
+        /* A connection that worked before may simply be stale (Redis restarted): one retry
+         * on a fresh one. A fresh connection that fails, or a timeout, means trouble. */
+        if (fresh || timed_out || attempt == 1) {
+            mark_down(l, why);
+            ADD(l->errors, 1);
+            return NULL;
+        }
     }
-    if (block_ms > 0) redisSetTimeout(ctx, tv_ms(l->c.timeout_ms));
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9)) {
         ADD(l->errors, 1);
         tlmd_log(LOG_WARN, "l2_error", "command=%s error=\"%.200s\"", argv[0], r->str);
