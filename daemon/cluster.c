@@ -73,8 +73,8 @@ void cluster_measure_local(const cluster_cand *cand, cluster_result *out)
         rc = pl_add_candidate(&pj, &s, PL_SRC_GIVEN, NAN, &e);
     if (rc) {
         snprintf(out->status, sizeof out->status, "invalid");
-        snprintf(out->detail, sizeof out->detail, "%.60s%s%.190s", e.field,
-                 e.field[0] ? ": " : "", e.msg);
+        snprintf(out->detail, sizeof out->detail, "%.60s%s%.190s", e.field, e.field[0] ? ": " : "",
+                 e.msg);
         pl_job_free(&pj);
         return;
     }
@@ -105,10 +105,10 @@ static json_t *num(double d)
 static char *result_encode(int idx, const cluster_result *r, const char *toolchain)
 {
     json_t *o = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o, s:i, s:s, s:s, s:s, s:s}", "i", idx,
-                          "status", r->status, "median_s", num(r->median_s), "min_s",
-                          num(r->min_s), "gflops", num(r->gflops), "rel_err", num(r->rel_err),
-                          "n_samples", r->n_samples, "worker", r->worker, "host_id", r->host_id,
-                          "detail", r->detail, "toolchain", toolchain ? toolchain : "");
+                          "status", r->status, "median_s", num(r->median_s), "min_s", num(r->min_s),
+                          "gflops", num(r->gflops), "rel_err", num(r->rel_err), "n_samples",
+                          r->n_samples, "worker", r->worker, "host_id", r->host_id, "detail",
+                          r->detail, "toolchain", toolchain ? toolchain : "");
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -131,7 +131,8 @@ static const char *jstr(json_t *o, const char *k)
 static const char *field(redisReply *fields, const char *name, size_t *len)
 {
     for (size_t i = 0; fields && i + 1 < fields->elements; i += 2)
-        if (fields->element[i]->type == REDIS_REPLY_STRING && !strcmp(fields->element[i]->str, name)) {
+        if (fields->element[i]->type == REDIS_REPLY_STRING &&
+            !strcmp(fields->element[i]->str, name)) {
             if (len) *len = fields->element[i + 1]->len;
             return fields->element[i + 1]->str;
         }
@@ -215,8 +216,7 @@ static bool worker_claim(cluster *c, const char *stream, const char *me)
                 e->element[1]->type != REDIS_REPLY_ARRAY)
                 continue; /* an entry deleted meanwhile */
             l2_count(l, L2_C_CLAIMED);
-            tlmd_log(LOG_INFO, "cluster_claimed", "stream=%s entry=%s", stream,
-                     e->element[0]->str);
+            tlmd_log(LOG_INFO, "cluster_claimed", "stream=%s entry=%s", stream, e->element[0]->str);
             worker_handle(c, stream, e);
             did = true;
         }
@@ -397,8 +397,8 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
         result_init(&out[i]);
         if (!cands[i].workload_json || !cands[i].target || !cands[i].schedule)
             return tlm_err_set(err, TLM_EINVAL, "candidates", "candidate %d lacks a field", i);
-        if (proto_workload_from_string(cands[i].workload_json, strlen(cands[i].workload_json),
-                                       &wl, &e))
+        if (proto_workload_from_string(cands[i].workload_json, strlen(cands[i].workload_json), &wl,
+                                       &e))
             return tlm_err_set(err, TLM_EINVAL, "candidates.workload", "candidate %d: %s: %s", i,
                                e.field, e.msg);
         if (target_parse(cands[i].target, &t, &e))
@@ -414,7 +414,8 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
     char reply[160] = "";
     if (l && l2_up(l)) {
         uint64_t rnd;
-        if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = (uint64_t)(tlmd_now() * 1e9);
+        if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+            rnd = (uint64_t)(tlmd_now() * 1e9);
         snprintf(reply, sizeof reply, "%s:v1:mres:%016llx", l2_cfg(l)->ns, (unsigned long long)rnd);
         char dl[32];
         snprintf(dl, sizeof dl, "%.3f", tlmd_wall() + deadline_s);
@@ -425,10 +426,21 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
             stream_key(l, t.name, sk, sizeof sk);
             if (i == 0 || strcmp(cands[i].target, cands[i - 1].target)) ensure_group(l, sk);
             snprintf(is, sizeof is, "%d", i);
-            const char *a[] = {"XADD",     sk,      "*",         "i",     is,
-                               "workload", cands[i].workload_json, "target", t.name,
-                               "schedule", cands[i].schedule,      "reply",  reply,
-                               "deadline", dl};
+            const char *a[] = {"XADD",
+                               sk,
+                               "*",
+                               "i",
+                               is,
+                               "workload",
+                               cands[i].workload_json,
+                               "target",
+                               t.name,
+                               "schedule",
+                               cands[i].schedule,
+                               "reply",
+                               reply,
+                               "deadline",
+                               dl};
             size_t ln[15];
             for (int k = 0; k < 15; k++)
                 ln[k] = strlen(a[k]);
@@ -440,7 +452,8 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
     }
     int n_got = 0;
     double stalled_since = 0;
-    while (n_got < n && tlmd_now() < t_end && !(c && __atomic_load_n(&c->stopping, __ATOMIC_RELAXED))) {
+    while (n_got < n && tlmd_now() < t_end &&
+           !(c && __atomic_load_n(&c->stopping, __ATOMIC_RELAXED))) {
         bool any_sent_missing = false;
         for (int i = 0; i < n; i++)
             if (sent[i] && !got[i]) any_sent_missing = true;

@@ -458,8 +458,8 @@ static double jnum(json_t *h, const char *name)
 }
 
 /* Parses a blob into *out; false when anything does not check out. */
-static bool kernel_decode(const char *key, const char *v, size_t n, store_kernel *out,
-                          char *why, size_t cap)
+static bool kernel_decode(const char *key, const char *v, size_t n, store_kernel *out, char *why,
+                          size_t cap)
 {
     memset(out, 0, sizeof *out);
     if (n < MAGIC_LEN + 2 || memcmp(v, MAGIC, MAGIC_LEN)) {
@@ -614,7 +614,7 @@ static void *keeper_main(void *arg)
         lease *rel = l->to_release;
         l->to_release = NULL;
         bool renew = now_us() >= next_renew;
-        char (*keys)[65] = NULL;
+        char(*keys)[65] = NULL;
         int nk = 0;
         if (renew) {
             for (lease *e = l->held; e; e = e->next)
@@ -706,8 +706,8 @@ int l2_new(const l2_config *c, l2 **out, tlm_error *err)
                  "allkeys-lru (or volatile-lru) so the cluster cache stays bounded\"",
                  l->host, l->port);
     if (r) freeReplyObject(r);
-    tlmd_log(LOG_INFO, "l2", "redis=%s:%d db=%d ns=%s ttl_s=%g max_blob_bytes=%lld up=%s",
-             l->host, l->port, l->db, l->c.ns, l->c.ttl_s, (long long)l->c.max_blob_bytes,
+    tlmd_log(LOG_INFO, "l2", "redis=%s:%d db=%d ns=%s ttl_s=%g max_blob_bytes=%lld up=%s", l->host,
+             l->port, l->db, l->c.ns, l->c.ttl_s, (long long)l->c.max_blob_bytes,
              GET(l->up) ? "true" : "false");
     *out = l;
     return 0;
@@ -824,6 +824,7 @@ char *l2_metrics_render(const l2 *lc)
     cum += l ? GET(l->lat_bucket[N_LAT]) : 0;
     out(&b, "tlmd_l2_command_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     out(&b, "tlmd_l2_command_seconds_sum %.6f\ntlmd_l2_command_seconds_count %llu\n",
-        l ? (double)GET(l->lat_sum_us) / 1e6 : 0.0, (unsigned long long)(l ? GET(l->lat_count) : 0));
+        l ? (double)GET(l->lat_sum_us) / 1e6 : 0.0,
+        (unsigned long long)(l ? GET(l->lat_count) : 0));
     return b.p;
 }
