@@ -3,7 +3,7 @@
 #   proto/*.c      -> build/libtlmproto.a   (JSON codecs between the wire and the compiler)
 #   store/*.c      -> build/libtlmstore.a   (SQLite kernel cache)
 #   tools/tlm/*.c  -> build/tlm             (offline toolkit)
-#   daemon/*.c     -> build/tlmd            (the compile server)
+#   daemon/*.c     -> build/tlmd            (the compile server; + hiredis for the cluster tier)
 #   clients/tlmc/*.c -> build/tlmc          (the command-line client; libcurl, no compiler)
 #   tests/**/test_*.c -> one Criterion binary each, built with ASan+UBSan under build/san/
 #   bench/*.c      -> build/bench/<name>
@@ -62,7 +62,7 @@ SAN_STORE_OBJ := $(call obj,$(SAN),$(STORE_SRC))
 SAN_TLM_OBJ   := $(call obj,$(SAN),$(TLM_SRC))
 DAEMON_OBJ    := $(call obj,$(BUILD),$(DAEMON_SRC))
 SAN_DAEMON_OBJ := $(call obj,$(SAN),$(DAEMON_SRC))
-DAEMON_LIBS   = $(call once,DAEMON_LIBS,pkg-config --libs libmicrohttpd libuv libsystemd 2>/dev/null)
+DAEMON_LIBS   = $(call once,DAEMON_LIBS,pkg-config --libs libmicrohttpd libuv libsystemd hiredis 2>/dev/null)
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 

@@ -25,6 +25,7 @@
 #include "compiler/driver/pipeline.h"
 #include "compiler/lang/lang.h"
 #include "compiler/tune/tune.h"
+#include "daemon/l2.h"
 #include "daemon/tlmd.h"
 #include "proto/error.h"
 #include "proto/workload.h"
@@ -98,6 +99,12 @@ typedef struct flight {
     uv_work_t w;    /* the store lookup (libuv's pool) */
     pool_work pw;   /* pl_prepare, then the compile (the compile pool) */
     bool cancelled; /* set by the loop, read by the compile pool: no waiter wants it */
+    /* the cluster tier (l2.h): an L2 hit, the compile lease held, or waiting on another
+     * daemon's lease (polled with back-off from l2_timer) */
+    bool l2_hit, lease_held, l2_wait, waited;
+    uv_timer_t l2_timer;
+    bool timer_open;
+    int wait_ms;
     struct flight *next;
 } flight;
 
@@ -405,12 +412,22 @@ static void flight_unlink(flight *f)
         }
 }
 
+static void flight_free_cb(uv_handle_t *h)
+{
+    free(h->data);
+}
+
 static void flight_free(flight *f)
 {
     pl_job_free(&f->pj);
     free(f->dec.cands);
     store_kernel_free(&f->sk);
-    free(f);
+    if (f->timer_open) {
+        f->timer_open = false;
+        uv_close((uv_handle_t *)&f->l2_timer, flight_free_cb);
+    } else {
+        free(f);
+    }
 }
 
 static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool shared)
@@ -428,6 +445,7 @@ static json_t *kernel_json(const flight *f, const ktask *t, bool hit, bool share
                   k->format, "launch", launch ? launch : json_object(), "binary_sha256",
                   k->binary_sha256, "binary_size", (json_int_t)k->binary_size, "url", url);
     if (o && shared) json_object_set_new(o, "single_flight", json_true());
+    if (o && hit) json_object_set_new(o, "cache_tier", json_string(f->l2_hit ? "l2" : "l1"));
     if (o && t->j->p.occ) {
         json_object_set_new(o, "occurrences", json_integer((json_int_t)t->j->p.occ[t->index]));
         json_t *nm = json_string(t->j->p.node[t->index]); /* NULL: UTF-8 cut at 63 bytes */
@@ -517,6 +535,8 @@ static void flight_finish(flight *f)
     }
     flight_unlink(f);
     if (f->rc == 0) metrics_cache(js->m, f->hit);
+    /* the kernel (if any) is in L2 by now (compile_work): the keeper releases the lease */
+    if (f->lease_held) l2_lease_drop(js->env->l2, f->key);
     /* waiters were pushed at the front: the leader (who started the flight) is last */
     for (ktask *t = f->waiters, *next; t; t = next) {
         next = t->next_waiter;
@@ -528,7 +548,9 @@ static void flight_finish(flight *f)
     http_kick(js->h);
 }
 
-/* libuv's pool: the cache lookup (a read: it never waits behind a compile). */
+static void l2_step(flight *f);
+
+/* libuv's pool: the cache lookup (a read: it never waits behind a compile), then L2. */
 static void lookup_work(uv_work_t *w)
 {
     flight *f = w->data;
@@ -544,6 +566,60 @@ static void lookup_work(uv_work_t *w)
         tlm_err_clear(&f->err);
     }
     memset(&f->sk, 0, sizeof f->sk);
+    if (f->js->env->l2) l2_step(f);
+}
+
+/* A pool thread: an L2 hit fills L1. */
+static bool l2_fetch(flight *f)
+{
+    l2 *l = f->js->env->l2;
+    if (l2_kernel_get(l, f->key, &f->sk) != 0) {
+        memset(&f->sk, 0, sizeof f->sk);
+        return false;
+    }
+    tlm_error e;
+    if (store_kernel_put(f->js->env->st, &f->sk, &e))
+        tlmd_log(LOG_ERROR, "store_put", "key=%s tier=l2 error=\"%s\"", f->key, e.msg);
+    f->hit = true;
+    f->l2_hit = true;
+    return true;
+}
+
+/* A pool thread, after an L1 miss (and again at each poll while another daemon holds the
+ * lease): L2 → the lease → compile here, or wait. Redis trouble means compiling here. */
+static void l2_step(flight *f)
+{
+    l2 *l = f->js->env->l2;
+    if (l2_fetch(f)) {
+        if (f->waited) l2_count(l, L2_C_WAIT_HITS);
+        return;
+    }
+    if (!l2_up(l)) return;
+    int t = l2_lease_take(l, f->key);
+    if (t == 1) {
+        /* the holder may have stored it between our GET and our SET NX */
+        if (l2_fetch(f)) {
+            l2_lease_drop(l, f->key);
+            return;
+        }
+        f->lease_held = true;
+        if (f->waited) {
+            l2_count(l, L2_C_TAKEOVERS);
+            tlmd_log(LOG_WARN, "l2_lease_takeover",
+                     "key=%.16s hint=\"the daemon that held the compile lease died or failed; "
+                     "compiling here\"",
+                     f->key);
+        }
+    } else if (t == 0) {
+        f->l2_wait = true;
+    }
+}
+
+static void l2_poll_work(uv_work_t *w)
+{
+    flight *f = w->data;
+    tlm_err_clear(&f->err);
+    l2_step(f);
 }
 
 /* Loop: a flight nobody waits for any more ends here (its steps not yet begun are skipped). */
@@ -599,6 +675,34 @@ static void decoded(void *arg)
 }
 
 static void prepare_after(pool_work *w);
+static void lookup_after(uv_work_t *w, int status);
+
+/* Loop: another daemon compiles this key; poll L2 and the lease with back-off (25 ms growing
+ * to 500 ms). The job's deadline bounds the wait; a dead holder's lease expires. */
+static void on_l2_timer(uv_timer_t *t)
+{
+    flight *f = t->data;
+    if (flight_dropped(f)) return;
+    f->l2_wait = false;
+    f->w.data = f;
+    uv_queue_work(f->js->env->loop, &f->w, l2_poll_work, lookup_after);
+}
+
+static void l2_wait_arm(flight *f)
+{
+    if (!f->timer_open) {
+        uv_timer_init(f->js->env->loop, &f->l2_timer);
+        f->l2_timer.data = f;
+        f->timer_open = true;
+        f->wait_ms = 25;
+        f->waited = true;
+        l2_count(f->js->env->l2, L2_C_LEASE_WAITS);
+        tlmd_log(LOG_DEBUG, "l2_wait", "key=%.16s", f->key);
+    } else {
+        f->wait_ms = f->wait_ms * 3 / 2 > 500 ? 500 : f->wait_ms * 3 / 2;
+    }
+    uv_timer_start(&f->l2_timer, on_l2_timer, (uint64_t)f->wait_ms, 0);
+}
 
 static void lookup_after(uv_work_t *w, int status)
 {
@@ -609,6 +713,10 @@ static void lookup_after(uv_work_t *w, int status)
         return;
     }
     if (flight_dropped(f)) return;
+    if (f->l2_wait) {
+        l2_wait_arm(f);
+        return;
+    }
     f->pw.data = f;
     f->pw.work = prepare_work;
     f->pw.done = prepare_after;
@@ -727,14 +835,23 @@ static void compile_store(flight *f)
     tlm_error pe;
     if (store_kernel_put(f->js->env->st, k, &pe))
         tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->key, pe.msg);
+    /* L2 before the lease goes (flight_finish): a waiting daemon finds the kernel */
+    if (f->js->env->l2) {
+        int l2rc = l2_kernel_put(f->js->env->l2, k);
+        if (l2rc == TLM_ELIMIT)
+            tlmd_log(LOG_INFO, "l2_skip", "key=%.16s binary_size=%zu reason=redis_max_blob_bytes",
+                     f->key, k->binary_size);
+    }
     if (f->gen_key[0]) {
-        /* a tuned kernel is this server's best known for the workload: generate requests
-         * for it are served this kernel from now on (its schedule_source says "tuned") */
+        /* a tuned kernel is this server's (and, through L2, the cluster's) best known for the
+         * workload: generate requests for it are served this kernel from now on (its
+         * schedule_source says "tuned") */
         char key[65];
         memcpy(key, k->key, sizeof key);
         snprintf(k->key, sizeof k->key, "%s", f->gen_key);
         if (store_kernel_put(f->js->env->st, k, &pe))
             tlmd_log(LOG_ERROR, "store_put", "key=%s error=\"%s\"", f->gen_key, pe.msg);
+        if (f->js->env->l2) l2_kernel_put(f->js->env->l2, k);
         memcpy(k->key, key, sizeof key);
     }
     metrics_compile_done(f->js->m);

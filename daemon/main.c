@@ -126,6 +126,7 @@ static const char usage[] =
     "usage: tlmd [--listen ADDR:PORT] [--store FILE] [--weights FILE|none] [--serve-untrained]\n"
     "            [--device auto|cpu|cuda[:N]] [--config FILE] [--token-file FILE]\n"
     "            [--log-level debug|info|warn|error] [--log-file FILE]\n"
+    "            [--redis redis://[:PASSWORD@]HOST:PORT[/DB]] [--redis-password-file FILE]\n"
     "Schedules: with trained weights (a MANIFEST next to the file says \"trained = true\")\n"
     "generate requests decode with the model (\"schedule_source\": \"tlm\"); otherwise tlmd\n"
     "serves the rule-of-thumb schedule (\"default\"): with --weights none, when the default\n"
@@ -139,6 +140,11 @@ static const char usage[] =
     "log_file) and max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s,\n"
     "grace_s, store_max_bytes, decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
     "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers.\n"
+    "Cluster tier (README \"Running a cluster\"): --redis / TLMD_REDIS / redis, and\n"
+    "--redis-password-file / TLMD_REDIS_PASSWORD_FILE / redis_password_file; config keys\n"
+    "redis_namespace (tlmd), redis_ttl_s (604800, 0: none), redis_max_blob_bytes (64 MiB),\n"
+    "redis_timeout_ms (250), redis_lease_ms (30000), redis_claim_idle_ms (60000),\n"
+    "redis_workers (1; measurement workers, 0: none). Redis trouble degrades to the local store.\n"
     "Exit status: 0 after a clean shutdown, 1 when the store or the listener fails, 2 for bad\n"
     "usage or configuration (flags, config file, weights, device).\n";
 
@@ -175,6 +181,7 @@ static void config_defaults(tlmd_config *c)
     c->body_timeout_s = 60;
     c->idle_timeout_s = 30;
     c->compile_workers = 4;
+    l2_config_defaults(&c->l2);
 }
 
 static int parse_listen(tlmd_config *c, const char *v, tlm_error *err)
@@ -243,6 +250,16 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
     if (!strcmp(key, "token_file"))
         return copy_str(c->token_file, sizeof c->token_file, key, v, err);
     if (!strcmp(key, "log_file")) return copy_str(c->log_file, sizeof c->log_file, key, v, err);
+    if (!strcmp(key, "redis")) return copy_str(c->l2.url, sizeof c->l2.url, key, v, err);
+    if (!strcmp(key, "redis_password_file"))
+        return copy_str(c->l2.password_file, sizeof c->l2.password_file, key, v, err);
+    if (!strcmp(key, "redis_namespace")) {
+        if (!v[0] || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+                         strlen(v))
+            return tlm_err_set(err, TLM_EINVAL, key,
+                               "\"%s\": expected letters, digits, '_', '-' or '.'", v);
+        return copy_str(c->l2.ns, sizeof c->l2.ns, key, v, err);
+    }
     if (!strcmp(key, "device")) {
         if (strcmp(v, "auto") && strcmp(v, "cpu") && strncmp(v, "cuda", 4))
             return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected auto, cpu or cuda[:N]", v);
@@ -276,6 +293,12 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
     NUM("body_timeout_s", 0.1, 86400, c->body_timeout_s = d)
     NUM("idle_timeout_s", 1, 86400, c->idle_timeout_s = d)
     NUM("compile_workers", 1, 256, c->compile_workers = (int)d)
+    NUM("redis_ttl_s", 0, 1e9, c->l2.ttl_s = d)
+    NUM("redis_max_blob_bytes", 1024, 1e12, c->l2.max_blob_bytes = (int64_t)d)
+    NUM("redis_timeout_ms", 1, 60000, c->l2.timeout_ms = (int)d)
+    NUM("redis_lease_ms", 100, 86400000, c->l2.lease_ms = (int)d)
+    NUM("redis_claim_idle_ms", 100, 86400000, c->l2.claim_idle_ms = (int)d)
+    NUM("redis_workers", 0, 64, c->l2.workers = (int)d)
 #undef NUM
     return tlm_err_set(err, TLM_EINVAL, key, "unknown configuration key");
 }
@@ -328,13 +351,17 @@ static int config_load(tlmd_config *c, int argc, char **argv, tlm_error *err)
                                          {"token-file", required_argument, 0, 't'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"log-file", required_argument, 0, 'F'},
+                                         {"redis", required_argument, 0, 'r'},
+                                         {"redis-password-file", required_argument, 0, 'P'},
                                          {"serve-untrained", no_argument, 0, 'U'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    static const char *const keys[] = {"listen", "store",      "weights",   "device",
-                                       "config", "token_file", "log_level", "log_file"};
-    static const char shorts[] = "lswdctLF";
-    const char *flag[8] = {0};
+#define N_KEYS 10
+    static const char *const keys[N_KEYS] = {
+        "listen",     "store",     "weights",  "device", "config", "token_file",
+        "log_level",  "log_file",  "redis",    "redis_password_file"};
+    static const char shorts[] = "lswdctLFrP";
+    const char *flag[N_KEYS] = {0};
     bool serve_untrained_flag = false;
     int ch;
     opterr = 0;
@@ -359,10 +386,11 @@ static int config_load(tlmd_config *c, int argc, char **argv, tlm_error *err)
     const char *cfg = flag[4] ? flag[4] : getenv("TLMD_CONFIG");
     int rc;
     if (cfg && cfg[0] && (rc = config_file(c, cfg, err))) return rc;
-    static const char *const envs[] = {"TLMD_LISTEN",    "TLMD_STORE",   "TLMD_WEIGHTS",
-                                       "TLMD_DEVICE",    NULL,           "TLMD_TOKEN_FILE",
-                                       "TLMD_LOG_LEVEL", "TLMD_LOG_FILE"};
-    for (int i = 0; i < 8; i++) {
+    static const char *const envs[N_KEYS] = {
+        "TLMD_LISTEN",    "TLMD_STORE",    "TLMD_WEIGHTS", "TLMD_DEVICE",
+        NULL,             "TLMD_TOKEN_FILE", "TLMD_LOG_LEVEL", "TLMD_LOG_FILE",
+        "TLMD_REDIS",     "TLMD_REDIS_PASSWORD_FILE"};
+    for (int i = 0; i < N_KEYS; i++) {
         const char *v = envs[i] ? getenv(envs[i]) : NULL;
         if (v && v[0] && (rc = config_set(c, keys[i], v, envs[i], err))) {
             snprintf(err->field, sizeof err->field, "%s", envs[i]);
@@ -374,7 +402,7 @@ static int config_load(tlmd_config *c, int argc, char **argv, tlm_error *err)
         snprintf(err->field, sizeof err->field, "TLMD_SERVE_UNTRAINED");
         return rc;
     }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N_KEYS; i++) {
         char name[32];
         snprintf(name, sizeof name, "--%s", opts[i].name);
         if (i != 4 && flag[i] && (rc = config_set(c, keys[i], flag[i], name, err))) {
@@ -727,6 +755,7 @@ static void srv_shutdown_begin(const char *why)
     tlmd_log(LOG_INFO, "shutdown", "reason=%s jobs_in_flight=%d grace_s=%g", why,
              jobs_in_flight(srv.js), srv.env.cfg.grace_s);
     http_quiesce(srv.h);
+    cluster_abort(srv.env.cl); /* a measurement request in progress answers with what it has */
     uv_timer_start(&srv.shutdown_timer, on_shutdown_tick, 0, 50);
 }
 
@@ -846,12 +875,15 @@ static int load_tokens(tlmd_env *env, tlm_error *err)
 /* Frees what main built, in the order the threads that use it are gone. */
 static void teardown(void)
 {
+    cluster_free(srv.env.cl); /* joins the measurement workers */
+    srv.env.cl = NULL;
     routes_free(srv.rt);
     jobs_free(srv.js);
     pool_free(srv.cp); /* stopped by main after the loop (or never started) */
     dec_free(srv.d);   /* joins the decoder thread if it still runs */
     http_free(srv.h);
     metrics_free(srv.m);
+    l2_free(srv.env.l2);
     store_close(srv.env.st);
     tlm_device_close(srv.env.dev); /* after the decoder: its caches lived there */
     tlm_model_free(srv.model);
@@ -907,10 +939,26 @@ int main(int argc, char **argv)
         teardown();
         return 1;
     }
+    int rc;
     store_opts so = {.max_bytes = c->store_max_bytes, .busy_timeout_ms = 10000};
     env->st = store_open(c->store_path, &so, &err);
     if (!env->st) {
         tlmd_log(LOG_ERROR, "store", "path=\"%s\" error=\"%s\"", c->store_path, err.msg);
+        teardown();
+        return 1;
+    }
+
+    if (c->l2.url[0]) {
+        rc = l2_new(&c->l2, &env->l2, &err);
+        if (rc) {
+            fprintf(stderr, "tlmd: %s: %s\n", err.field, err.msg);
+            tlmd_log(LOG_ERROR, "config", "field=%s error=\"%s\"", err.field, err.msg);
+            teardown();
+            return 2;
+        }
+    }
+    if (cluster_new(env->l2, env->st, &env->cl, &err)) {
+        tlmd_log(LOG_ERROR, "start", "error=\"%s\"", err.msg);
         teardown();
         return 1;
     }
@@ -922,7 +970,7 @@ int main(int argc, char **argv)
     uv_timer_init(env->loop, &srv.shutdown_timer);
 
     /* The modules, each handed what it talks to. */
-    int rc = 0;
+    rc = 0;
     srv.m = metrics_new(routes_labels(), routes_label_count());
     srv.h = srv.m ? http_new(env, srv.m) : NULL;
     if (!srv.h) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");

@@ -3,6 +3,7 @@
  * (kernels, jobs, targets, version, cache stats, health, metrics, models). Store reads run on
  * the pool; the loop never touches SQLite. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ static void do_store_read(routes *rt, http_req *r);
 static void do_healthz(routes *rt, http_req *r);
 static void do_readyz(routes *rt, http_req *r);
 static void do_models(routes *rt, http_req *r);
+static void do_cluster_measure(routes *rt, http_req *r);
 
 /* The API. A pattern's "{name}" matches one non-empty path segment (r->arg points at it);
  * methods lists what the route takes (GET includes HEAD); auth the methods that need a
@@ -77,6 +79,7 @@ enum {
     R_READYZ,
     R_METRICS,
     R_MODELS,
+    R_CLUSTER_MEASURE,
     R_UNKNOWN,
     R_COUNT
 };
@@ -94,6 +97,8 @@ static const route ROUTES[R_UNKNOWN] = {
     [R_READYZ] = {"/readyz", "GET", NULL, NULL, do_readyz},
     [R_METRICS] = {"/metrics", "GET", NULL, NULL, do_store_read},
     [R_MODELS] = {"/v1/models", "GET", NULL, NULL, do_models},
+    [R_CLUSTER_MEASURE] = {"/v1/cluster/measure", "POST", "POST", check_compile,
+                           do_cluster_measure},
 };
 
 int routes_label_count(void)
@@ -379,6 +384,17 @@ static void kop_after(uv_work_t *w, int status)
                                 dec_queue_depth(rt->d),        http_connections(r->srv),
                                 http_door_connections(r->srv), http_refused(r->srv)};
             char *text = metrics_render(rt->m, &g, &op->ss);
+            char *l2t = l2_metrics_render(rt->env->l2);
+            if (text && l2t) {
+                char *both = malloc(strlen(text) + strlen(l2t) + 1);
+                if (both) {
+                    strcpy(both, text);
+                    strcat(both, l2t);
+                }
+                free(text);
+                text = both;
+            }
+            free(l2t);
             if (text) {
                 http_reply(r, 200, "text/plain; version=0.0.4", text, strlen(text), NULL);
                 free(text);
@@ -396,6 +412,11 @@ static void kop_after(uv_work_t *w, int status)
                 (json_int_t)metrics_compiles(op->rt->m), "path", op->rt->env->cfg.store_path);
             json_object_set_new(o, "single_flight_joins",
                                 json_integer((json_int_t)metrics_single_flight(op->rt->m)));
+            l2 *l = op->rt->env->l2;
+            json_object_set_new(o, "l2",
+                                l ? json_pack("{s:b, s:b, s:s}", "enabled", 1, "up", l2_up(l),
+                                              "namespace", l2_cfg(l)->ns)
+                                  : json_pack("{s:b}", "enabled", 0));
             http_reply_json(r, 200, o);
         }
     }
@@ -518,4 +539,180 @@ static void do_readyz(routes *rt, http_req *r)
     else
         http_reply_error(r, 503, PROTO_CODE_UNAVAILABLE,
                          rt->status->shutting_down ? "shutting down" : "starting", "");
+}
+
+/* ---- POST /v1/cluster/measure: cluster_measure for tools and benchmarks ----
+ * {"target": T, "workload": W, "schedules": [S, ...], "deadline_s": D} measures every
+ * schedule across the daemons sharing the Redis (cluster.h) and answers each result with the
+ * daemon that measured it. It holds one thread of libuv's pool while it runs (mostly waiting
+ * for results); shutdown aborts it (cluster_abort). */
+
+#define MEASURE_MAX 4096
+
+typedef struct cmop {
+    routes *rt;
+    http_req *r;
+    char *workload, *target;
+    char **schedules;
+    int n;
+    double deadline_s;
+    cluster_cand *cands;
+    cluster_result *res;
+    int rc;
+    tlm_error err;
+    double wall_s;
+    uv_work_t w;
+} cmop;
+
+static void cmop_free(cmop *op)
+{
+    for (int i = 0; i < op->n; i++)
+        free(op->schedules[i]);
+    free(op->schedules);
+    free(op->cands);
+    free(op->res);
+    free(op->workload);
+    free(op->target);
+    free(op);
+}
+
+static void cm_detach(http_req *r)
+{
+    cmop *op = r->op;
+    if (op) op->r = NULL;
+    r->op = NULL;
+    r->detach = NULL;
+}
+
+static json_t *num_or_null(double d)
+{
+    return isfinite(d) ? json_real(d) : json_null();
+}
+
+static void cm_done(uv_work_t *w, int status)
+{
+    cmop *op = w->data;
+    http_req *r = op->r;
+    if (r) {
+        r->op = NULL;
+        r->detach = NULL;
+        if (op->rc && op->rc != TLM_ELIMIT) {
+            http_reply_tlm_error(r, &op->err);
+        } else {
+            json_t *res = json_array(), *workers = json_object();
+            for (int i = 0; i < op->n; i++) {
+                const cluster_result *x = &op->res[i];
+                json_array_append_new(
+                    res, json_pack("{s:s, s:s, s:o, s:o, s:o, s:i, s:s, s:s}", "schedule",
+                                   op->schedules[i], "status", x->status, "median_s",
+                                   num_or_null(x->median_s), "gflops", num_or_null(x->gflops),
+                                   "rel_err", num_or_null(x->rel_err), "n_samples", x->n_samples,
+                                   "worker", x->worker, "detail", x->detail));
+                if (x->worker[0]) {
+                    json_int_t c = json_integer_value(json_object_get(workers, x->worker));
+                    json_object_set_new(workers, x->worker, json_integer(c + 1));
+                }
+            }
+            json_t *o = json_pack("{s:o, s:o, s:i, s:f, s:b}", "results", res, "workers", workers,
+                                  "candidates", op->n, "wall_s", op->wall_s, "complete",
+                                  op->rc == 0);
+            if (op->rc) json_object_set_new(o, "message", json_string(op->err.msg));
+            http_reply_json(r, 200, o);
+        }
+        http_kick(r->srv);
+    }
+    cmop_free(op);
+}
+
+static void cm_work(uv_work_t *w)
+{
+    cmop *op = w->data;
+    double t0 = tlmd_now();
+    tlm_err_clear(&op->err);
+    op->rc = cluster_measure(op->rt->env->cl, op->cands, op->n, op->res, op->deadline_s,
+                             op->rt->env->st, &op->err);
+    op->wall_s = tlmd_now() - t0;
+}
+
+static void do_cluster_measure(routes *rt, http_req *r)
+{
+    if (rt->status->shutting_down) {
+        http_reply_error(r, 503, PROTO_CODE_UNAVAILABLE, "the server is shutting down", "");
+        return;
+    }
+    json_error_t je;
+    json_t *b = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+    if (!json_is_object(b)) {
+        json_decref(b);
+        http_reply_error(r, 400, PROTO_CODE_INVALID_JSON, "the body must be a JSON object", "");
+        return;
+    }
+    json_t *tg = json_object_get(b, "target"), *wl = json_object_get(b, "workload");
+    json_t *sc = json_object_get(b, "schedules"), *dl = json_object_get(b, "deadline_s");
+    const char *bad = NULL, *why = NULL;
+    if (!json_is_string(tg))
+        bad = "target", why = "required: a target string (GET /v1/targets)";
+    else if (!json_is_object(wl))
+        bad = "workload", why = "required: a workload object";
+    else if (!json_is_array(sc) || json_array_size(sc) == 0 || json_array_size(sc) > MEASURE_MAX)
+        bad = "schedules", why = "required: an array of 1..4096 schedule strings";
+    else if (dl && !(json_is_number(dl) && json_number_value(dl) > 0 &&
+                     json_number_value(dl) <= 86400))
+        bad = "deadline_s", why = "a number of seconds in (0, 86400]";
+    for (size_t i = 0; !bad && i < json_array_size(sc); i++)
+        if (!json_is_string(json_array_get(sc, i)))
+            bad = "schedules", why = "every schedule must be a string";
+    if (bad) {
+        json_decref(b);
+        http_reply_error(r, 400, PROTO_CODE_INVALID_FIELD, why, bad);
+        return;
+    }
+    cmop *op = calloc(1, sizeof *op);
+    int n = (int)json_array_size(sc);
+    if (op) {
+        op->rt = rt;
+        op->n = n;
+        op->deadline_s = dl ? json_number_value(dl) : rt->env->cfg.job_timeout_s;
+        op->workload = json_dumps(wl, JSON_COMPACT);
+        op->target = strdup(json_string_value(tg));
+        op->schedules = calloc((size_t)n, sizeof *op->schedules);
+        op->cands = calloc((size_t)n, sizeof *op->cands);
+        op->res = calloc((size_t)n, sizeof *op->res);
+    }
+    bool ok = op && op->workload && op->target && op->schedules && op->cands && op->res;
+    for (int i = 0; ok && i < n; i++) {
+        op->schedules[i] = strdup(json_string_value(json_array_get(sc, i)));
+        ok = op->schedules[i] != NULL;
+        op->cands[i] = (cluster_cand){op->workload, op->target, op->schedules[i]};
+    }
+    json_decref(b);
+    if (!ok) {
+        if (op) cmop_free(op);
+        http_reply_error(r, 500, PROTO_CODE_INTERNAL, "out of memory", "");
+        return;
+    }
+    /* bad workloads and targets are answered now, before anything is measured */
+    ir_workload w;
+    target t;
+    tlm_error e;
+    tlm_err_clear(&e);
+    const char *field = NULL;
+    if (proto_workload_from_string(op->workload, strlen(op->workload), &w, &e))
+        field = "workload";
+    else if (target_parse(op->target, &t, &e))
+        field = "target";
+    if (field) {
+        char f[128];
+        snprintf(f, sizeof f, "%s%s%.80s", field, e.field[0] ? "." : "", e.field);
+        cmop_free(op);
+        http_reply_error(r, e.code == TLM_EUNSUPPORTED ? 422 : 400, PROTO_CODE_INVALID_FIELD,
+                         e.msg, !strcmp(field, "target") ? "target" : f);
+        return;
+    }
+    r->op = op;
+    r->detach = cm_detach;
+    op->r = r;
+    op->w.data = op;
+    http_suspend(r);
+    uv_queue_work(rt->env->loop, &op->w, cm_work, cm_done);
 }

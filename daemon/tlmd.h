@@ -24,7 +24,8 @@
  * Files: main.c (config, logging, start-up, signals, shutdown, sd_notify), http.c (MHD
  * driven by the loop, requests, responses, streams), routes.c (the API, a route table),
  * request.c (the compile request's decoder), jobs.c (compile jobs, single flight, the
- * pipeline on the compile pool), pool.c, decoder.c, metrics.c.
+ * pipeline on the compile pool), pool.c, decoder.c, metrics.c, l2.c (the Redis tier: L2
+ * kernels, compile leases), cluster.c (measurements spread over the daemons).
  */
 #ifndef TLMD_H
 #define TLMD_H
@@ -45,6 +46,8 @@
 #include "compiler/tlm/tlm.h"
 #include "compiler/tlm/tlm_cuda.h"
 #include "compiler/util/err.h"
+#include "daemon/cluster.h"
+#include "daemon/l2.h"
 #include "store/store.h"
 
 #define TLMD_VERSION "0.1.0"
@@ -86,6 +89,7 @@ typedef struct tlmd_config {
     int max_connections_per_ip;
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     int compile_workers; /* threads of the compile pool (jobs.c) */
+    l2_config l2;        /* the cluster tier (l2.h): redis, redis_* keys */
 } tlmd_config;
 
 /* ---- the environment: read-only once the loop runs (any thread) ---- */
@@ -93,6 +97,8 @@ typedef struct tlmd_env {
     tlmd_config cfg;
     uv_loop_t *loop;
     store *st; /* thread-safe: every thread gets its own connection */
+    l2 *l2;    /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
+    cluster *cl; /* distributed measurement (cluster.h); local-only without --redis */
     /* The schedules served: with a model, generate decodes with it ("tlm"); without one
      * (--weights none, a missing default file, untrained weights without --serve-untrained)
      * generate serves space_default. */

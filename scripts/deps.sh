@@ -40,11 +40,15 @@ esac
 # pkg-config module -> Debian package, per scope
 pc_build="jansson:libjansson-dev libcrypto:libssl-dev openblas:libopenblas-dev
 sqlite3:libsqlite3-dev libuv:libuv1-dev libmicrohttpd:libmicrohttpd-dev xgboost:libxgboost-dev
-libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev libprotobuf-c:libprotobuf-c-dev"
+libsystemd:libsystemd-dev libcurl:libcurl4-openssl-dev libprotobuf-c:libprotobuf-c-dev
+hiredis:libhiredis-dev"
 pc_test="criterion:libcriterion-dev"
 # the tests' command-line tools: the crash-loop test (bench/crashloop.sh) checks the store with
-# sqlite3 and talks to tlmd with curl; the Python client's tests and helper scripts use python3
-files_test="/usr/bin/sqlite3:sqlite3 /usr/bin/curl:curl /usr/bin/python3:python3"
+# sqlite3 and talks to tlmd with curl; the Python client's tests and helper scripts use python3;
+# the cluster tests (tests/daemon/test_cluster.c) start a real redis-server and poke it with
+# redis-cli
+files_test="/usr/bin/sqlite3:sqlite3 /usr/bin/curl:curl /usr/bin/python3:python3
+/usr/bin/redis-server:redis-server /usr/bin/redis-cli:redis-tools"
 pcs=$pc_build
 # protoc-c regenerates compiler/frontend/onnx.pb-c.[ch] when onnx.proto changes
 files="/usr/bin/protoc-c:protobuf-c-compiler"
