@@ -534,3 +534,35 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
                            deadline_s);
     return 0;
 }
+
+/* ---- the tuner's evaluator (tune_set_default_eval) ---- */
+
+int cluster_tune_eval(pl_job *j, const int *idx, int n, double *secs, void *user, tlm_error *err)
+{
+    cluster *c = user;
+    cluster_cand *cands = calloc((size_t)n, sizeof *cands);
+    cluster_result *out = calloc((size_t)n, sizeof *out);
+    char(*sched)[DRV_SCHED_MAX] = calloc((size_t)n, sizeof *sched);
+    if (!cands || !out || !sched) {
+        free(cands);
+        free(out);
+        free(sched);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        space_print(j->sp, &j->cands[idx[k]].sched, sched[k], sizeof sched[k]);
+        cands[k] = (cluster_cand){.workload_json = j->canon, .target = j->tgt.name,
+                                  .schedule = sched[k]};
+    }
+    /* every candidate is a build and a measurement somewhere: generous, and bounded */
+    double deadline = 60.0 + 20.0 * n;
+    int rc = cluster_measure(c, cands, n, out, deadline, c ? c->st : NULL, err);
+    if (rc == TLM_ELIMIT) rc = 0; /* what no worker measured in time counts as failed */
+    for (int k = 0; k < n; k++)
+        secs[k] = !rc && !strcmp(out[k].status, "ok") && out[k].median_s > 0 ? out[k].median_s
+                                                                            : INFINITY;
+    free(cands);
+    free(out);
+    free(sched);
+    return rc;
+}

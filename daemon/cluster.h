@@ -69,6 +69,12 @@ void cluster_abort(cluster *c);
 int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result *out,
                     double deadline_s, store *st, tlm_error *err);
 
+/* The tuner's evaluator over the cluster (tune_set_default_eval; user = the cluster):
+ * candidates idx[0..n) of j measured by whichever daemons serve j's target, each result a
+ * record in the cluster's store (so not in j->recs). */
+struct pl_job;
+int cluster_tune_eval(struct pl_job *j, const int *idx, int n, double *secs, void *user,
+                      tlm_error *err);
 /* Measures one candidate on this thread (what a worker does). */
 void cluster_measure_local(const cluster_cand *cand, cluster_result *out);
 

@@ -962,6 +962,8 @@ int main(int argc, char **argv)
         teardown();
         return 1;
     }
+    /* with a cluster tier, a tune's measurements go to every daemon that serves its target */
+    if (env->l2) tune_set_default_eval(cluster_tune_eval, env->cl);
 
     env->loop = uv_default_loop();
     uv_async_init(env->loop, &srv.inbox.async, on_async);

@@ -10,6 +10,15 @@
 #include "compiler/tlm/select.h"
 #include "compiler/util/util.h"
 
+static tune_eval_fn default_eval;
+static void *default_eval_user;
+
+void tune_set_default_eval(tune_eval_fn fn, void *user)
+{
+    default_eval = fn;
+    default_eval_user = user;
+}
+
 void tune_opts_init(tune_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -24,6 +33,8 @@ void tune_opts_init(tune_opts *o)
     o->build_threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
     o->beam = 8;
     o->confirm = 3;
+    o->eval = default_eval;
+    o->eval_user = default_eval_user;
 }
 
 int tune_strategy_parse(const char *name, tune_strategy *out, tlm_error *err)

@@ -82,6 +82,10 @@ typedef struct tune_stats {
     double *best_curve;
 } tune_stats;
 
+/* tune_opts_init's evaluator (NULL: build + measure here). A server that spreads
+ * measurements over a cluster sets its own once at start-up, before any search runs; it
+ * then also stores the records it measures (they do not appear in j->recs). */
+void tune_set_default_eval(tune_eval_fn fn, void *user);
 void tune_opts_init(tune_opts *o);
 /* "evolutionary" | "random" (NULL or "" = evolutionary); TLM_EINVAL naming "strategy". */
 int tune_strategy_parse(const char *name, tune_strategy *out, tlm_error *err);

@@ -531,6 +531,41 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
     redis_stop(&rs);
 }
 
+Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
+{
+    NEED_REDIS();
+    redis rs;
+    redis_start(&rs);
+    tlmd a, b;
+    start_node(&a, &rs, NULL, NULL);
+    start_node(&b, &rs, NULL, NULL);
+    const char *body = "{\"target\": \"cpu\", \"mode\": \"tune\", \"budget\": {\"trials\": 16}, "
+                       "\"workloads\": [{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, "
+                       "\"K\": 16}}]}";
+    int status = 0;
+    json_t *k = compile1(&a, body, &status);
+    cr_assert_eq(status, 200);
+    cr_assert_str_eq(kstr(k, "schedule_source"), "tuned");
+    json_decref(k);
+    /* 16 trials and a second look at the top 3, measured by whichever daemon took them */
+    double ma = metric(&a, "tlmd_l2_measured_total"), mb = metric(&b, "tlmd_l2_measured_total");
+    cr_expect_eq(ma + mb, 16 + 3, "a %g + b %g", ma, mb);
+    cr_expect(ma >= 1 && mb >= 1, "both daemons measured (a %g, b %g)", ma, mb);
+    /* the requester keeps every record */
+    cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements"), 16 + 3);
+    /* and the tuned kernel is the cluster's: b serves it to generate from L2 */
+    const char *gen = "{\"target\": \"cpu\", \"workloads\": [{\"op\": \"dense\", \"shape\": "
+                      "{\"M\": 24, \"N\": 40, \"K\": 16}}]}";
+    k = compile1(&b, gen, &status);
+    cr_assert_eq(status, 200);
+    cr_expect_str_eq(kstr(k, "schedule_source"), "tuned");
+    cr_expect_str_eq(kstr(k, "cache_tier"), "l2");
+    json_decref(k);
+    teardown(&a);
+    teardown(&b);
+    redis_stop(&rs);
+}
+
 Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
 {
     NEED_REDIS();
