@@ -24,6 +24,7 @@
 #include "compiler/driver/driver.h"
 #include "compiler/driver/pipeline.h"
 #include "compiler/lang/lang.h"
+#include "compiler/tune/htam.h"
 #include "compiler/tune/tune.h"
 #include "daemon/l2.h"
 #include "daemon/tlmd.h"
@@ -904,7 +905,20 @@ static void group_work(pool_work *w)
         if (g->seed) o.seed = g->seed;
         o.model = g->model;
         g->rc = tune_strategy_parse(g->strategy, &o.strategy, &g->err);
-        if (!g->rc) g->rc = tune_tasks(tasks, g->ready, &o, NULL, NULL, &g->err);
+        if (!g->rc && o.strategy == TUNE_HTAM) {
+            /* HTAM refines one kernel at a time: the budget is shared out evenly */
+            for (int i = 0; i < g->ready; i++) {
+                pl_job *pj = &g->list[i]->pj;
+                pj->o.trials = o.trials / g->ready > 2 ? o.trials / g->ready : 2;
+                tlm_error he;
+                if (htam_search_hook(pj, &he) && !g->rc) {
+                    g->rc = he.code ? he.code : TLM_ERUNTIME;
+                    g->err = he;
+                }
+            }
+        } else if (!g->rc) {
+            g->rc = tune_tasks(tasks, g->ready, &o, NULL, NULL, &g->err);
+        }
     }
     for (int i = 0; i < g->ready; i++) {
         flight *f = g->list[i];

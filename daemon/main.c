@@ -20,6 +20,7 @@
 #include "compiler/lang/lang.h"
 #include "compiler/toolchain/toolchain.h"
 #include "compiler/util/util.h"
+#include "compiler/tune/htam.h"
 #include "compiler/tune/tune.h"
 #include "daemon/tlmd.h"
 
@@ -964,6 +965,9 @@ int main(int argc, char **argv)
     }
     /* with a cluster tier, a tune's measurements go to every daemon that serves its target */
     if (env->l2) tune_set_default_eval(cluster_tune_eval, env->cl);
+    /* strategy "htam": its memory lives in this store, shared with every job */
+    htam_store_io hio = {.load = store_htam_load, .save = store_htam_save, .st = env->st};
+    htam_set_store_io(&hio);
 
     env->loop = uv_default_loop();
     uv_async_init(env->loop, &srv.inbox.async, on_async);

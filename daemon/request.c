@@ -257,10 +257,7 @@ static int decode_mode(const tlmd_env *env, const json_t *j, job_params *p, tlm_
         if (!sv || (strcmp(sv, "evolutionary") && strcmp(sv, "random") && strcmp(sv, "htam")))
             return bad(e, TLM_EINVAL, "strategy",
                        "must be \"evolutionary\", \"random\" or \"htam\"");
-        if (!strcmp(sv, "htam") && !pl_has_search(PL_MODE_REFINE))
-            return bad(e, TLM_EUNSUPPORTED, "strategy",
-                       "strategy \"htam\" (HTAM refinement) is not available in this server; "
-                       "use \"evolutionary\" or \"random\"");
+
         snprintf(p->strategy, sizeof p->strategy, "%s", sv);
     }
     /* well-formed; now whether this server can do it */

@@ -1311,3 +1311,171 @@ int store_meta_get(store *st, const char *key, char **value, tlm_error *err)
     if (oom) return tlm_err_set(err, TLM_ENOMEM, "store", "out of memory");
     return 0;
 }
+
+/* ---- tuner memory ------------------------------------------------------------------- */
+
+void store_tuner_rows_free(store_tuner_row *rows, size_t n)
+{
+    if (!rows) return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].kind);
+        free(rows[i].payload);
+    }
+    free(rows);
+}
+
+static int tuner_read(store_conn *c, const char *sql, const char *scope, const char *target,
+                      bool edge, store_tuner_row **out, size_t *n, tlm_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(c->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK) return sql_err(err, c->db, rc, "preparing a tuner read");
+    sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    bool oom = false;
+    store_tuner_row *rows = NULL;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            store_tuner_row *r = realloc(rows, cap * sizeof *r);
+            if (!r) {
+                oom = true;
+                break;
+            }
+            rows = r;
+        }
+        store_tuner_row *r = &rows[(*n)++];
+        memset(r, 0, sizeof *r);
+        r->id = sqlite3_column_int64(s, 0);
+        r->parent = sqlite3_column_int64(s, 1);
+        r->child = edge ? sqlite3_column_int64(s, 2) : 0;
+        r->kind = col_text(s, 3, &oom);
+        r->payload = col_text(s, 4, &oom);
+        r->score = col_real(s, 5);
+        if (oom) break;
+    }
+    sqlite3_finalize(s);
+    if (oom || (rc != SQLITE_DONE && rc != SQLITE_ROW)) {
+        store_tuner_rows_free(rows, *n);
+        *n = 0;
+        return oom ? tlm_err_set(err, TLM_ENOMEM, "store", "out of memory")
+                   : sql_err(err, c->db, rc, "reading the tuner memory");
+    }
+    *out = rows;
+    return 0;
+}
+
+int store_tuner_load(store *st, const char *scope, const char *target, store_tuner_row **nodes,
+                     size_t *n_nodes, store_tuner_row **edges, size_t *n_edges, tlm_error *err)
+{
+    *nodes = *edges = NULL;
+    *n_nodes = *n_edges = 0;
+    if (!scope || !target) return tlm_err_set(err, TLM_EINVAL, "scope", "is required");
+    store_conn *c = store_conn_get(st, err);
+    if (!c) return err ? err->code : TLM_EIO;
+    int rc = tuner_read(c,
+                        "SELECT id, coalesce(parent, 0), 0, kind, payload, score FROM tuner_nodes "
+                        "WHERE workload_hash = ?1 AND target_hash = ?2 ORDER BY id",
+                        scope, target, false, nodes, n_nodes, err);
+    if (!rc)
+        rc = tuner_read(c,
+                        "SELECT id, parent, child, kind, payload, score FROM tuner_edges "
+                        "WHERE workload_hash = ?1 AND target_hash = ?2 ORDER BY id",
+                        scope, target, true, edges, n_edges, err);
+    if (rc) {
+        store_tuner_rows_free(*nodes, *n_nodes);
+        *nodes = NULL;
+        *n_nodes = 0;
+    }
+    return rc;
+}
+
+int store_tuner_replace(store *st, const char *scope, const char *target,
+                        const store_tuner_row *nodes, size_t n_nodes, const store_tuner_row *edges,
+                        size_t n_edges, tlm_error *err)
+{
+    if (!scope || !target) return tlm_err_set(err, TLM_EINVAL, "scope", "is required");
+    store_conn *c = store_conn_get(st, err);
+    if (!c) return err ? err->code : TLM_EIO;
+    int64_t *ids = calloc(n_nodes + 1, sizeof *ids);
+    if (!ids) return tlm_err_set(err, TLM_ENOMEM, "store", "out of memory");
+    int rc = tx_begin(c, err);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    int64_t now = stamp_now(st);
+    sqlite3_stmt *s = NULL;
+    int q = sqlite3_prepare_v2(c->db,
+                               "DELETE FROM tuner_nodes WHERE workload_hash = ?1 AND "
+                               "target_hash = ?2",
+                               -1, &s, NULL);
+    if (q == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+        q = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c->db);
+    }
+    sqlite3_finalize(s);
+    /* edges go with their nodes (ON DELETE CASCADE needs foreign_keys; say it explicitly) */
+    if (q == SQLITE_OK &&
+        (q = sqlite3_prepare_v2(c->db,
+                                "DELETE FROM tuner_edges WHERE workload_hash = ?1 AND "
+                                "target_hash = ?2",
+                                -1, &s, NULL)) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+        q = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c->db);
+        sqlite3_finalize(s);
+    }
+    for (size_t i = 0; q == SQLITE_OK && i < n_nodes; i++) {
+        q = sqlite3_prepare_v2(c->db,
+                               "INSERT INTO tuner_nodes (workload_hash, target_hash, parent, kind, "
+                               "payload, score, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                               -1, &s, NULL);
+        if (q != SQLITE_OK) break;
+        sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+        int64_t p = nodes[i].parent;
+        if (p > 0 && (size_t)p <= i)
+            sqlite3_bind_int64(s, 3, ids[p]);
+        else
+            sqlite3_bind_null(s, 3);
+        sqlite3_bind_text(s, 4, nodes[i].kind ? nodes[i].kind : "node", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 5, nodes[i].payload, -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 6, isfinite(nodes[i].score) ? nodes[i].score : 0);
+        sqlite3_bind_int64(s, 7, now);
+        q = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c->db);
+        sqlite3_finalize(s);
+        ids[i + 1] = sqlite3_last_insert_rowid(c->db);
+    }
+    for (size_t i = 0; q == SQLITE_OK && i < n_edges; i++) {
+        int64_t a = edges[i].parent, b = edges[i].child;
+        if (a < 1 || b < 1 || (size_t)a > n_nodes || (size_t)b > n_nodes) continue;
+        q = sqlite3_prepare_v2(c->db,
+                               "INSERT INTO tuner_edges (workload_hash, target_hash, parent, child, "
+                               "kind, payload, score, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+                               "?7, ?8)",
+                               -1, &s, NULL);
+        if (q != SQLITE_OK) break;
+        sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 3, ids[a]);
+        sqlite3_bind_int64(s, 4, ids[b]);
+        sqlite3_bind_text(s, 5, edges[i].kind ? edges[i].kind : "edge", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 6, edges[i].payload, -1, SQLITE_STATIC);
+        sqlite3_bind_double(s, 7, isfinite(edges[i].score) ? edges[i].score : 0);
+        sqlite3_bind_int64(s, 8, now);
+        q = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c->db);
+        sqlite3_finalize(s);
+    }
+    free(ids);
+    if (q != SQLITE_OK) {
+        rc = sql_err(err, c->db, q, "writing the tuner memory");
+        tx_rollback(c);
+        return rc;
+    }
+    return tx_commit(c, err);
+}

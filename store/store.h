@@ -203,6 +203,32 @@ struct pl_job;
 int store_pl_records(store *st, const struct pl_job *j, int from, int to, const char *model_id,
                      int *stored, tlm_error *err);
 
+/* ---- tuner memory (HTAM, compiler/tune/htam.c) ----
+ * Rows of tuner_nodes / tuner_edges under a scope (the workload_hash column: "htam" for the
+ * shared memory) and a target (the target_hash column: a target kind, "cpu" or "cuda"). The
+ * payload is the tuner's JSON. On load, ids are row ids (parent: a node's parent row, 0 for
+ * none; edges: parent = from, child = to). On replace, parent and child are 1-based indices
+ * into the given nodes (0: none): the whole scope is rewritten in one transaction. */
+typedef struct store_tuner_row {
+    int64_t id;
+    int64_t parent, child;
+    char *kind;
+    char *payload;
+    double score;
+} store_tuner_row;
+int store_tuner_load(store *st, const char *scope, const char *target, store_tuner_row **nodes,
+                     size_t *n_nodes, store_tuner_row **edges, size_t *n_edges, tlm_error *err);
+int store_tuner_replace(store *st, const char *scope, const char *target,
+                        const store_tuner_row *nodes, size_t n_nodes, const store_tuner_row *edges,
+                        size_t n_edges, tlm_error *err);
+void store_tuner_rows_free(store_tuner_row *rows, size_t n);
+/* The HTAM memory document ("tlm-htam/1", compiler/tune/htam.h) for a target kind ("cpu",
+ * "cuda") from / into these tables (scope "htam"); *doc is NULL when none is stored. The
+ * store_io pair htam_set_store_io takes (st is a store *). */
+typedef struct json_t json_t;
+int store_htam_load(void *st, const char *target, json_t **doc, tlm_error *err);
+int store_htam_save(void *st, const char *target, const json_t *doc, tlm_error *err);
+
 /* Small key/value settings in table meta. get returns TLM_ENOTFOUND when absent; *value is
  * the caller's to free. */
 int store_meta_set(store *st, const char *key, const char *value, tlm_error *err);

@@ -40,6 +40,18 @@ static int64_t nearest(const int64_t *vals, int n, int64_t want)
 /* Completes out from slot `from` on: slot i takes pick[i] (when pick is not NULL and the
  * value is legal), else alt[i] (when legal), else the legal value nearest pick[i]. */
 static void legalise(const space *sp, space_sched *out, int from, const space_sched *pick,
+                     const space_sched *alt, int64_t *vals);
+
+void tune_legalise(const space *sp, space_sched *s, int from)
+{
+    int64_t *vals = malloc(SPACE_MAX_VALUES * sizeof *vals);
+    if (!vals) return;
+    space_sched pick = *s;
+    legalise(sp, s, from, &pick, NULL, vals);
+    free(vals);
+}
+
+static void legalise(const space *sp, space_sched *out, int from, const space_sched *pick,
                      const space_sched *alt, int64_t *vals)
 {
     out->n = sp->n_slot;

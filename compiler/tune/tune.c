@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "compiler/tlm/select.h"
+#include "compiler/tune/htam.h"
 #include "compiler/util/util.h"
 
 static tune_eval_fn default_eval;
@@ -47,8 +48,12 @@ int tune_strategy_parse(const char *name, tune_strategy *out, tlm_error *err)
         *out = TUNE_RANDOM;
         return 0;
     }
+    if (!strcmp(name, "htam")) {
+        *out = TUNE_HTAM;
+        return 0;
+    }
     return tlm_err_set(err, TLM_EINVAL, "strategy",
-                       "unknown strategy \"%s\"; allowed: evolutionary, random", name);
+                       "unknown strategy \"%s\"; allowed: evolutionary, random, htam", name);
 }
 
 void tune_stats_free(tune_stats *s)
@@ -167,6 +172,9 @@ static int state_init(tstate *t, pl_job *j, const tune_opts *o, tlm_error *err)
     memset(t, 0, sizeof *t);
     t->j = j;
     t->o = *o;
+    if (o->strategy == TUNE_HTAM)
+        return tlm_err_set(err, TLM_EINVAL, "strategy",
+                           "htam refines one kernel (htam_run); it is not a tune_run strategy");
     if (t->o.trials < 1)
         return tlm_err_set(err, TLM_EINVAL, "budget.trials", "trials must be at least 1");
     if (t->o.batch < 1) t->o.batch = 16;
@@ -696,6 +704,7 @@ int tune_search_hook(pl_job *j, void *user, tlm_error *err)
     o.model = j->o.model;
     int rc = tune_strategy_parse(j->o.strategy, &o.strategy, err);
     if (rc) return rc;
+    if (o.strategy == TUNE_HTAM) return htam_search_hook(j, err);
     /* a fixed input seed: the reference is computed once per job and cached */
     if (!j->o.mo.seed) j->o.mo.seed = o.seed * 0x9e3779b97f4a7c15ull | 1;
     return tune_run(j, &o, NULL, err);

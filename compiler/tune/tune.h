@@ -40,7 +40,8 @@
 #define TUNE_MIN_TRAIN 8
 #define TUNE_MAX_FEATURES 192
 
-typedef enum { TUNE_EVOLUTIONARY, TUNE_RANDOM } tune_strategy;
+/* TUNE_HTAM: the TUNE hook hands the job to HTAM refinement (compiler/tune/htam.h). */
+typedef enum { TUNE_EVOLUTIONARY, TUNE_RANDOM, TUNE_HTAM } tune_strategy;
 
 /* Evaluates candidates idx[0..n) of j (already added with pl_add_candidate): sets secs[k] to
  * the median seconds of candidate idx[k], or INFINITY when it failed (build error, wrong,
@@ -87,7 +88,8 @@ typedef struct tune_stats {
  * then also stores the records it measures (they do not appear in j->recs). */
 void tune_set_default_eval(tune_eval_fn fn, void *user);
 void tune_opts_init(tune_opts *o);
-/* "evolutionary" | "random" (NULL or "" = evolutionary); TLM_EINVAL naming "strategy". */
+/* "evolutionary" | "random" | "htam" (NULL or "" = evolutionary); TLM_EINVAL naming
+ * "strategy". */
 int tune_strategy_parse(const char *name, tune_strategy *out, tlm_error *err);
 
 /* Runs the search on a prepared job (pl_prepare; its candidates, if any, join the first
@@ -118,6 +120,9 @@ void tune_mutate(const space *sp, const space_sched *in, uint64_t *rng, space_sc
 /* Crossover: each slot from a or b (a coin per slot), legalised. */
 void tune_crossover(const space *sp, const space_sched *a, const space_sched *b, uint64_t *rng,
                     space_sched *out);
+/* Keeps slots [0, from) of s and makes the rest legal: each keeps its value where it is still
+ * legal, else takes the legal value nearest it (log scale). */
+void tune_legalise(const space *sp, space_sched *s, int from);
 /* 64-bit hash of a schedule's values (dedup). */
 uint64_t tune_sched_hash(const space_sched *s);
 

@@ -140,6 +140,33 @@ Test(tune, several_kernels_share_one_budget_through_the_task_scheduler)
     teardown(&d);
 }
 
+Test(tune, strategy_htam_refines_and_keeps_its_memory_in_the_store)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\","
+                      "\"budget\":{\"trials\":5},\"stream\":true,\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"event\":\"progress\""), "progress per step: %s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
+    resp_free(&r);
+    cr_assert_eq(rows(&d, NULL), 5, "the start and four steps");
+    sqlite3 *h = NULL;
+    cr_assert_eq(sqlite3_open_v2(d.store, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*) FROM tuner_nodes WHERE workload_hash = "
+                                       "'htam' AND target_hash = 'cpu'",
+                                    -1, &s, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
+    cr_assert_gt(sqlite3_column_int(s, 0), 10, "the memory's nodes are in the store");
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 typedef struct {
     tlmd *d;
     long status;
@@ -215,8 +242,6 @@ Test(tune, refusals_name_their_field)
         {"{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"annealing\",\"workloads\":[" WL
          "]}",
          "strategy", 400},
-        {"{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\",\"workloads\":[" WL "]}",
-         "strategy", 422},
         {"{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":0},\"workloads\":[" WL
          "]}",
          "budget.trials", 400},

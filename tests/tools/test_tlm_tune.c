@@ -227,3 +227,51 @@ Test(tlm_tune, refusals_name_the_flag)
     cr_assert(strstr(r.err, "export, import"), "%s", r.err);
     free_result(&r);
 }
+
+Test(tlm_tune, htam_refines_and_its_memory_moves_between_stores)
+{
+    char db[128], db2[128], mem[128];
+    path(db, sizeof db, "h.db");
+    path(db2, sizeof db2, "h2.db");
+    path(mem, sizeof mem, "mem.json");
+    run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "htam",
+                       "--trials", "5", "--store", db, "--quiet");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_error_t je;
+    json_t *o = json_loads(r.out, 0, &je);
+    cr_assert_not_null(o, "%s", r.out);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "schedule_source")), "htam");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "memory")), "full");
+    json_t *traj = json_object_get(o, "trajectory");
+    cr_assert_eq(json_array_size(traj), 5, "the start and four steps");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(traj, 0), "global")),
+                     "start");
+    cr_assert(json_number_value(json_object_get(o, "best_ms")) <=
+              json_number_value(json_object_get(o, "first_ms")));
+    json_decref(o);
+    free_result(&r);
+    r = RUN("htam", "show", "--store", db);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "directions (global nodes):") && strstr(r.out, "packing"), "%s", r.out);
+    free_result(&r);
+    r = RUN("htam", "export", "--store", db, "-o", mem);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    r = RUN("htam", "import", "--store", db2, mem);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    o = json_loads(r.out, 0, &je);
+    double n = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(o, "globals"), i, x) n += json_number_value(json_object_get(x, "n"));
+    cr_assert_float_eq(n, 4, 1e-9, "four steps of experience moved");
+    json_decref(o);
+    free_result(&r);
+    r = RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "htam", "--memory", "deep");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--memory"), "%s", r.err);
+    free_result(&r);
+    r = RUN("htam", "import", "--store", db2, "/dev/null");
+    cr_assert_eq(r.status, 2, "%s", r.err);
+    free_result(&r);
+}

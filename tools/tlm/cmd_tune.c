@@ -23,6 +23,8 @@
 #include "compiler/lang/lang.h"
 #include "compiler/target/target.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/tlm/select.h"
+#include "compiler/tune/htam.h"
 #include "compiler/tune/tune.h"
 #include "compiler/util/util.h"
 #include "store/store.h"
@@ -37,6 +39,9 @@ static const char tune_usage[] =
     "  --trials N        candidates to build and measure (default 64; a network: in total)\n"
     "  --seconds S       wall-clock budget (default: none)\n"
     "  --strategy S      evolutionary (default) | random (uniform samples: the baseline)\n"
+    "                    | htam (refinement guided by the HTAM memory in --store)\n"
+    "  --memory M        htam: full (default) | flat | no-transitions | no-local (ablations)\n"
+    "  --start S         htam: default (default) | tlm (the model's one pass; needs --weights)\n"
     "  --seed S          the search's random seed (default 1)\n"
     "  --batch B         candidates per round (default 16)\n"
     "  --store FILE      record every measurement in this SQLite store as it is made\n"
@@ -45,7 +50,7 @@ static const char tune_usage[] =
     "  --quiet           no progress on stderr\n";
 
 typedef struct {
-    const char *wl, *model, *tg, *strategy, *store, *weights, *curve;
+    const char *wl, *model, *tg, *strategy, *store, *weights, *curve, *memory, *start;
     fe_zoo_opts zo;
     uint64_t trials, seed, batch;
     double seconds;
@@ -118,6 +123,10 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
             a->weights = v;
         else if (!strcmp(o, "--curve"))
             a->curve = v;
+        else if (!strcmp(o, "--memory"))
+            a->memory = v;
+        else if (!strcmp(o, "--start"))
+            a->start = v;
         else if (!strcmp(o, "--seconds")) {
             char *end;
             a->seconds = strtod(v, &end);
@@ -173,6 +182,91 @@ static json_t *best_at(const tune_stats *s)
         json_object_set_new(o, k, ms(s->best_curve[marks[i] - 1]));
     }
     return o;
+}
+
+/* --strategy htam: refinement from the starting point, guided by (and teaching) the memory
+ * in --store. */
+static int htam_one(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    if (cli_load_workload("--workload", a->wl, &w, &err)) return cli_report(&err);
+    htam_memory mem = HTAM_FULL;
+    if (a->memory && htam_memory_parse(a->memory, "--memory", &mem, &err)) return cli_report(&err);
+    bool from_tlm = a->start && !strcmp(a->start, "tlm");
+    if (a->start && !from_tlm && strcmp(a->start, "default"))
+        return cli_usage_error("tune: --start must be default or tlm");
+    if (from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
+    pl_opts po;
+    pl_opts_init(&po);
+    po.mode = PL_MODE_TUNE;
+    po.on_records = on_records;
+    po.progress = on_progress;
+    po.user = ctx;
+    po.mo.seed = a->seed * 0x9e3779b97f4a7c15ull | 1;
+    pl_job j;
+    int rc = pl_prepare(&j, &w, t, &po, &err);
+    space_sched s;
+    if (!rc && from_tlm) {
+        tlm_candidate c;
+        int n = 0;
+        rc = tlm_select_generate(model, j.sp, 1, &c, &n, &err);
+        if (!rc) rc = n == 1 ? pl_add_candidate(&j, &c.sched, PL_SRC_TLM, c.score, &err)
+                             : tlm_err_set(&err, TLM_ERUNTIME, "", "the model wrote no schedule");
+    } else if (!rc) {
+        space_default(j.sp, &s);
+        rc = pl_add_candidate(&j, &s, PL_SRC_DEFAULT, NAN, &err);
+    }
+    htam *m = rc ? NULL : htam_new(t->kind);
+    htam_store_io io = {.load = store_htam_load, .save = store_htam_save, .st = ctx->st};
+    if (!rc && !m) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+    if (!rc && ctx->st) rc = htam_load(m, &io, &err);
+    if (rc) {
+        htam_free(m);
+        pl_job_free(&j);
+        return cli_report(&err);
+    }
+    htam_opts o;
+    htam_opts_init(&o);
+    o.steps = (int)a->trials;
+    o.seconds = a->seconds;
+    o.seed = a->seed;
+    o.memory = mem;
+    htam_result res;
+    rc = htam_run(m, &j, 0, &o, &res, &err);
+    int out = CLI_OK;
+    if (!rc && ctx->st && htam_save(m, &io, &err)) fprintf(stderr, "tlm: htam: %s\n", err.msg);
+    if (rc) {
+        out = err.code == TLM_ERUNTIME ? (fprintf(stderr, "tlm: %s\n", err.msg), CLI_FAIL)
+                                       : cli_report(&err);
+    } else {
+        json_t *traj = json_array();
+        for (int k = 0; k <= res.steps; k++)
+            json_array_append_new(
+                traj, json_pack("{s:i, s:s, s:s, s:o, s:b}", "step", k, "global",
+                                htam_global_name(m, res.traj[k].global), "local",
+                                htam_local_name(m, res.traj[k].local), "ms",
+                                isfinite(res.traj[k].ms) ? json_real(res.traj[k].ms) : json_null(),
+                                "improved", res.traj[k].improved));
+        static const char *const mem_names[] = {"full", "flat", "no-transitions", "no-local"};
+        json_t *r = json_pack(
+            "{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:s, s:s, s:s, s:s, s:o, s:i, s:o}",
+            "workload_hash", j.whash, "target", t->name, "strategy", "htam", "first_ms",
+            ms(res.first_s), "best_ms", ms(res.best_s), "default_ms",
+            from_tlm ? json_null() : ms(res.first_s), "trials", res.steps + 1, "memory",
+            mem_names[mem], "start", from_tlm ? "tlm" : "default", "schedule", j.art.schedule,
+            "schedule_source", pl_source_name(j.source), "speedup_vs_first",
+            isfinite(res.first_s) && isfinite(res.best_s) ? json_real(res.first_s / res.best_s)
+                                                          : json_null(),
+            "records", ctx->stored, "trajectory", traj);
+        out = cli_print_json(r);
+        json_decref(r);
+    }
+    htam_result_free(&res);
+    htam_free(m);
+    pl_job_free(&j);
+    return out;
 }
 
 static int tune_one(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
@@ -365,7 +459,10 @@ static int run_tune(int argc, char **argv)
             return cli_report(&err);
         }
     }
-    int rc = a.wl ? tune_one(&a, &t, model, &ctx) : tune_network(&a, &t, model, &ctx);
+    int rc = strat == TUNE_HTAM ? (a.wl ? htam_one(&a, &t, model, &ctx)
+                                         : cli_usage_error("tune: --strategy htam takes --workload"))
+             : a.wl ? tune_one(&a, &t, model, &ctx)
+                    : tune_network(&a, &t, model, &ctx);
     store_close(ctx.st);
     tlm_model_free(model);
     return rc;

@@ -1,0 +1,110 @@
+/* htam.h — HTAM refinement: a hierarchical transition-attended memory of optimisation
+ * experience guiding measured refinement of one kernel's schedule (PAPERS.md: HTAM, 2026).
+ *
+ * The memory M = (global nodes, local nodes, transition edges), per target kind:
+ *  - global nodes: coarse directions (memory access, data reuse, parallelism, vectorisation,
+ *    instruction-level parallelism, packing; on GPUs staging and occupancy), each with its
+ *    intent, triggers and risks (the taxonomy table in htam.c, data not code) and running
+ *    statistics (tries, wins, failures, reward);
+ *  - local nodes under a global node: concrete strategies, each naming the decision slots it
+ *    changes (kind, tile level, which axes) and how (one step up or down the legal values,
+ *    toggle, resample), with statistics and recent evidence (workload, ms before/after);
+ *  - transition edges between global nodes: the reward of following direction a by b.
+ * One step: the state (the current best, the last outcome, the trajectory) → a global node by
+ * a transition-aware score, Q(g) + exploration + Σ_k w_k U(g_{t-k} → g) (w = 1, 1/2, 1/4 over
+ * the last three directions), under a softmax policy → a local node under it by its own Q,
+ * exploration and its failure rate when the last step failed → the strategy rewrites its slots
+ * of the current best, the others kept (re-legalised through space_legal_values: every step is
+ * a legal program; without trained weights the rewritten value comes from the strategy's
+ * operator, as the search's mutations do) → measure → reward r = clamp(log(best/t), -1, 1)
+ * (-1 for a failure) updates the node statistics, the evidence and the edge utilities.
+ *
+ * Ablations (htam_memory): FULL; FLAT — the strategies as one flat list scored by their own
+ * record, no hierarchy, no transitions; NO_TRANSITIONS — no edge term; NO_LOCAL — the local
+ * strategy under the chosen direction uniformly, no local memory.
+ *
+ * Persistence: the memory lives in the store (tuner_nodes / tuner_edges, scope "htam", the
+ * target kind), shared by every job and daemon using the store, so experience transfers
+ * across workloads. A run loads it at the start and merges its own increments into the
+ * stored memory at the end (load-add-replace in one short write: two runs ending at the same
+ * moment may lose one's increments — said here, not hidden).
+ *
+ * Reproducible: with the same seed, memory and measurements a run takes the same steps.
+ */
+#ifndef TLM_HTAM_H
+#define TLM_HTAM_H
+
+#include <jansson.h>
+
+#include "compiler/tune/tune.h"
+
+typedef enum { HTAM_FULL, HTAM_FLAT, HTAM_NO_TRANSITIONS, HTAM_NO_LOCAL } htam_memory;
+
+typedef struct htam htam; /* a memory for one target kind */
+
+/* "full" | "flat" | "no-transitions" | "no-local"; TLM_EINVAL naming field. */
+int htam_memory_parse(const char *name, const char *field, htam_memory *out, tlm_error *err);
+
+/* An empty memory (the taxonomy with zero statistics) for target kind k. */
+htam *htam_new(target_kind k);
+void htam_free(htam *m);
+/* The memory as JSON {"format": "tlm-htam/1", "target", "globals": [...], "locals": [...],
+ * "edges": [...]} and back; from_json adds the document's statistics to m (merge), naming
+ * the field of a malformed document. */
+json_t *htam_to_json(const htam *m);
+int htam_merge_json(htam *m, const json_t *doc, tlm_error *err);
+/* The store's memory for the kind (empty when none) / merge m's increments since load into
+ * the stored memory. store is a `store *` (compiler/ knows no SQLite: the caller's module
+ * passes these two functions in htam_store_io). */
+typedef struct htam_store_io {
+    int (*load)(void *st, const char *target, json_t **doc, tlm_error *err);
+    int (*save)(void *st, const char *target, const json_t *doc, tlm_error *err);
+    void *st;
+} htam_store_io;
+int htam_load(htam *m, const htam_store_io *io, tlm_error *err);
+int htam_save(htam *m, const htam_store_io *io, tlm_error *err);
+
+typedef struct htam_step {
+    int global, local; /* taxonomy indices (-1: the starting point) */
+    double ms;         /* INFINITY when it failed */
+    bool improved;
+} htam_step;
+
+typedef struct htam_opts {
+    int steps;          /* measurements, the starting point's included (>= 1) */
+    double seconds;     /* wall budget, 0 = none */
+    uint64_t seed;
+    htam_memory memory;
+    double temperature; /* softmax temperature (0.25) */
+    tune_eval_fn eval;  /* NULL: build + measure (as tune) */
+    void *eval_user;
+    int build_threads;
+} htam_opts;
+
+typedef struct htam_result {
+    double first_s, best_s; /* the starting point's time, the best */
+    int best_cand;
+    int steps;       /* steps taken after the starting point */
+    htam_step *traj; /* steps + 1 entries (traj[0]: the starting point), malloc'ed */
+} htam_result;
+
+void htam_opts_init(htam_opts *o);
+/* Refines from j's candidate `start` (added by the caller: the default or the model's
+ * schedule): each step adds one candidate (source PL_SRC_HTAM) and measures it. When j->o.mode
+ * is TUNE the best is rebuilt and chosen (selection "htam", source htam). */
+int htam_run(htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res,
+             tlm_error *err);
+void htam_result_free(htam_result *r);
+
+/* Names for printing (taxonomy of m's kind). */
+const char *htam_global_name(const htam *m, int g);
+const char *htam_local_name(const htam *m, int l);
+int htam_n_globals(const htam *m);
+int htam_n_locals(const htam *m);
+
+/* The TUNE hook's HTAM branch (strategy "htam"): the process-wide store io for the memory
+ * (set once at start-up; NULL: a memory per run). */
+void htam_set_store_io(const htam_store_io *io);
+int htam_search_hook(pl_job *j, tlm_error *err);
+
+#endif
