@@ -1,0 +1,82 @@
+#!/bin/bash
+# bench/htam.sh — HTAM refinement against its ablations and the evolutionary search, from the
+# default kernel, on a slice of the real-shapes suite, with a cold memory and with one warmed
+# on a disjoint training slice (transfer); then bench/results/htam.md.
+#
+#   bench/htam.sh [--budgets 8,32] [--test NAMES] [--train NAMES] [--target T] [--fresh]
+#
+# Every run is `tlm tune` (JSON lines into bench/results/htam.jsonl, one per workload,
+# variant, budget and memory state); resumable: without --fresh what the file holds is skipped.
+# Variants: htam full | flat | no-transitions | no-local, and evolutionary at the same budget
+# (and at the largest budget x 4, the issue's reference point). Cold: an empty memory per
+# variant; warm: the memory after running full HTAM on the training slice (32 steps each).
+# OPENBLAS pins are not touched: no OpenBLAS peer here (the reference check's BLAS only).
+set -eu
+cd "$(dirname "$0")/.."
+R=bench/results
+TLM=${BUILD:-build}/tlm
+budgets=8,32 target=cpu fresh=0
+test_set=vit_b16_fc1_gelu,vit_b16_attn_scores,vit_b16_attn_softmax,vit_b16_layer_norm,\
+sd15_text_fc1_gelu,tinyllama_kv_proj_prefill512,llama2_7b_q_proj_decode,yolov5s_c3_80,\
+yolov5s_1x1_20,convnext_t_dw7x7_14,mobilenetv3_dw5x5_s2,kb_conv_dilated,whisper_tiny_conv1,\
+deit_s_384_qkv,kb_reduce_sum,sd15_skip_1x1_640
+train_set=vit_b16_qkv,clip_vitl14_attn_values,kb_bmm,convnext_t_pwconv1_gelu,yolov5s_down_80_40,\
+gpt2_vocab_softmax_b128
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --budgets) budgets=$2; shift ;;
+    --test) test_set=$2; shift ;;
+    --train) train_set=$2; shift ;;
+    --target) target=$2; shift ;;
+    --fresh) fresh=1 ;;
+    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "htam.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+mkdir -p "$R"
+make -s "$TLM"
+out=$R/htam.jsonl
+work=$(mktemp -d /tmp/tlm-htam-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+[ $fresh = 1 ] && rm -f "$out"
+touch "$out"
+wl() { /usr/bin/python3 -c "import json,sys; s=json.load(open('bench/suites/real_shapes.json'))
+print(json.dumps(next(w['workload'] for w in s['workloads'] if w['name']==sys.argv[1])))" "$1"; }
+done_already() { grep -q "\"key\": \"$1\"" "$out"; }
+run() { # key name args...
+    local key=$1 name=$2
+    shift 2
+    done_already "$key" && return 0
+    local j
+    if j=$("$TLM" tune --workload "$(wl "$name")" --target "$target" --quiet "$@"); then
+        /usr/bin/python3 -c "import json,sys; d=json.loads(sys.argv[1]); d['key']=sys.argv[2]; d['name']=sys.argv[3]
+print(json.dumps(d))" "$j" "$key" "$name" >>"$out"
+        echo "$key ok" >&2
+    else
+        echo "{\"key\": \"$key\", \"name\": \"$name\", \"status\": \"failed\"}" >>"$out"
+        echo "$key FAILED" >&2
+    fi
+}
+IFS=, read -r -a B <<<"$budgets"
+IFS=, read -r -a TEST <<<"$test_set"
+IFS=, read -r -a TRAIN <<<"$train_set"
+maxb=${B[${#B[@]}-1]}
+# the warm memory: full HTAM over the training slice
+warm=$work/warm.db
+for n in "${TRAIN[@]}"; do
+    "$TLM" tune --workload "$(wl "$n")" --target "$target" --strategy htam --trials 32 --store "$warm" --quiet >/dev/null || true
+done
+"$TLM" htam export --store "$warm" -o "$work/warm.json"
+for n in "${TEST[@]}"; do
+    for b in "${B[@]}"; do
+        for mem in full flat no-transitions no-local; do
+            run "$n/htam-$mem/$b/cold" "$n" --strategy htam --memory "$mem" --trials "$b" --store "$work/cold-$mem-$n-$b.db"
+            cp "$warm" "$work/w.db"
+            run "$n/htam-$mem/$b/warm" "$n" --strategy htam --memory "$mem" --trials "$b" --store "$work/w.db"
+        done
+        run "$n/evolutionary/$b" "$n" --strategy evolutionary --trials "$b"
+    done
+    run "$n/evolutionary/$((maxb * 4))" "$n" --strategy evolutionary --trials $((maxb * 4))
+done
+/usr/bin/python3 bench/report_htam.py --results "$out" --md "$R/htam.md"
