@@ -41,9 +41,10 @@
  *  - CUDA: a cubin exporting `extern "C" __global__ void <entry>(const float *in0, ...,
  *    float *out)` (float16/bfloat16 workloads: 16-bit storage for every tensor; inputs are
  *    drawn in float32, rounded to the dtype, and the reference computed from the rounded
- *    values; default rtol MEASURE_HALF_RTOL), launched with the caller's grid, block and dynamic shared memory. Device
- *    buffers are cuMemAlloc'ed (256-byte aligned); 64 KiB after the output are filled with a
- *    pattern and verified after the check run (a write there is reported as CRASH).
+ *    values; default rtol MEASURE_HALF_RTOL), launched with the caller's grid, block and
+ *    dynamic shared memory. Device buffers are cuMemAlloc'ed (256-byte aligned); 64 KiB after
+ *    the output are filled with a pattern and verified after the check run (a write there is
+ *    reported as CRASH).
  *
  * Process design (why a fresh exec): the caller is typically multithreaded (the daemon), uses
  * OpenMP (the TLM forward) and may hold a CUDA context. In a plain fork() child of such a
