@@ -59,6 +59,30 @@ static const check_case cases[] = {
      true},
     {"softmax 128x768", "{\"op\":\"softmax\",\"shape\":{\"R\":128,\"C\":768}}", true},
     {"layer_norm 128x768", "{\"op\":\"layer_norm\",\"shape\":{\"R\":128,\"C\":768}}", true},
+    /* tensor cores (GPU_MMA): bf16/f16, aligned and odd shapes, NHWC and NCHW convs */
+    {"dense 4096^3 bf16",
+     "{\"op\":\"dense\",\"shape\":{\"M\":4096,\"N\":4096,\"K\":4096},\"dtype\":\"bfloat16\"}",
+     true},
+    {"mma dense 100x72x56 f16 tb +bias+gelu",
+     "{\"op\":\"dense\",\"shape\":{\"M\":100,\"N\":72,\"K\":56},\"dtype\":\"float16\","
+     "\"transpose_b\":true,\"epilogue\":[\"bias_add\",\"gelu\"]}",
+     false},
+    {"mma dense 37x21x45 bf16 (odd)",
+     "{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":21,\"K\":45},\"dtype\":\"bfloat16\"}",
+     false},
+    {"mma batch_matmul 4x64x96x48 ta bf16",
+     "{\"op\":\"batch_matmul\",\"shape\":{\"B\":4,\"M\":64,\"N\":96,\"K\":48},"
+     "\"transpose_a\":true,\"dtype\":\"bfloat16\"}",
+     false},
+    {"mma conv NHWC 2x32x14x14 F48 3x3 p1 bf16 +bias+relu",
+     "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":32,\"H\":14,\"W\":14,\"F\":48,\"KH\":3,"
+     "\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\",\"dtype\":\"bfloat16\","
+     "\"epilogue\":[\"bias_add\",\"relu\"]}",
+     false},
+    {"mma conv NCHW 1x16x15x15 F24 3x3 s2 f16",
+     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":15,\"W\":15,\"F\":24,\"KH\":3,"
+     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],\"dtype\":\"float16\"}",
+     false},
     /* small shapes of every family */
     {"dense 64x96x80 ta tb",
      "{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":96,\"K\":80},\"transpose_a\":true,"

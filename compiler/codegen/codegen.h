@@ -9,7 +9,9 @@
  *    with the INPUT tensors in argument order (ir_subgraph_inputs) and the OUTPUT last, each
  *    row-major float32. No global state; callable from any thread.
  *  - Kernel ABI (CUDA): extern "C" __global__ void <entry>(const float *in0, ..., float *out)
- *    launched with out->grid, out->block and out->smem_bytes of dynamic shared memory.
+ *    launched with out->grid, out->block and out->smem_bytes of dynamic shared memory;
+ *    float16/bfloat16 workloads (GPU_MMA) take and write 16-bit storage (unsigned short)
+ *    for every tensor instead of float.
  *  - Every generator is checked against the reference interpreter (tests/compiler/codegen).
  *  - Shared printing helpers (cg_buf, cg_emit_*) are for the generators in this folder.
  */
@@ -55,6 +57,10 @@ int cg_generate_cuda(const space *sp, const space_sched *s, const char *entry, c
  * cuda.c are indexed by space_sketch; every sketch has exactly one, for its target kind:
  * tests/compiler/codegen/test_cpu.c checks that against SPACE_SKETCHES). */
 bool cg_cpu_has_route(space_sketch s);
+/* GPU_MMA (cuda_mma.c): float16/bfloat16 tensor-core kernels; every tensor is 16-bit storage:
+ *     extern "C" __global__ void <entry>(const unsigned short *in0, ..., unsigned short *out) */
+int cg_cuda_gen_mma(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
+                    tlm_error *err);
 bool cg_cuda_has_route(space_sketch s);
 
 /* ---- shared printing helpers ---- */

@@ -1374,6 +1374,7 @@ static int (*const cuda_routes[SKETCH_COUNT])(const space *, const space_sched *
                                               cg_kernel *, tlm_error *) = {
     [SKETCH_GPU_TILE] = gen_tile,
     [SKETCH_GPU_ROWS] = gen_rows,
+    [SKETCH_GPU_MMA] = cg_cuda_gen_mma,
 };
 
 bool cg_cuda_has_route(space_sketch s)

@@ -20,11 +20,19 @@ static pthread_once_t vocab_once = PTHREAD_ONCE_INIT;
 /* First ids of the token ranges. */
 static int tok_small, tok_digit, tok_slot_tile, tok_slot_other;
 
-static const char *slot_other_names[] = {"parallel", "vectorize", "unroll", "rows",
-                                         "threads",  "stage",     "vec_load", "pack"};
-static const space_slot_kind slot_other_kinds[] = {SLOT_PARALLEL, SLOT_VECTORIZE, SLOT_UNROLL,
-                                                   SLOT_ROWS,     SLOT_THREADS,   SLOT_STAGE,
-                                                   SLOT_VEC_LOAD, SLOT_PACK};
+static const char *slot_other_names[] = {"parallel", "vectorize", "unroll",   "rows",
+                                         "threads",  "stage",     "vec_load", "pack",
+                                         "warp_m",   "warp_n",    "warps_m",  "warps_n",
+                                         "block_k",  "pipeline",  "swizzle"};
+static const space_slot_kind slot_other_kinds[] = {
+    SLOT_PARALLEL, SLOT_VECTORIZE, SLOT_UNROLL,  SLOT_ROWS,    SLOT_THREADS,
+    SLOT_STAGE,    SLOT_VEC_LOAD,  SLOT_PACK,    SLOT_WARP_M,  SLOT_WARP_N,
+    SLOT_WARPS_M,  SLOT_WARPS_N,   SLOT_BLOCK_K, SLOT_PIPELINE, SLOT_SWIZZLE};
+_Static_assert(sizeof slot_other_names / sizeof slot_other_names[0] ==
+                   sizeof slot_other_kinds / sizeof slot_other_kinds[0],
+               "one token name per non-tile slot kind");
+_Static_assert(sizeof slot_other_kinds / sizeof slot_other_kinds[0] == SLOT_KIND_COUNT - 1,
+               "every non-tile slot kind has a token");
 static const int sms[] = {70, 75, 80, 86, 89, 90};
 static const char *quantities[] = {"cores", "lanes", "vregs", "l1_kib", "l2_kib",  "l3_kib",
                                    "sms",   "smem_kib", "regs_k", "threads", "stride", "pad",

@@ -31,8 +31,10 @@
  * tiles may be padded non-divisors, space.h): weights trained on v1 sentences would be
  * asked for decisions they never saw, so they are refused by the vocabulary hash; 3 the CPU
  * vectorize slot names the vector axis (v-th innermost spatial axis; space.h), and packing
- * takes strided operands. */
-#define LANG_VERSION 3
+ * takes strided operands; 4 the tensor-core sketch gpu_mma and its slots (warp_m, warp_n,
+ * warps_m, warps_n, block_k, pipeline, swizzle), and float16/bfloat16 prompts on cuda targets:
+ * weight files of v3 are refused by the vocabulary hash (tlm_model_load names both hashes). */
+#define LANG_VERSION 4
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024

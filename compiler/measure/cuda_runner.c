@@ -126,9 +126,23 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
     }
 
     int n = h->n_args;
-    uint64_t set_bytes = 0;
-    for (int i = 0; i < n; i++)
-        set_bytes += (h->arg[i].bytes + 255) / 256 * 256;
+    uint64_t set_bytes = 0, dev_bytes[MEASURE__MAX_ARGS];
+    void *host16[MEASURE__MAX_ARGS] = {0}; /* 16-bit copies of the arguments */
+    for (int i = 0; i < n; i++) {
+        bool half = h->arg[i].dtype != IR_FLOAT32;
+        uint64_t numel = h->arg[i].bytes / 4;
+        dev_bytes[i] = numel * (half ? 2 : 4);
+        set_bytes += (dev_bytes[i] + 255) / 256 * 256;
+        if (!half) continue;
+        uint16_t *q = malloc(dev_bytes[i]);
+        if (!q) {
+            measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
+            return 0;
+        }
+        const float *f = (const float *)(base + h->arg[i].data_off);
+        for (uint64_t x = 0; x < numel; x++) q[x] = measure__f32_to_half(h->arg[i].dtype, f[x]);
+        host16[i] = q;
+    }
     int k = measure__cold_copies(h, set_bytes);
     /* Copy 0 is the check run's; the others exist only for cold-cache timing. */
     tc_cu_deviceptr *dptr = calloc((size_t)k * MEASURE__MAX_ARGS, sizeof *dptr);
@@ -140,7 +154,8 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
     }
     for (int c = 0; c < k; c++) {
         for (int i = 0; i < n; i++) {
-            size_t bytes = h->arg[i].bytes + (i == n - 1 ? MEASURE__CANARY_BYTES : 0);
+            size_t bytes = dev_bytes[i] + (i == n - 1 ? MEASURE__CANARY_BYTES : 0);
+            const void *src = host16[i] ? host16[i] : (const void *)(base + h->arg[i].data_off);
             tc_cu_deviceptr *p = &dptr[(size_t)c * MEASURE__MAX_ARGS + (size_t)i];
             r = cu->mem_alloc(p, bytes);
             if (r != TC_CUDA_SUCCESS) {
@@ -151,9 +166,9 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
             params[(size_t)c * MEASURE__MAX_ARGS + (size_t)i] = p;
             /* Inputs for every copy; the output (poisoned in shared memory) for copy 0. */
             if (i < n - 1 || c == 0)
-                r = cu->memcpy_htod(*p, base + h->arg[i].data_off, h->arg[i].bytes);
+                r = cu->memcpy_htod(*p, src, dev_bytes[i]);
             if (r == TC_CUDA_SUCCESS && i == n - 1)
-                r = cu->memset_d8(*p + h->arg[i].bytes, MEASURE__CANARY_BYTE,
+                r = cu->memset_d8(*p + dev_bytes[i], MEASURE__CANARY_BYTE,
                                   MEASURE__CANARY_BYTES);
             if (r != TC_CUDA_SUCCESS) {
                 measure__send(pfd, MEASURE__MSG_ERROR, TLM_ERUNTIME, "%s",
@@ -180,9 +195,15 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
         return 0;
     }
     const measure__arg *out = &h->arg[n - 1];
-    r = cu->memcpy_dtoh(base + out->data_off, dptr[n - 1], out->bytes);
+    r = cu->memcpy_dtoh(host16[n - 1] ? host16[n - 1] : (void *)(base + out->data_off),
+                        dptr[n - 1], dev_bytes[n - 1]);
+    if (r == TC_CUDA_SUCCESS && host16[n - 1]) {
+        float *f = (float *)(base + out->data_off);
+        const uint16_t *q = host16[n - 1];
+        for (uint64_t x = 0; x < out->bytes / 4; x++) f[x] = measure__half_to_f32(out->dtype, q[x]);
+    }
     if (r == TC_CUDA_SUCCESS)
-        r = cu->memcpy_dtoh(canary, dptr[n - 1] + out->bytes, MEASURE__CANARY_BYTES);
+        r = cu->memcpy_dtoh(canary, dptr[n - 1] + dev_bytes[n - 1], MEASURE__CANARY_BYTES);
     if (r != TC_CUDA_SUCCESS) {
         measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s",
                       cu_text(cu, r, "copying the output back", buf, sizeof buf));

@@ -39,9 +39,12 @@
  *    argument, so overruns of reads and writes by more than 64 bytes fault (CRASH); accesses
  *    before the start are caught only beyond the page slack in front of the buffer.
  *  - CUDA: a cubin exporting `extern "C" __global__ void <entry>(const float *in0, ...,
- *    float *out)`, launched with the caller's grid, block and dynamic shared memory. Device
- *    buffers are cuMemAlloc'ed (256-byte aligned); 64 KiB after the output are filled with a
- *    pattern and verified after the check run (a write there is reported as CRASH).
+ *    float *out)` (float16/bfloat16 workloads: 16-bit storage for every tensor; inputs are
+ *    drawn in float32, rounded to the dtype, and the reference computed from the rounded
+ *    values; default rtol MEASURE_HALF_RTOL), launched with the caller's grid, block and
+ *    dynamic shared memory. Device buffers are cuMemAlloc'ed (256-byte aligned); 64 KiB after
+ *    the output are filled with a pattern and verified after the check run (a write there is
+ *    reported as CRASH).
  *
  * Process design (why a fresh exec): the caller is typically multithreaded (the daemon), uses
  * OpenMP (the TLM forward) and may hold a CUDA context. In a plain fork() child of such a
@@ -87,6 +90,7 @@ typedef enum {
 
 #define MEASURE_DEFAULT_TIMEOUT_S 10.0
 #define MEASURE_DEFAULT_RTOL 1e-4
+#define MEASURE_HALF_RTOL 1e-2 /* the default for float16/bfloat16 outputs */
 #define MEASURE_DEFAULT_WARMUP 1
 #define MEASURE_DEFAULT_MIN_WARMUP_S 5e-3
 #define MEASURE_DEFAULT_REPEATS 10

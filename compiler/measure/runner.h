@@ -22,14 +22,16 @@
 
 #include <stdint.h>
 
+#include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "compiler/ir/ir.h"
 #include "compiler/measure/measure.h"
 #include "compiler/util/util.h"
 
 #define MEASURE__MAGIC 0x544c4d4d /* "TLMM" */
-#define MEASURE__VERSION 1
+#define MEASURE__VERSION 2 /* 2: arguments carry their dtype */
 #define MEASURE__MAX_ARGS (IR_MAX_TENSORS + 1)
 /* Environment variable that turns a fresh exec of /proc/self/exe into a runner:
  * "v1:<parent pid>:<pipe fd>:<memfd>". */
@@ -50,8 +52,55 @@ typedef struct {
     uint64_t seg_off;  /* page-aligned offset of the segment in the memfd */
     uint64_t seg_size; /* whole pages */
     uint64_t data_off; /* offset of the data in the memfd (inside the segment, 64-byte aligned) */
-    uint64_t bytes;    /* numel * 4 */
+    uint64_t bytes;    /* numel * 4: float32 in the memfd whatever the dtype */
+    int32_t dtype;     /* ir_dtype of the kernel's argument: the CUDA runner converts 16-bit
+                        * types on the way to and from the device (the memfd holds their
+                        * values as float32, already rounded to the dtype) */
+    int32_t pad_;
 } measure__arg;
+
+/* bfloat16 / IEEE binary16 <-> float32 (round to nearest even; NaN stays NaN). */
+static inline uint16_t measure__f32_to_half(int dtype, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dtype == IR_BFLOAT16) {
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return (uint16_t)(u >> 16);
+    }
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7e00;
+    if (a >= 0x477ff000u) return s | 0x7c00; /* >= 65520: rounds to infinity */
+    if (a < 0x38800000u) {                   /* below 2^-14: a subnormal half */
+        float af;
+        memcpy(&af, &a, 4);
+        return s | (uint16_t)nearbyintf(af * 16777216.0f); /* exact scaling, then RNE */
+    }
+    uint32_t m = a + 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits to even */
+    return s | (uint16_t)((m - 0x38000000u) >> 13);
+}
+
+static inline float measure__half_to_f32(int dtype, uint16_t h)
+{
+    uint32_t u;
+    float f;
+    if (dtype == IR_BFLOAT16) {
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 1023u;
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else if (e != 0) u = s | ((e + 112u) << 23) | (m << 13);
+    else {
+        f = (float)m * (1.0f / 16777216.0f);
+        return s ? -f : f;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 typedef struct {
     uint32_t magic, version;

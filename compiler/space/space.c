@@ -12,6 +12,9 @@
 #define CPU_VEC_AXIS_MIN 4    /* a spatial axis shorter than this is never the vector axis */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
+#define MMA_ACC_MAX 128 /* fp32 accumulators a thread of a GPU_MMA warp tile keeps */
+#define MMA_WARPS_MAX 8
+#define MMA_SM_MIN 80 /* mma.sync m16n8k16 with bf16 operands: Ampere and later */
 
 static const int64_t unroll_cpu[] = {0, 16, 64, 512};
 static const int64_t unroll_gpu[] = {0, 16, 64, 512, 1024};
@@ -80,10 +83,31 @@ int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err
     sp->n_spatial = a->n_spatial;
     sp->n_reduce = a->n_reduce;
     bool gpu = t->kind == TARGET_CUDA;
-    if (g->wl.dtype != IR_FLOAT32)
-        return tlm_err_set(err, TLM_EUNSUPPORTED, "dtype",
-                           "%s code generation is not implemented yet; only float32",
-                           ir_dtype_name(g->wl.dtype));
+    if (g->wl.dtype != IR_FLOAT32) {
+        if (!gpu)
+            return tlm_err_set(err, TLM_EUNSUPPORTED, "dtype",
+                               "%s is not implemented for CPU targets yet; only float32 (%s "
+                               "runs on cuda targets of sm_80 and later)",
+                               ir_dtype_name(g->wl.dtype), ir_dtype_name(g->wl.dtype));
+        if (t->gpu.sm < MMA_SM_MIN)
+            return tlm_err_set(err, TLM_EUNSUPPORTED, "dtype",
+                               "%s kernels use the tensor cores of sm_80 and later; %s is sm_%d",
+                               ir_dtype_name(g->wl.dtype), t->name, t->gpu.sm);
+        if (space_mma_analyze(g, &sp->mma) != 0)
+            return tlm_err_set(err, TLM_EUNSUPPORTED, "dtype",
+                               "%s is implemented for dense, batch_matmul and conv2d (tensor "
+                               "cores); %s runs in float32 only",
+                               ir_dtype_name(g->wl.dtype), ir_op_get(g->wl.op)->name);
+        sp->sketch = SKETCH_GPU_MMA;
+        add_slot(sp, SLOT_WARP_M, -1, 0, "warp_m");
+        add_slot(sp, SLOT_WARP_N, -1, 0, "warp_n");
+        add_slot(sp, SLOT_WARPS_M, -1, 0, "warps_m");
+        add_slot(sp, SLOT_WARPS_N, -1, 0, "warps_n");
+        add_slot(sp, SLOT_BLOCK_K, -1, 0, "block_k");
+        add_slot(sp, SLOT_PIPELINE, -1, 0, "pipeline");
+        add_slot(sp, SLOT_SWIZZLE, -1, 0, "swizzle");
+        return 0;
+    }
     if (rows_family(&g->wl)) {
         sp->sketch = gpu ? SKETCH_GPU_ROWS : SKETCH_CPU_ROWS;
         /* Rows = the spatial axes of the first stage (the prologue's, or a reducing anchor's). */
@@ -304,6 +328,90 @@ static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int
     return n;
 }
 
+/* ---- GPU_MMA ---- */
+
+static int64_t round_up(int64_t v, int64_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+/* The decided value of the first slot of `kind` among slots [0, upto), or def. */
+static int64_t get_upto(const space *sp, const space_sched *s, int upto, space_slot_kind kind,
+                        int64_t def)
+{
+    for (int i = 0; i < upto && i < sp->n_slot; i++)
+        if (sp->slot[i].kind == kind) return s->v[i];
+    return def;
+}
+
+int64_t space_mma_smem_bytes(const space *sp, const space_sched *s)
+{
+    if (sp->sketch != SKETCH_GPU_MMA) return 0;
+    int n = s->n < sp->n_slot ? s->n : sp->n_slot;
+    int64_t bm = get_upto(sp, s, n, SLOT_WARP_M, 16) * get_upto(sp, s, n, SLOT_WARPS_M, 1);
+    int64_t bn = get_upto(sp, s, n, SLOT_WARP_N, 8) * get_upto(sp, s, n, SLOT_WARPS_N, 1);
+    int64_t bk = get_upto(sp, s, n, SLOT_BLOCK_K, 16), st = get_upto(sp, s, n, SLOT_PIPELINE, 1);
+    return st * (bm + bn) * bk * 2;
+}
+
+/* Slots are decided in order warp_m, warp_n, warps_m, warps_n, block_k, pipeline, swizzle;
+ * each offers only values that keep the minimal completion legal (every later slot's first
+ * value uses the least of every resource), so there are no dead ends. */
+static int mma_legal(const space *sp, int slot, const space_sched *partial, int64_t *vals)
+{
+    static const int64_t wm_v[] = {16, 32, 64}, wn_v[] = {8, 16, 32, 64}, w_v[] = {1, 2, 4},
+                         bk_v[] = {16, 32, 64}, pipe_v[] = {1, 2, 3, 4}, swz_v[] = {0, 1};
+    const space_mma_info *mi = &sp->mma;
+    int64_t M16 = round_up(mi->M, 16), N8 = round_up(mi->N, 8), K16 = round_up(mi->K, 16);
+    int64_t wm = get_upto(sp, partial, slot, SLOT_WARP_M, 16);
+    int64_t wn = get_upto(sp, partial, slot, SLOT_WARP_N, 8);
+    int64_t wpm = get_upto(sp, partial, slot, SLOT_WARPS_M, 1);
+    int64_t smem_max = sp->tgt.gpu.smem_per_block_optin > 0 ? sp->tgt.gpu.smem_per_block_optin
+                                                            : sp->tgt.gpu.smem_per_block;
+    int64_t threads_max = sp->tgt.gpu.max_threads_per_block > 0 ? sp->tgt.gpu.max_threads_per_block
+                                                                : 1024;
+    int n = 0;
+    space_sched tmp = *partial;
+    tmp.n = slot + 1;
+    switch (sp->slot[slot].kind) {
+    case SLOT_WARP_M:
+        for (int i = 0; i < 3; i++)
+            if (wm_v[i] == 16 || wm_v[i] <= M16) vals[n++] = wm_v[i];
+        return n;
+    case SLOT_WARP_N:
+        for (int i = 0; i < 4; i++)
+            if ((wn_v[i] == 8 || wn_v[i] <= N8) && (wm / 16) * (wn_v[i] / 8) * 4 <= MMA_ACC_MAX)
+                vals[n++] = wn_v[i];
+        return n;
+    case SLOT_WARPS_M:
+        for (int i = 0; i < 3; i++)
+            if (w_v[i] == 1 || wm * w_v[i] <= M16) vals[n++] = w_v[i];
+        return n;
+    case SLOT_WARPS_N:
+        for (int i = 0; i < 3; i++) {
+            int64_t warps = wpm * w_v[i];
+            if (warps > MMA_WARPS_MAX || warps * 32 > threads_max) continue;
+            if (w_v[i] == 1 || wn * w_v[i] <= N8) vals[n++] = w_v[i];
+        }
+        return n;
+    case SLOT_BLOCK_K:
+    case SLOT_PIPELINE: {
+        bool bk = sp->slot[slot].kind == SLOT_BLOCK_K;
+        const int64_t *lst = bk ? bk_v : pipe_v;
+        for (int i = 0; i < (bk ? 3 : 4); i++) {
+            if (bk && lst[i] != 16 && lst[i] > K16) continue;
+            tmp.v[slot] = lst[i];
+            if (space_mma_smem_bytes(sp, &tmp) <= smem_max) vals[n++] = lst[i];
+        }
+        return n;
+    }
+    case SLOT_SWIZZLE:
+        memcpy(vals, swz_v, sizeof swz_v);
+        return 2;
+    default: return TLM_EINVAL;
+    }
+}
+
 int space_legal_values(const space *sp, int slot, const space_sched *partial, int64_t *vals)
 {
     if (slot < 0 || slot >= sp->n_slot) return TLM_EINVAL;
@@ -383,6 +491,13 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         else lst = unroll_rows, nl = 3;
         memcpy(vals, lst, sizeof(int64_t) * (size_t)nl);
         return nl;
+    case SLOT_WARP_M:
+    case SLOT_WARP_N:
+    case SLOT_WARPS_M:
+    case SLOT_WARPS_N:
+    case SLOT_BLOCK_K:
+    case SLOT_PIPELINE:
+    case SLOT_SWIZZLE: return mma_legal(sp, slot, partial, vals);
     case SLOT_ROWS:
         return divisors(sp->rows, ROWS_MAX, vals);
     case SLOT_THREADS:
@@ -703,6 +818,15 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
         case SLOT_THREADS: v = pick_le(vals, n, 256); break;
         case SLOT_STAGE: v = vals[n - 1]; break;
         case SLOT_VEC_LOAD: v = 1; break;
+        /* GPU_MMA: 128 x 128 blocks of 8 warps, each 64 x 32 (64 accumulators a thread),
+         * 32-deep chunks in 3 stages (48 KiB), swizzled: CUTLASS's sm_80 GEMM shapes */
+        case SLOT_WARP_M: v = pick_le(vals, n, 64); break;
+        case SLOT_WARP_N: v = pick_le(vals, n, 32); break;
+        case SLOT_WARPS_M: v = pick_le(vals, n, 2); break;
+        case SLOT_WARPS_N: v = pick_le(vals, n, 4); break;
+        case SLOT_BLOCK_K: v = pick_le(vals, n, 32); break;
+        case SLOT_PIPELINE: v = pick_le(vals, n, 3); break;
+        case SLOT_SWIZZLE: v = vals[n - 1]; break;
         case SLOT_PACK: {
             /* pack when a packed panel is reused over the accumulator block (a spatial axis
              * it does not depend on: B of a GEMM over the rows of A); a depthwise input is
@@ -969,4 +1093,95 @@ int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto)
 unsigned space_expr_axes(const space *sp, int id)
 {
     return node_axes(anchor(sp), id);
+}
+
+static unsigned space_expr_axes_of(const ir_stage *a, int id)
+{
+    return node_axes(a, id);
+}
+
+/* ---- GPU_MMA analysis ---- */
+
+/* The load under an operand node: the node itself, or the load a padding select guards. */
+static int operand_load(const ir_stage *a, int id)
+{
+    const ir_expr *e = &a->expr[id];
+    if (e->kind == IR_E_LOAD) return id;
+    if (e->kind == IR_E_SELECT && a->expr[e->a].kind == IR_E_LOAD &&
+        a->expr[e->b].kind == IR_E_CONST && a->expr[e->b].value == 0.0)
+        return e->a;
+    return -1;
+}
+
+/* Flat coefficient of axis x in load `id` (its stride along x in elements). */
+static int64_t flat_coef(const ir_subgraph *g, const ir_stage *a, int id, int x)
+{
+    const ir_expr *ld = &a->expr[id];
+    const ir_tensor *t = &g->tensor[ld->tensor];
+    int64_t st = 1, c = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        c += ld->idx[d].coef[x] * st;
+        st *= t->shape[d];
+    }
+    return c;
+}
+
+int space_mma_analyze(const ir_subgraph *g, space_mma_info *mi)
+{
+    memset(mi, 0, sizeof *mi);
+    const ir_stage *a = &g->stage[g->anchor];
+    if (g->anchor != 0 || a->reduce != IR_RED_SUM || a->n_reduce < 1 || a->post_scale != 1.0)
+        return -1;
+    switch (g->wl.op) {
+    case IR_OP_DENSE:
+    case IR_OP_BATCH_MATMUL:
+    case IR_OP_CONV2D: break;
+    default: return -1;
+    }
+    const ir_expr *top = &a->expr[a->body];
+    if (top->kind != IR_E_BINARY || top->op != IR_B_MUL) return -1;
+    int la = operand_load(a, top->a), lb = operand_load(a, top->b);
+    if (la < 0 || lb < 0) return -1;
+    unsigned ma = space_expr_axes_of(a, top->a), mb = space_expr_axes_of(a, top->b);
+    int ns = a->n_spatial, nr = a->n_reduce;
+    /* operand A reads the first spatial axis that only one operand reads */
+    for (int x = 0; x < ns; x++) {
+        bool ia = (ma >> x) & 1u, ib = (mb >> x) & 1u;
+        if (ia == ib) continue;
+        if (ib) {
+            int t = la;
+            la = lb, lb = t;
+            unsigned u = ma;
+            ma = mb, mb = u;
+            mi->a_op = top->b, mi->b_op = top->a;
+        } else {
+            mi->a_op = top->a, mi->b_op = top->b;
+        }
+        break;
+    }
+    if (mi->a_op == mi->b_op) return -1; /* no axis tells the operands apart */
+    mi->a_load = la, mi->b_load = lb;
+    mi->M = mi->N = mi->K = mi->batch = 1;
+    for (int x = 0; x < ns; x++) {
+        bool ia = (ma >> x) & 1u, ib = (mb >> x) & 1u;
+        if (ia && ib) mi->b_axis[mi->n_b++] = x, mi->batch *= a->extent[x];
+        else if (ia) mi->m_axis[mi->n_m++] = x, mi->M *= a->extent[x];
+        else if (ib) mi->n_axis[mi->n_n++] = x, mi->N *= a->extent[x];
+        else return -1; /* an axis neither reads: a broadcast output */
+    }
+    if (mi->n_m == 0 || mi->n_n == 0) return -1;
+    int last = -1; /* the reduction axis A (else B) is contiguous along goes innermost */
+    for (int x = ns; x < ns + nr && last < 0; x++)
+        if (flat_coef(g, a, la, x) == 1) last = x;
+    for (int x = ns; x < ns + nr && last < 0; x++)
+        if (flat_coef(g, a, lb, x) == 1) last = x;
+    for (int x = ns; x < ns + nr; x++) {
+        if (!((ma >> x) & 1u) || !((mb >> x) & 1u)) return -1;
+        mi->K *= a->extent[x];
+        if (x != last) mi->k_axis[mi->n_k++] = x;
+    }
+    if (last >= 0) mi->k_axis[mi->n_k++] = last;
+    /* the batch axes index grid.z */
+    if (mi->batch > 65535) return -1;
+    return 0;
 }

@@ -56,6 +56,20 @@
  *             prod(levels 1,3,4) <= 128 accumulators, staged footprint <= smem_per_block.
  *   GPU_ROWS  one block per ROWS rows; THREADS per block {32,64,...,1024}; cross-thread
  *             reduction by warp shuffles then shared memory; UNROLL {0,16,64}.
+ *   GPU_MMA   tensor cores (float16/bfloat16 on sm_80 and later) for contractions whose body
+ *             is the product of two operands (dense, batch_matmul, conv2d as an implicit
+ *             GEMM: space_mma_analyze). The GEMM view: M = the spatial axes only operand A
+ *             reads, N = those only B reads, batch = those both read, K = the reduction
+ *             axes. A block computes BM x BN = (WARP_M * WARPS_M) x (WARP_N * WARPS_N) of one
+ *             batch; each warp a WARP_M x WARP_N tile of m16n8k16 mma.sync fragments (fp32
+ *             accumulators); operands pass global -> shared by cp.async (16-byte chunks) or
+ *             scalar copies, through PIPELINE stages of BLOCK_K, read by ldmatrix.
+ *             slots: WARP_M {16,32,64}, WARP_N {8,16,32,64} (at most 128 accumulators a
+ *             thread), WARPS_M, WARPS_N {1,2,4} (at most 8 warps), BLOCK_K {16,32,64},
+ *             PIPELINE {1,2,3,4} (stages x (BM + BN) x BLOCK_K x 2 bytes within the
+ *             target's opt-in shared memory), SWIZZLE {0,1}. Tiles need not divide M, N or K
+ *             (edges are zero-filled on load and masked on store) but never exceed them by
+ *             more than one fragment.
  */
 #ifndef TLM_SPACE_H
 #define TLM_SPACE_H
@@ -80,7 +94,8 @@
     X(CPU_TILE, "cpu_tile", TARGET_CPU)                                                            \
     X(CPU_ROWS, "cpu_rows", TARGET_CPU)                                                            \
     X(GPU_TILE, "gpu_tile", TARGET_CUDA)                                                           \
-    X(GPU_ROWS, "gpu_rows", TARGET_CUDA)
+    X(GPU_ROWS, "gpu_rows", TARGET_CUDA)                                                           \
+    X(GPU_MMA, "gpu_mma", TARGET_CUDA)
 
 typedef enum {
 #define SPACE_SKETCH_ENUM(id, name, kind) SKETCH_##id,
@@ -99,6 +114,13 @@ typedef enum {
     SLOT_STAGE,
     SLOT_VEC_LOAD,
     SLOT_PACK,
+    SLOT_WARP_M,   /* GPU_MMA: rows of a warp's tile (multiple of 16) */
+    SLOT_WARP_N,   /* GPU_MMA: columns of a warp's tile (multiple of 8) */
+    SLOT_WARPS_M,  /* GPU_MMA: warps of a block along M */
+    SLOT_WARPS_N,  /* GPU_MMA: warps of a block along N */
+    SLOT_BLOCK_K,  /* GPU_MMA: reduction chunk per pipeline stage (multiple of 16) */
+    SLOT_PIPELINE, /* GPU_MMA: shared-memory stages of the cp.async pipeline */
+    SLOT_SWIZZLE,  /* GPU_MMA: XOR-swizzled shared layout {0,1} */
     SLOT_KIND_COUNT
 } space_slot_kind;
 
@@ -109,6 +131,16 @@ typedef struct {
     char name[24];  /* "tile.i.3", "parallel", ... (printing and parsing) */
 } space_slot;
 
+/* GPU_MMA: the GEMM view of an anchor (space.h GPU_MMA). Axis lists are anchor axis indices,
+ * outermost first; k_axis is ordered so that the reduction axis operand A (else B) is
+ * contiguous along comes last, which lets 8 consecutive k be one 16-byte copy. */
+typedef struct {
+    int a_op, b_op;     /* the multiply's operand nodes (a load, or a padding select of one) */
+    int a_load, b_load; /* the loads under them */
+    int n_m, n_n, n_b, n_k;
+    int m_axis[IR_MAX_AXES], n_axis[IR_MAX_AXES], b_axis[IR_MAX_AXES], k_axis[IR_MAX_AXES];
+    int64_t M, N, K, batch; /* products of the extents */
+} space_mma_info;
 typedef struct space {
     const ir_subgraph *g;
     target tgt;
@@ -119,6 +151,7 @@ typedef struct space {
     int s_levels, r_levels;  /* tile levels per spatial / reduction axis (TILE sketches) */
     int n_rows_axes;         /* ROWS sketches: leading spatial axes that form the rows */
     int64_t rows;            /* ROWS sketches: the number of rows */
+    space_mma_info mma;      /* GPU_MMA: the GEMM view */
 } space;
 
 typedef struct space_sched {
@@ -172,6 +205,11 @@ unsigned space_expr_axes(const space *sp, int id);
 
 /* Shared-memory bytes the staged inputs of a GPU_TILE schedule need per block. */
 int64_t space_gpu_smem_bytes(const space *sp, const space_sched *s);
+
+/* 0 when the subgraph's anchor is an MMA-able contraction (fills mi), else -1. */
+int space_mma_analyze(const ir_subgraph *g, space_mma_info *mi);
+/* Shared-memory bytes of a GPU_MMA schedule (all stages of both operand tiles). */
+int64_t space_mma_smem_bytes(const space *sp, const space_sched *s);
 
 /* "tile.i.3=16 tile.i.2=2 ... parallel=1 unroll=64 vectorize=1" */
 int space_print(const space *sp, const space_sched *s, char *buf, size_t cap);

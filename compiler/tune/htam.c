@@ -99,6 +99,20 @@ static const ldef GPU_L[] = {
     {"unroll less", 4, SLOT_UNROLL, -1, SEL_NONE, OP_DOWN},
     {"more virtual threads", 4, SLOT_TILE, 1, SEL_SPATIAL, OP_UP},
     {"fewer virtual threads", 4, SLOT_TILE, 1, SEL_SPATIAL, OP_DOWN},
+    /* the tensor-core sketch (gpu_mma) */
+    {"deeper reduction chunk per stage", 0, SLOT_BLOCK_K, -1, SEL_NONE, OP_UP},
+    {"shallower reduction chunk per stage", 0, SLOT_BLOCK_K, -1, SEL_NONE, OP_DOWN},
+    {"taller warp tile", 1, SLOT_WARP_M, -1, SEL_NONE, OP_UP},
+    {"shorter warp tile", 1, SLOT_WARP_M, -1, SEL_NONE, OP_DOWN},
+    {"wider warp tile", 1, SLOT_WARP_N, -1, SEL_NONE, OP_UP},
+    {"narrower warp tile", 1, SLOT_WARP_N, -1, SEL_NONE, OP_DOWN},
+    {"more warps along M", 2, SLOT_WARPS_M, -1, SEL_NONE, OP_UP},
+    {"fewer warps along M", 2, SLOT_WARPS_M, -1, SEL_NONE, OP_DOWN},
+    {"more warps along N", 2, SLOT_WARPS_N, -1, SEL_NONE, OP_UP},
+    {"fewer warps along N", 2, SLOT_WARPS_N, -1, SEL_NONE, OP_DOWN},
+    {"more pipeline stages", 3, SLOT_PIPELINE, -1, SEL_NONE, OP_UP},
+    {"fewer pipeline stages", 3, SLOT_PIPELINE, -1, SEL_NONE, OP_DOWN},
+    {"toggle the swizzled shared layout", 3, SLOT_SWIZZLE, -1, SEL_NONE, OP_FLIP},
 };
 
 #define MAX_EVIDENCE 5

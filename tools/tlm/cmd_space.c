@@ -49,6 +49,20 @@ static const char *slot_kind_name(space_slot_kind k)
         return "vec_load";
     case SLOT_PACK:
         return "pack";
+    case SLOT_WARP_M:
+        return "warp_m";
+    case SLOT_WARP_N:
+        return "warp_n";
+    case SLOT_WARPS_M:
+        return "warps_m";
+    case SLOT_WARPS_N:
+        return "warps_n";
+    case SLOT_BLOCK_K:
+        return "block_k";
+    case SLOT_PIPELINE:
+        return "pipeline";
+    case SLOT_SWIZZLE:
+        return "swizzle";
     case SLOT_KIND_COUNT:
         break;
     }

@@ -74,8 +74,11 @@ static void compile_one(fixture *f, const space_sched *s, const char *what, int 
     cr_assert(threads >= 1 && threads <= f->tgt.gpu.max_threads_per_block, "%s: %lld threads", what,
               (long long)threads);
     cr_assert(k.grid[0] >= 1 && k.grid[1] >= 1 && k.grid[2] >= 1);
-    cr_assert(k.smem_bytes >= 0 && k.smem_bytes <= f->tgt.gpu.smem_per_block, "%s: smem %d", what,
-              k.smem_bytes);
+    /* tensor-core kernels may use the opt-in shared memory (the runner sets the attribute) */
+    bool mma = f->sp.sketch == SKETCH_GPU_MMA;
+    int smem_max = mma ? f->tgt.gpu.smem_per_block_optin : f->tgt.gpu.smem_per_block;
+    cr_assert(k.smem_bytes >= 0 && k.smem_bytes <= smem_max, "%s: smem %d", what, k.smem_bytes);
+    if (mma) cr_assert_eq(k.smem_bytes, space_mma_smem_bytes(&f->sp, s));
     /* the space bounds the compact boxes; codegen may add 16-byte alignment and one float of
      * padding per row of 8+ floats */
     if (f->sp.sketch == SKETCH_GPU_TILE)
@@ -93,9 +96,17 @@ static void compile_one(fixture *f, const space_sched *s, const char *what, int 
     cr_assert_eq(c.smem_bytes, 0, "%s: shared memory must all be dynamic", what);
     c.smem_bytes += k.smem_bytes;
     rc = tc_cubin_check_limits(&c, f->tgt.gpu.max_regs_per_thread, (int)threads,
-                               f->tgt.gpu.regs_per_sm, f->tgt.gpu.smem_per_block, &err);
+                               f->tgt.gpu.regs_per_sm, smem_max, &err);
     cr_assert_eq(rc, 0, "%s [%s]: limits: %s (regs %d, threads %lld)", what, sched, err.msg, c.regs,
                  (long long)threads);
+    if (mma) {
+        /* the figures the issue asks to see (ptxas -v through NVRTC) */
+        fprintf(stderr, "ptxas sm_%d %s [%s]: %d registers, %d bytes shared, spills %d/%d bytes, "
+                "stack %d\n", sm, what, sched, c.regs, c.smem_bytes, c.spill_stores, c.spill_loads,
+                c.stack_bytes);
+        cr_assert(strstr(k.source, "mma.sync.aligned.m16n8k16") && strstr(k.source, "ldmatrix"),
+                  "%s: not a tensor-core kernel", what);
+    }
     tc_cubin_free(&c);
     cg_kernel_free(&k);
 }
@@ -174,6 +185,25 @@ NVRTC_TEST(dense_bias_gelu, 19,
 NVRTC_TEST(dense_residual, 20,
            "{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":256,\"K\":256},\"epilogue\":[\"add\"]}")
 
+/* Tensor cores (GPU_MMA): float16/bfloat16 dense, batch_matmul and conv2d. Shapes of real
+ * layers (NVRTC's time does not depend on them): aligned ones take the cp.async paths, odd
+ * ones the scalar copies. */
+NVRTC_TEST(mma_dense_bf16, 31,
+           "{\"op\":\"dense\",\"shape\":{\"M\":512,\"N\":768,\"K\":256},\"dtype\":\"bfloat16\"}")
+NVRTC_TEST(mma_dense_f16_tb_bias_gelu, 32,
+           "{\"op\":\"dense\",\"shape\":{\"M\":100,\"N\":384,\"K\":200},\"dtype\":\"float16\","
+           "\"transpose_b\":true,\"epilogue\":[\"bias_add\",\"gelu\"]}")
+NVRTC_TEST(mma_batch_matmul_bf16_ta, 33,
+           "{\"op\":\"batch_matmul\",\"shape\":{\"B\":8,\"M\":128,\"N\":64,\"K\":96},"
+           "\"transpose_a\":true,\"dtype\":\"bfloat16\"}")
+NVRTC_TEST(mma_conv_nhwc_bf16, 34,
+           "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"H\":56,\"W\":56,\"F\":64,\"KH\":3,"
+           "\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\",\"dtype\":\"bfloat16\","
+           "\"epilogue\":[\"bias_add\",\"relu\"]}")
+NVRTC_TEST(mma_conv_nchw_f16_stride, 35,
+           "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":32,\"H\":28,\"W\":28,\"F\":48,\"KH\":3,"
+           "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],\"dtype\":\"float16\"}")
+
 /* ---- 2. host emulation against the reference interpreter ----------------------------- */
 
 static const char *k_shim =
@@ -219,7 +249,128 @@ static const char *k_shim =
     "    __syncthreads();\n"
     "    return r;\n"
     "}\n"
-    "#define EMU_SMEM_FLOATS (64 * 1024)\n";
+    "#define EMU_SMEM_FLOATS (64 * 1024)\n"
+    /* ---- tensor-core primitives (GPU_MMA kernels), per the PTX ISA fragment layouts ---- */
+    "#define TLM_EMULATE 1\n"
+    "static int emu_oob; /* a cp.async read outside every argument */\n"
+    "static const char *emu_range_lo[32], *emu_range_hi[32];\n"
+    "static int emu_n_range;\n"
+    "static float emu_bf16_to_f32(unsigned short h)\n"
+    "{ uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }\n"
+    "static unsigned short emu_f32_to_bf16(float f)\n"
+    "{\n"
+    "    uint32_t u; memcpy(&u, &f, 4);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);\n"
+    "    u += 0x7fffu + ((u >> 16) & 1u);\n"
+    "    return (unsigned short)(u >> 16);\n"
+    "}\n"
+    "static float emu_f16_to_f32(unsigned short h)\n"
+    "{\n"
+    "    int e = (h >> 10) & 31, m = h & 1023; float v;\n"
+    "    if (e == 0) v = ldexpf((float)m, -24);\n"
+    "    else if (e == 31) v = m ? NAN : INFINITY;\n"
+    "    else v = ldexpf((float)(1024 + m), e - 25);\n"
+    "    return (h & 0x8000) ? -v : v;\n"
+    "}\n"
+    "static unsigned short emu_f32_to_f16(float f)\n"
+    "{\n"
+    "    unsigned short s = signbit(f) ? 0x8000 : 0; float a = fabsf(f);\n"
+    "    if (isnan(f)) return 0x7e00;\n"
+    "    if (a >= 65520.0f) return s | 0x7c00;\n"
+    "    if (a < ldexpf(1.0f, -14)) return s | (unsigned short)nearbyintf(ldexpf(a, 24));\n"
+    "    int ex; frexpf(a, &ex); int E = ex - 1;\n"
+    "    int q = (int)nearbyintf((ldexpf(a, -E) - 1.0f) * 1024.0f);\n"
+    "    if (q == 1024) q = 0, E++;\n"
+    "    if (E + 15 >= 31) return s | 0x7c00;\n"
+    "    return s | (unsigned short)(((E + 15) << 10) | q);\n"
+    "}\n"
+    "/* ldmatrix: lane 8j+r gives the address of row r of matrix j; lane l receives in r[j]\n"
+    " * the elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1) of matrix j, or with .trans the\n"
+    " * elements (2(l%4), l/4) and (2(l%4)+1, l/4). A warp collective: two barriers. */\n"
+    "static const void *emu_ldm_addr[1024];\n"
+    "static void emu_ldmatrix(unsigned *r, const void *p, int num, int trans)\n"
+    "{\n"
+    "    if ((uintptr_t)p % 16) emu_misaligned = 1;\n"
+    "    emu_ldm_addr[emu_cur] = p;\n"
+    "    __syncthreads();\n"
+    "    int lane = emu_cur & 31, w0 = emu_cur & ~31;\n"
+    "    for (int j = 0; j < num; j++) {\n"
+    "        unsigned short lo, hi;\n"
+    "        if (!trans) {\n"
+    "            const unsigned short *row = (const unsigned short *)emu_ldm_addr[w0 + 8 * j + lane / 4];\n"
+    "            lo = row[(lane % 4) * 2], hi = row[(lane % 4) * 2 + 1];\n"
+    "        } else {\n"
+    "            lo = ((const unsigned short *)emu_ldm_addr[w0 + 8 * j + (lane % 4) * 2])[lane / 4];\n"
+    "            hi = ((const unsigned short *)emu_ldm_addr[w0 + 8 * j + (lane % 4) * 2 + 1])[lane / 4];\n"
+    "        }\n"
+    "        r[j] = (unsigned)lo | (unsigned)hi << 16;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "}\n"
+    "static void tlm_ldmatrix_x4(unsigned *r, const void *p) { emu_ldmatrix(r, p, 4, 0); }\n"
+    "static void tlm_ldmatrix_x4_trans(unsigned *r, const void *p) { emu_ldmatrix(r, p, 4, 1); }\n"
+    "static void tlm_ldmatrix_x2(unsigned *r, const void *p) { emu_ldmatrix(r, p, 2, 0); }\n"
+    "static void tlm_ldmatrix_x2_trans(unsigned *r, const void *p) { emu_ldmatrix(r, p, 2, 1); }\n"
+    "/* mma.sync.m16n8k16.row.col, fp32 accumulators. Lane l = 4g + t holds A rows g and g+8\n"
+    " * at k 2t, 2t+1 (a0 row g, a1 row g+8, a2/a3 the same at k+8), B column g at k 2t, 2t+1\n"
+    " * (b0) and k+8 (b1), and D rows g (d0, d1) and g+8 (d2, d3) at columns 2t, 2t+1. */\n"
+    "static unsigned emu_mma_a[1024][4], emu_mma_b[1024][2];\n"
+    "static void emu_mma_16816(float *d, const unsigned *a, const unsigned *b, int bf16)\n"
+    "{\n"
+    "    memcpy(emu_mma_a[emu_cur], a, 16);\n"
+    "    memcpy(emu_mma_b[emu_cur], b, 8);\n"
+    "    __syncthreads();\n"
+    "    int lane = emu_cur & 31, w0 = emu_cur & ~31, g = lane >> 2, t = lane & 3;\n"
+    "    for (int q = 0; q < 4; q++) {\n"
+    "        int row = g + (q >> 1) * 8, col = t * 2 + (q & 1);\n"
+    "        float sum = d[q];\n"
+    "        for (int k = 0; k < 16; k++) {\n"
+    "            unsigned ra = emu_mma_a[w0 + (row % 8) * 4 + (k % 8) / 2][row / 8 + (k / 8) * 2];\n"
+    "            unsigned rb = emu_mma_b[w0 + col * 4 + (k % 8) / 2][k / 8];\n"
+    "            unsigned short ha = (unsigned short)(ra >> (16 * (k & 1)));\n"
+    "            unsigned short hb = (unsigned short)(rb >> (16 * (k & 1)));\n"
+    "            float x = bf16 ? emu_bf16_to_f32(ha) : emu_f16_to_f32(ha);\n"
+    "            float y = bf16 ? emu_bf16_to_f32(hb) : emu_f16_to_f32(hb);\n"
+    "            sum += x * y;\n"
+    "        }\n"
+    "        d[q] = sum;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "}\n"
+    "/* cp.async: queued per thread and performed only when cp.async.wait_group retires its\n"
+    " * group, so a kernel that reads a stage before waiting for it reads stale or poisoned\n"
+    " * shared memory. */\n"
+    "struct emu_cp_req { void *dst; const void *src; int bytes, group; };\n"
+    "static emu_cp_req *emu_cpq[1024];\n"
+    "static int emu_cpn[1024], emu_cpcap[1024], emu_cpgroup[1024];\n"
+    "static void tlm_cp_async16(void *dst, const void *src, bool ok)\n"
+    "{\n"
+    "    if ((uintptr_t)dst % 16 || (ok && (uintptr_t)src % 16)) emu_misaligned = 1;\n"
+    "    if (ok) {\n"
+    "        int in = 0;\n"
+    "        for (int i = 0; i < emu_n_range && !in; i++)\n"
+    "            in = (const char *)src >= emu_range_lo[i] && (const char *)src + 16 <= emu_range_hi[i];\n"
+    "        if (!in) { emu_oob = 1; ok = false; }\n"
+    "    }\n"
+    "    int i = emu_cur;\n"
+    "    if (emu_cpn[i] == emu_cpcap[i]) {\n"
+    "        emu_cpcap[i] = emu_cpcap[i] ? 2 * emu_cpcap[i] : 64;\n"
+    "        emu_cpq[i] = (emu_cp_req *)realloc(emu_cpq[i], sizeof(emu_cp_req) * emu_cpcap[i]);\n"
+    "    }\n"
+    "    emu_cp_req r = {dst, src, ok ? 16 : 0, emu_cpgroup[i]};\n"
+    "    emu_cpq[i][emu_cpn[i]++] = r;\n"
+    "}\n"
+    "static void tlm_cp_async_commit(void) { emu_cpgroup[emu_cur]++; }\n"
+    "template <int N> static void tlm_cp_async_wait(void)\n"
+    "{\n"
+    "    int i = emu_cur, keep = 0, below = emu_cpgroup[i] - N;\n"
+    "    for (int k = 0; k < emu_cpn[i]; k++) {\n"
+    "        emu_cp_req *r = &emu_cpq[i][k];\n"
+    "        if (r->group >= below) { emu_cpq[i][keep++] = *r; continue; }\n"
+    "        if (r->bytes) memcpy(r->dst, r->src, 16); else memset(r->dst, 0, 16);\n"
+    "    }\n"
+    "    emu_cpn[i] = keep;\n"
+    "}\n";
 
 /* The scheduler, appended once after all kernels. */
 static const char *k_sched =
@@ -245,7 +396,12 @@ static const char *k_sched =
     "    for (int by = 0; by < grid[1] && !rc; by++)\n"
     "    for (int bx = 0; bx < grid[0] && !rc; bx++) {\n"
     "        blockIdx.x = bx, blockIdx.y = by, blockIdx.z = bz;\n"
-    "        for (int i = 0; i < EMU_SMEM_FLOATS; i++) smem[i] = red[i] = NAN;\n"
+    "        /* 0x7fc0 halves: NaN as float, float16 and bfloat16 */\n"
+    "        for (int i = 0; i < EMU_SMEM_FLOATS; i++) {\n"
+    "            uint32_t nan2 = 0x7fc07fc0u;\n"
+    "            memcpy(&smem[i], &nan2, 4), memcpy(&red[i], &nan2, 4);\n"
+    "        }\n"
+    "        for (int i = 0; i < nt; i++) emu_cpn[i] = 0, emu_cpgroup[i] = 0;\n"
     "        for (int i = 0; i < nt; i++) {\n"
     "            getcontext(&emu_ctx[i]);\n"
     "            emu_ctx[i].uc_stack.ss_sp = stacks + stack * (size_t)i;\n"
@@ -269,7 +425,8 @@ static const char *k_sched =
     "        }\n"
     "    }\n"
     "    if (emu_misaligned) rc = -2;\n"
-    "    emu_misaligned = 0;\n"
+    "    if (emu_oob) rc = -3;\n"
+    "    emu_misaligned = 0, emu_oob = 0;\n"
     "    free(stacks);\n"
     "    free(emu_done);\n"
     "    free(emu_ctx);\n"
@@ -325,12 +482,16 @@ static char *emu_source(const emu_set *es)
         cg_printf(&b, "float tlm_red[EMU_SMEM_FLOATS];\n");
         cg_printf(&b, "%s\n", es->k[i].source);
         cg_printf(&b, "static void call(void **a) { %s(", es->k[i].entry);
+        const char *ty = es->f.g.wl.dtype == IR_FLOAT32 ? "float" : "unsigned short";
         for (int t = 0; t < n_in; t++)
-            cg_printf(&b, "(const float *)a[%d], ", t);
-        cg_printf(&b, "(float *)a[%d]); }\n", n_in);
+            cg_printf(&b, "(const %s *)a[%d], ", ty, t);
+        cg_printf(&b, "(%s *)a[%d]); }\n", ty, n_in);
         cg_printf(&b, "} /* namespace emu%d */\n", i);
     }
     cg_printf(&b, "%s", k_sched);
+    cg_printf(&b, "extern \"C\" void emu_set_ranges(const char **lo, const char **hi, int n)\n"
+                  "{ for (int i = 0; i < n; i++) emu_range_lo[i] = lo[i], emu_range_hi[i] = hi[i];"
+                  " emu_n_range = n; }\n");
     for (int i = 0; i < es->n; i++) {
         cg_printf(&b, "extern \"C\" int emu_run_%d(void **args, const int *grid, int nt)\n", i);
         cg_printf(&b,
@@ -339,6 +500,34 @@ static char *emu_source(const emu_set *es)
                   i, i, i);
     }
     return cg_buf_take(&b);
+}
+
+/* IEEE binary16 / bfloat16 <-> float, round to nearest even (independent of the shim's). */
+static float half_to_f32(ir_dtype dt, uint16_t h)
+{
+    if (dt == IR_BFLOAT16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+static uint16_t half_from_f32(ir_dtype dt, float f)
+{
+    uint16_t h;
+    if (dt == IR_BFLOAT16) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return (uint16_t)(u >> 16);
+    }
+    _Float16 v = (_Float16)f;
+    memcpy(&h, &v, 2);
+    return h;
 }
 
 static uint64_t lcg(uint64_t *x)
@@ -352,6 +541,8 @@ static uint64_t lcg(uint64_t *x)
 static void emulate_family(const char *json, uint64_t seed, const char *extra)
 {
     if (!have_cxx()) cr_skip_test("no host C++ compiler (g++) to emulate CUDA kernels with");
+    int emu_kernels_run = 0;
+    double emu_worst_rel = 0;
     emu_set *es = calloc(1, sizeof *es);
     setup_fixture(&es->f, json, "cuda:sm_90");
     es->n = emu_kernels();
@@ -391,18 +582,34 @@ static void emulate_family(const char *json, uint64_t seed, const char *extra)
     unlink(so);
     cr_assert_not_null(h, "dlopen: %s", dlerror());
 
-    /* inputs in [-1, 1], the reference in double */
+    /* inputs in [-1, 1] (rounded to the dtype), the reference in double from them */
     const ir_subgraph *g = &es->f.g;
+    ir_dtype dt = g->wl.dtype;
+    bool half = dt != IR_FLOAT32;
     int in[IR_MAX_TENSORS];
     int n_in = ir_subgraph_inputs(g, in);
     float *inputs[IR_MAX_TENSORS];
+    uint16_t *inputs16[IR_MAX_TENSORS] = {0};
     uint64_t x = seed + 12345;
+    const char *lo[IR_MAX_TENSORS + 1], *hi[IR_MAX_TENSORS + 1];
     for (int t = 0; t < n_in; t++) {
         int64_t n = ir_tensor_numel(&g->tensor[in[t]]);
         inputs[t] = malloc(sizeof(float) * (size_t)n);
-        for (int64_t i = 0; i < n; i++)
+        if (half) inputs16[t] = malloc(sizeof(uint16_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
             inputs[t][i] = (float)((double)(lcg(&x) % 2000001) / 1000000.0 - 1.0);
+            if (half) {
+                inputs16[t][i] = half_from_f32(dt, inputs[t][i]);
+                inputs[t][i] = half_to_f32(dt, inputs16[t][i]);
+            }
+        }
+        lo[t] = half ? (const char *)inputs16[t] : (const char *)inputs[t];
+        hi[t] = lo[t] + n * (half ? 2 : 4);
     }
+    void (*set_ranges)(const char **, const char **, int) =
+        (void (*)(const char **, const char **, int))dlsym(h, "emu_set_ranges");
+    cr_assert_not_null(set_ranges);
+    set_ranges(lo, hi, n_in);
     int64_t n_out = ir_tensor_numel(&g->tensor[g->output]);
     double *ref = malloc(sizeof(double) * (size_t)n_out);
     cr_assert_eq(ir_interp_run_f64(g, (const float *const *)inputs, ref, &err), 0, "%s", err.msg);
@@ -411,6 +618,7 @@ static void emulate_family(const char *json, uint64_t seed, const char *extra)
         ref_max = fmax(ref_max, fabs(ref[i]));
     const int guard = 1024;
     float *out = malloc(sizeof(float) * (size_t)(n_out + guard));
+    uint16_t *out16 = malloc(sizeof(uint16_t) * (size_t)(n_out + guard));
     for (int i = 0; i < es->n; i++) {
         char sym[32], sched[1024];
         snprintf(sym, sizeof sym, "emu_run_%d", i);
@@ -418,11 +626,11 @@ static void emulate_family(const char *json, uint64_t seed, const char *extra)
         int (*run)(void **, const int *, int) = (int (*)(void **, const int *, int))dlsym(h, sym);
         cr_assert_not_null(run);
         for (int64_t j = 0; j < n_out + guard; j++)
-            out[j] = NAN;
+            out[j] = NAN, out16[j] = 0x7fc0; /* NaN in both 16-bit formats */
         void *args[IR_MAX_TENSORS + 1];
         for (int t = 0; t < n_in; t++)
-            args[t] = inputs[t];
-        args[n_in] = out;
+            args[t] = half ? (void *)inputs16[t] : (void *)inputs[t];
+        args[n_in] = half ? (void *)out16 : (void *)out;
         const cg_kernel *k = &es->k[i];
         cr_assert_leq(k->smem_bytes, 64 * 1024 * 4);
         int threads = k->block[0] * k->block[1] * k->block[2];
@@ -430,7 +638,11 @@ static void emulate_family(const char *json, uint64_t seed, const char *extra)
         cr_assert_neq(rc, -1, "%s [%s]: threads of a block reached different barriers", json,
                       sched);
         cr_assert_neq(rc, -2, "%s [%s]: misaligned vector access", json, sched);
+        cr_assert_neq(rc, -3, "%s [%s]: cp.async outside every argument", json, sched);
         cr_assert_eq(rc, 0);
+        if (half)
+            for (int64_t j = 0; j < n_out + guard; j++)
+                out[j] = j < n_out || out16[j] != 0x7fc0 ? half_to_f32(dt, out16[j]) : NAN;
         double worst = 0;
         int64_t at = -1;
         for (int64_t j = 0; j < n_out; j++) {
@@ -441,16 +653,26 @@ static void emulate_family(const char *json, uint64_t seed, const char *extra)
             }
         }
         double rel = worst / fmax(ref_max, 1e-30);
-        if (!(rel <= 1e-4)) fprintf(stderr, "%s\n", k->source);
-        cr_assert(rel <= 1e-4, "%s [%s]: rel_err %g at %lld (got %g, want %g)", json, sched, rel,
+        /* half types: fp32 accumulation, one rounding of the output (2^-9 for bfloat16) */
+        double tol = half ? 1e-2 : 1e-4;
+        if (!(rel <= tol)) fprintf(stderr, "%s\n", k->source);
+        cr_assert(rel <= tol, "%s [%s]: rel_err %g at %lld (got %g, want %g)", json, sched, rel,
                   (long long)at, at >= 0 ? out[at] : 0.0, at >= 0 ? ref[at] : 0.0);
+        if (half) {
+            emu_kernels_run++;
+            if (rel > emu_worst_rel) emu_worst_rel = rel;
+        }
         for (int j = 0; j < guard; j++)
             cr_assert(isnan(out[n_out + j]), "%s [%s]: wrote past the output (+%d)", json, sched,
                       j);
     }
+    if (half)
+        fprintf(stderr, "emulate %s: %d tensor-core kernels match the reference, worst rel_err %.3g\n",
+                json, emu_kernels_run, emu_worst_rel);
     dlclose(h);
     for (int t = 0; t < n_in; t++)
-        free(inputs[t]);
+        free(inputs[t]), free(inputs16[t]);
+    free(out16);
     for (int i = 0; i < es->n; i++)
         cg_kernel_free(&es->k[i]);
     free(out);
@@ -543,6 +765,42 @@ EMU_TEST(dense_bias_gelu, 21,
          "[\"bias_add\",\"gelu\"]}")
 EMU_TEST(dense_residual, 22,
          "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":16},\"epilogue\":[\"add\"]}")
+
+/* Tensor cores: the emulator runs mma.sync / ldmatrix / cp.async per the PTX fragment
+ * layouts (k_shim), so these compare the whole data path (copies, swizzle, fragments, the
+ * pipeline's waits, the epilogue) with the reference computed in double from the same
+ * rounded inputs; tolerance 1e-2 relative to the largest output. The fixed schedules reach
+ * the paths random sampling may miss: MN-major operands (ldmatrix.trans), x2 loads of a
+ * single n fragment, 1 and 4 stages, no swizzle. */
+EMU_TEST_SCHED(mma_dense_bf16, 31,
+               "{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":48,\"K\":96},\"dtype\":\"bfloat16\"}",
+               "warp_m=32 warp_n=16 warps_m=2 warps_n=1 block_k=32 pipeline=4 swizzle=1")
+/* odd M, N, K: scalar copies, zero fill and masked stores */
+EMU_TEST_SCHED(mma_dense_f16_odd, 32,
+               "{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":21,\"K\":45},\"dtype\":\"float16\"}",
+               "warp_m=16 warp_n=8 warps_m=2 warps_n=2 block_k=16 pipeline=2 swizzle=0")
+/* both operands transposed: A M-major and B K-major (ldmatrix.trans for A, plain for B) */
+EMU_TEST_SCHED(mma_dense_bf16_ta_tb_bias_gelu, 33,
+               "{\"op\":\"dense\",\"shape\":{\"M\":48,\"N\":40,\"K\":64},\"dtype\":\"bfloat16\","
+               "\"transpose_a\":true,\"transpose_b\":true,\"epilogue\":[\"bias_add\",\"gelu\"]}",
+               "warp_m=16 warp_n=8 warps_m=1 warps_n=2 block_k=32 pipeline=1 swizzle=1")
+EMU_TEST(mma_batch_matmul_f16, 34,
+         "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":32,\"N\":24,\"K\":40},"
+         "\"dtype\":\"float16\",\"epilogue\":[\"add\"]}")
+/* implicit GEMM, NHWC: 16-byte copies of input channels, zero-filled padding */
+EMU_TEST_SCHED(mma_conv_nhwc_bf16, 35,
+               "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":6,\"W\":6,\"F\":24,\"KH\":3,"
+               "\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\",\"dtype\":\"bfloat16\","
+               "\"epilogue\":[\"bias_add\",\"relu\"]}",
+               "warp_m=32 warp_n=8 warps_m=2 warps_n=1 block_k=32 pipeline=3 swizzle=1")
+/* NCHW with stride 2: scalar gathers of the input */
+EMU_TEST(mma_conv_nchw_f16_stride, 36,
+         "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":9,\"W\":9,\"F\":16,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1],\"dtype\":\"float16\"}")
+/* groups: the group axis is a GEMM batch (grid.z) */
+EMU_TEST(mma_conv_nhwc_groups_bf16, 37,
+         "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":5,\"W\":5,\"F\":16,\"KH\":3,"
+         "\"KW\":3},\"pad\":[1,1],\"groups\":2,\"layout\":\"NHWC\",\"dtype\":\"bfloat16\"}")
 
 /* ---- generator contract -------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 
 #include "compiler/ir/ir.h"
 #include "compiler/measure/measure.h"
+#include "compiler/measure/runner.h"
 #include "compiler/toolchain/cuda_dl.h"
 #include "compiler/toolchain/toolchain.h"
 
@@ -609,4 +610,41 @@ Test(measure_cuda, ok_wrong_crash_timeout)
     cuda_expect(CU_DENSE("  for (volatile int z = 0; z >= 0; z = 0) {}\n"), 2.0, MEASURE_TIMEOUT,
                 &res);
     cuda_expect(CU_DENSE(""), 0, MEASURE_OK, &res);
+}
+
+/* The CUDA runner's 16-bit conversions (float16/bfloat16 kernels) against the compiler's:
+ * GCC's _Float16 for IEEE binary16, and bfloat16 as the upper half of a float (exact on
+ * values that are bfloat16 already, round-to-nearest-even on the rest). */
+Test(measure, half_conversions_round_to_nearest_even)
+{
+    uint64_t x = 0x1234567;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t u = (uint32_t)x;
+        if (i % 4 == 0) u = (u & 0x807fffffu) | ((uint32_t)(100 + i % 60) << 23); /* |f| in f16 range */
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f)) continue;
+        _Float16 want = (_Float16)f;
+        uint16_t w;
+        memcpy(&w, &want, 2);
+        uint16_t got = measure__f32_to_half(IR_FLOAT16, f);
+        cr_assert_eq(got, w, "float16 of %a: got 0x%04x, want 0x%04x", (double)f, got, w);
+        cr_assert(measure__half_to_f32(IR_FLOAT16, got) == (float)want ||
+                      isnan(measure__half_to_f32(IR_FLOAT16, got)),
+                  "float16 0x%04x back to float", got);
+        uint16_t b = measure__f32_to_half(IR_BFLOAT16, f);
+        float bf = measure__half_to_f32(IR_BFLOAT16, b);
+        /* the nearest bfloat16: no representable value between f and bf's neighbours */
+        uint32_t bu;
+        memcpy(&bu, &bf, 4);
+        cr_assert_eq(bu & 0xffffu, 0u);
+        if (isfinite(bf)) cr_assert_leq(fabs((double)bf - f), ldexp(fabs((double)f), -8) + 0x1p-133);
+    }
+    /* ties go to even */
+    cr_assert_eq(measure__f32_to_half(IR_BFLOAT16, 1.0f + 0x1p-8f), 0x3f80);
+    cr_assert_eq(measure__f32_to_half(IR_BFLOAT16, 1.0f + 0x3p-8f), 0x3f82);
+    cr_assert_eq(measure__f32_to_half(IR_FLOAT16, 65520.0f), 0x7c00);
+    cr_assert(isnan(measure__half_to_f32(IR_BFLOAT16, measure__f32_to_half(IR_BFLOAT16, NAN))));
+    cr_assert(isnan(measure__half_to_f32(IR_FLOAT16, measure__f32_to_half(IR_FLOAT16, NAN))));
 }

@@ -133,6 +133,17 @@ static void check_structure(const space *sp, const space_sched *s, const char *w
                 cr_assert_eq(space_get(sp, s, SLOT_VEC_LOAD, 1), 1,
                              "%s: vector loads without staging", what);
         }
+    } else if (sp->sketch == SKETCH_GPU_MMA) {
+        int64_t wm = space_get(sp, s, SLOT_WARP_M, 0), wn = space_get(sp, s, SLOT_WARP_N, 0);
+        int64_t wpm = space_get(sp, s, SLOT_WARPS_M, 0), wpn = space_get(sp, s, SLOT_WARPS_N, 0);
+        cr_assert(wm % 16 == 0 && wn % 8 == 0 && wm >= 16 && wn >= 8, "%s", what);
+        cr_assert_leq((wm / 16) * (wn / 8) * 4, 128, "%s: accumulators", what);
+        cr_assert_leq(wpm * wpn, 8, "%s: warps", what);
+        cr_assert(wm * wpm == 16 || wm * wpm <= (sp->mma.M + 15) / 16 * 16, "%s: BM", what);
+        cr_assert(wn * wpn == 8 || wn * wpn <= (sp->mma.N + 7) / 8 * 8, "%s: BN", what);
+        int64_t st = space_get(sp, s, SLOT_PIPELINE, 0);
+        cr_assert(st >= 1 && st <= 4, "%s", what);
+        cr_assert_leq(space_mma_smem_bytes(sp, s), sp->tgt.gpu.smem_per_block_optin, "%s", what);
     } else {
         int64_t rows = space_get(sp, s, SLOT_ROWS, 0);
         cr_assert_gt(rows, 0, "%s", what);
@@ -629,4 +640,81 @@ Test(space, log10_size_is_finite_and_positive)
     cr_expect_eq(exact, 0);
     cr_expect(isfinite(l) && l > 8, "conv log10 size %g", l);
     unbuild(&b);
+}
+
+/* float16/bfloat16: the tensor-core sketch on sm_80+, for the contractions it covers; every
+ * other case is refused naming "dtype" (CPU targets, older GPUs, other ops). */
+static const char *const mma_families[] = {
+    "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":40,\"K\":20},\"dtype\":\"bfloat16\"}",
+    "{\"op\":\"dense\",\"shape\":{\"M\":200,\"N\":96,\"K\":130},\"dtype\":\"float16\","
+    "\"transpose_a\":true,\"epilogue\":[\"bias_add\",\"gelu\"]}",
+    "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":16,\"N\":12,\"K\":8},\"dtype\":\"bfloat16\"}",
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":9,\"W\":9,\"F\":8,\"KH\":3,\"KW\":3},"
+    "\"stride\":[2,2],\"pad\":[1,1],\"dtype\":\"float16\",\"epilogue\":[\"bias_add\",\"relu\"]}",
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":10,\"W\":10,\"F\":8,\"KH\":3,\"KW\":3},"
+    "\"pad\":[1,1],\"groups\":2,\"layout\":\"NHWC\",\"dtype\":\"bfloat16\"}",
+};
+
+Test(space, half_types_take_the_tensor_core_sketch)
+{
+    for (size_t f = 0; f < sizeof mma_families / sizeof mma_families[0]; f++)
+        for (int t = 2; t < N_TARGETS; t++) {
+            walk_family(mma_families[f], targets[t]);
+            built b = build(mma_families[f], targets[t]);
+            cr_expect_eq(b.sp->sketch, SKETCH_GPU_MMA, "%s", mma_families[f]);
+            cr_expect_eq(b.sp->n_slot, 7);
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            tlm_err_clear(&err);
+            cr_expect_eq(space_check(b.sp, &s, &err), 0, "%s: %s", mma_families[f], err.msg);
+            /* block tiles never exceed the GEMM by more than a fragment, and fit shared memory */
+            int64_t bm = space_get(b.sp, &s, SLOT_WARP_M, 0) * space_get(b.sp, &s, SLOT_WARPS_M, 0);
+            cr_expect(bm == 16 || bm <= (b.sp->mma.M + 15) / 16 * 16, "%s: bm %lld", mma_families[f],
+                      (long long)bm);
+            cr_expect_leq(space_mma_smem_bytes(b.sp, &s), b.sp->tgt.gpu.smem_per_block_optin);
+            unbuild(&b);
+        }
+    /* the GEMM view of a conv: M = (n, oh, ow), N = f, K = (c, kh, kw) */
+    built b = build(mma_families[3], "cuda:sm_80");
+    cr_expect_eq(b.sp->mma.M, 1 * 5 * 5);
+    cr_expect_eq(b.sp->mma.N, 8);
+    cr_expect_eq(b.sp->mma.K, 4 * 3 * 3);
+    cr_expect_eq(b.sp->mma.n_b, 0);
+    unbuild(&b);
+    /* grouped NHWC: the group is a batch axis; c (contiguous in X) is the innermost k */
+    b = build(mma_families[4], "cuda:sm_90");
+    cr_expect_eq(b.sp->mma.batch, 2);
+    cr_expect_str_eq(b.sp->g->stage[b.sp->g->anchor].axis[b.sp->mma.k_axis[b.sp->mma.n_k - 1]], "c");
+    unbuild(&b);
+}
+
+static void expect_dtype_refusal(const char *wl, const char *tg)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    ir_workload w;
+    cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0);
+    ir_subgraph *g = calloc(1, sizeof *g);
+    space *sp = calloc(1, sizeof *sp);
+    cr_assert_eq(ir_subgraph_build(&w, g, &err), 0, "%s", err.msg);
+    target t;
+    cr_assert_eq(target_parse(tg, &t, &err), 0);
+    cr_expect_eq(space_build(g, &t, sp, &err), TLM_EUNSUPPORTED, "%s on %s", wl, tg);
+    cr_expect_str_eq(err.field, "dtype", "%s on %s", wl, tg);
+    free(g);
+    free(sp);
+}
+
+Test(space, half_types_elsewhere_are_refused_naming_dtype)
+{
+    expect_dtype_refusal("{\"op\":\"dense\",\"shape\":{\"M\":8,\"N\":8,\"K\":8},\"dtype\":\"bfloat16\"}",
+                         "cpu:avx512");
+    expect_dtype_refusal("{\"op\":\"dense\",\"shape\":{\"M\":8,\"N\":8,\"K\":8},\"dtype\":\"float16\"}",
+                         "cuda:sm_75");
+    expect_dtype_refusal("{\"op\":\"softmax\",\"shape\":{\"R\":6,\"C\":10},\"dtype\":\"bfloat16\"}",
+                         "cuda:sm_90");
+    expect_dtype_refusal("{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":8,\"W\":8,"
+                         "\"KH\":3,\"KW\":3},\"dtype\":\"float16\"}",
+                         "cuda:sm_90");
 }
