@@ -191,7 +191,21 @@ Test(htam, every_ablation_runs_and_a_gpu_memory_has_its_own_taxonomy)
         tlm_error e;
         cr_assert_eq(htam_memory_parse(names[k], "--memory", &mem, &e), 0);
         pl_job j;
-        prepare(&j, 128, 128, 128, k == 3 ? "cuda:sm_80" : "cpu");
+        prepare(&j, 128, 128, 128, k >= 2 ? "cuda:sm_80" : "cpu");
+        if (k == 3) { /* the tensor-core sketch has its own strategies */
+            pl_job_free(&j);
+            ir_workload w;
+            ir_workload_init(&w, IR_OP_DENSE);
+            w.shape[IR_DENSE_M] = 256, w.shape[IR_DENSE_N] = 192, w.shape[IR_DENSE_K] = 128;
+            w.dtype = IR_BFLOAT16;
+            target t;
+            cr_assert_eq(target_parse("cuda:sm_90", &t, &e), 0);
+            pl_opts po;
+            pl_opts_init(&po);
+            po.measure = PL_MEASURE_OFF;
+            cr_assert_eq(pl_prepare(&j, &w, &t, &po, &e), 0, "%s", e.msg);
+            cr_assert_str_eq(space_sketch_name(j.sp->sketch), "gpu_mma");
+        }
         land L = {0};
         uint64_t r = 4;
         space_sample(j.sp, &r, &L.opt);

@@ -57,13 +57,15 @@ static void prepare(pl_job *j, const ir_workload *w, const char *target_name)
 
 Test(tune, mutation_and_crossover_stay_legal_on_every_sketch)
 {
-    ir_workload ws[4];
+    ir_workload ws[5];
     dense(&ws[0], 197, 768, 64);
     conv(&ws[1]);
     softmax(&ws[2]);
     dense(&ws[3], 128, 128, 128);
-    const char *targets[4] = {"cpu", "cpu:avx2", "cpu", "cuda:sm_80"};
-    for (int k = 0; k < 4; k++) {
+    dense(&ws[4], 256, 200, 96);
+    ws[4].dtype = IR_BFLOAT16; /* the tensor-core sketch */
+    const char *targets[5] = {"cpu", "cpu:avx2", "cpu", "cuda:sm_80", "cuda:sm_90"};
+    for (int k = 0; k < 5; k++) {
         pl_job j;
         prepare(&j, &ws[k], targets[k]);
         uint64_t rng = 7 + (uint64_t)k;
