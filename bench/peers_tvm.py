@@ -19,13 +19,20 @@ inlines the elementwise stages itself). Weights are plain inputs in their stated
 Targets: "cpu" = llvm -mcpu=<this host's CPU as LLVM names it>, "cpu:avx2" = llvm
 -mcpu=haswell with +avx2,+fma and -avx512f (no AVX-512). Both with num-cores = --threads.
 
-Tuning: tune_tir with MetaSchedule's defaults (evolutionary search, 512 initial population,
-4 genetic iterations, XGBoost cost model, 64 trials per round, LocalRunner number=3
-min_repeat_ms=100) except that the builder uses one worker and a build function that skips
-`import tvm.s_tir.tensor_intrin` (which takes ~60 s on this 2-core machine and made every
-build of the default LocalBuilder time out at 30 s: see setup_tvm.sh). The tuning database
-(JSONDatabase) lives in --work-dir (default bench/.tvm-work/<name>-<target>-<trials>, wiped
-at start unless --resume).
+Tuning: tune_tir with MetaSchedule's search as shipped (evolutionary search, 512 initial
+population, 4 genetic iterations, XGBoost cost model retrained each round) and these
+changes, all for this loaded 2-core machine:
+  - the builder uses one worker and a build function that skips
+    `import tvm.s_tir.tensor_intrin` (~60 s here, more than the builder's 30 s timeout: with
+    the default LocalBuilder every build "times out" and tuning finds nothing);
+  - rounds of --per-iter 32 candidates (MetaSchedule's default is 64) and the runner's
+    EvaluatorConfig number=1 repeat=1 min_repeat_ms=50 (default 3/1/100): a 64-trial round
+    of a ~1 GFLOP dense with the defaults took more than 6 minutes to measure under load;
+  - --seconds (default 420): a measure callback ends the task after the first round that ends
+    past it (the records of finished rounds stay in the database; "stopped_by_seconds").
+The tuning database (JSONDatabase) lives in --work-dir (default
+bench/.tvm-work/<name>-<target>-<trials>, wiped at start unless --resume: then
+--trials more are tuned on top of the records there, with a fresh cost model).
 
 Output: one JSON object on stdout (and appended to --out when given): name, target, trials
 (asked), trials_measured, trials_failed, tuning_s (wall of tune_tir), kernel_ms (median of 10
@@ -52,13 +59,19 @@ def parse_args():
     ap.add_argument("--workload", help="a workload as JSON (instead of --name)")
     ap.add_argument("--target", default="cpu", choices=["cpu", "cpu:avx2"])
     ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--per-iter", type=int, default=64, help="num_trials_per_iter")
+    ap.add_argument("--per-iter", type=int, default=32, help="num_trials_per_iter")
+    ap.add_argument("--seconds", type=float, default=420,
+                    help="stop after the first round that ends past this many seconds")
+    ap.add_argument("--number", type=int, default=1, help="runner: runs per repeat")
+    ap.add_argument("--min-repeat-ms", type=int, default=50, help="runner: min ms per repeat")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work-dir")
     ap.add_argument("--resume", action="store_true", help="keep the work dir's database")
     ap.add_argument("--out", help="append the JSON line to this file")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-check", action="store_true", help="skip the numpy check")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="no tuning: build the best schedule of --work-dir's database, time it")
     return ap.parse_args()
 
 
@@ -375,24 +388,99 @@ def main():
 
     wd = args.work_dir or os.path.join(
         HERE, ".tvm-work", "%s-%s-%d" % (name, args.target.replace(":", "_"), args.trials))
-    if not args.resume:
+    if not args.resume and not args.measure_only:
         shutil.rmtree(wd, ignore_errors=True)
     os.makedirs(wd, exist_ok=True)
 
-    builder = ms.builder.LocalBuilder(f_build=fast_build, max_workers=1)
     print("peers_tvm: %s on %s (mcpu %s), %d trials, work dir %s"
           % (name, args.target, cpu, args.trials, wd), file=sys.stderr)
-    t0 = time.perf_counter()
-    db = ms.tir_integration.tune_tir(
-        mod=mod, target=target, work_dir=wd, max_trials_global=args.trials,
-        num_trials_per_iter=min(args.per_iter, args.trials), builder=builder,
-        num_tuning_cores=args.threads, seed=args.seed)
-    tuning_s = time.perf_counter() - t0
+    if args.measure_only:
+        rec = {"kind": "tvm_ms_measure", "name": name}
+        rec.update(measure(args, tvm, ms, mod, target, tensors, specs, ref, wd))
+    else:
+        builder = ms.builder.LocalBuilder(f_build=fast_build, max_workers=1)
+        runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+            number=args.number, repeat=1, min_repeat_ms=args.min_repeat_ms,
+            enable_cpu_cache_flush=False))
+        try:
+            from tvm.ir.utils import derived_object  # 0.26
+        except ImportError:
+            from tvm.meta_schedule.utils import derived_object
+        t0 = time.perf_counter()
+        stopped = []
+
+        @derived_object
+        class Deadline(ms.measure_callback.PyMeasureCallback):
+            """--seconds: ends the task after the round that crosses the deadline (the
+            records of every finished round are in the database)."""
+
+            def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+                      runner_results):
+                if time.perf_counter() - t0 > args.seconds and not stopped:
+                    stopped.append(len(measure_candidates))
+                    print("peers_tvm: past --seconds %g, stopping" % args.seconds,
+                          file=sys.stderr)
+                    task_scheduler.terminate_task(task_id)
+
+        ms.tir_integration.tune_tir(
+            mod=mod, target=target, work_dir=wd, max_trials_global=args.trials,
+            num_trials_per_iter=min(args.per_iter, args.trials), builder=builder,
+            runner=runner, num_tuning_cores=args.threads, seed=args.seed,
+            measure_callbacks=ms.measure_callback.MeasureCallback.create("default")
+            + [Deadline()])
+        tuning_s = time.perf_counter() - t0
+        # The tuned kernel is timed and checked in a fresh process, as MetaSchedule's runner
+        # does: this one holds XGBoost's and the search's thread pools.
+        cmd = [sys.executable, os.path.abspath(__file__), "--measure-only", "--work-dir", wd,
+               "--target", args.target, "--threads", str(args.threads), "--suite", args.suite]
+        cmd += ["--workload", args.workload] if args.workload else ["--name", args.name]
+        if args.no_check:
+            cmd.append("--no-check")
+        import subprocess
+        m = subprocess.run(cmd, stdout=subprocess.PIPE, check=False, text=True)
+        meas = json.loads(m.stdout.strip().splitlines()[-1]) if m.stdout.strip() else {}
+        curve, failed = best_so_far(wd)
+        rec = {
+            "kind": "tvm_ms", "name": name, "target": args.target, "mcpu": cpu,
+            "trials": args.trials, "trials_measured": len(curve), "trials_failed": failed,
+            "tuning_s": round(tuning_s, 2), "kernel_ms": meas.get("kernel_ms"),
+            "kernel_min_ms": meas.get("kernel_min_ms"),
+            "tuned_ms": curve[-1][1] if curve else None, "rel_err": meas.get("rel_err"),
+            "loadavg": meas.get("loadavg"), "best_so_far": curve,
+            "tvm_version": tvm.__version__, "ffi_version": _ffi_version(),
+            "threads": args.threads, "per_iter": min(args.per_iter, args.trials),
+            "resumed": args.resume, "stopped_by_seconds": bool(stopped),
+            "work_dir": os.path.relpath(wd, HERE), "seed": args.seed,
+            "runner": {"number": args.number, "repeat": 1, "min_repeat_ms": args.min_repeat_ms},
+            "workload": wl, "time": int(time.time()),
+        }
+        if "error" in meas or m.returncode not in (0, 2):
+            rec["error"] = meas.get("error", "measure exited %d" % m.returncode)
+    line = json.dumps(rec)
+    out.write(line + "\n")
+    out.flush()
+    if args.out and not args.measure_only:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+    print("peers_tvm: %s kernel %s ms (median; min %s), tuning %s s, rel_err %s"
+          % (name, rec.get("kernel_ms"), rec.get("kernel_min_ms"), rec.get("tuning_s"),
+             rec.get("rel_err")), file=sys.stderr)
+    rel_err = rec.get("rel_err")
+    if rec.get("kernel_ms") is None:
+        return 1
+    return 0 if rel_err is None or rel_err < 1e-3 else 2
+
+
+def measure(args, tvm, ms, mod, target, tensors, specs, ref, wd):
+    """Builds the best schedule of wd's database; its median / min ms over 10 repeats of
+    time_evaluator (each >= 0.1 s) and its relative error against numpy (float64)."""
+    import numpy as np
+
+    db = ms.database.JSONDatabase(work_dir=wd)
     sch = ms.tir_integration.compile_tir(db, mod, target)
     if sch is None:
-        raise SystemExit("peers_tvm: no valid schedule in the database")
+        return {"error": "no valid schedule in the database"}
     rt = tvm.build(sch.mod, target=target)
-
     dev = tvm.cpu(0)
     rng = np.random.default_rng(1234)
     xs = [rng.uniform(-1, 1, size=shp).astype("float32") for _, shp in specs]
@@ -406,29 +494,10 @@ def main():
         want = ref([x.astype(np.float64) for x in xs])
         rel_err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     fte = rt.time_evaluator(rt.entry_name, dev, number=1, repeat=10, min_repeat_ms=100)
-    res = fte(*args_tvm)
-    kernel_ms = float(np.median(res.results)) * 1e3
-
-    curve, failed = best_so_far(wd)
-    rec = {
-        "kind": "tvm_ms", "name": name, "target": args.target, "mcpu": cpu,
-        "trials": args.trials, "trials_measured": len(curve), "trials_failed": failed,
-        "tuning_s": round(tuning_s, 2), "kernel_ms": round(kernel_ms, 6),
-        "tuned_ms": curve[-1][1] if curve else None, "rel_err": rel_err,
-        "best_so_far": curve, "tvm_version": tvm.__version__,
-        "ffi_version": _ffi_version(), "threads": args.threads, "workload": wl,
-        "time": int(time.time()),
-    }
-    line = json.dumps(rec)
-    out.write(line + "\n")
-    out.flush()
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
-    print("peers_tvm: %s kernel %.4f ms (tuning %.1f s, %d trials, %d failed, rel_err %s)"
-          % (name, kernel_ms, tuning_s, len(curve), failed, rel_err), file=sys.stderr)
-    ok = rel_err is None or rel_err < 1e-3
-    return 0 if ok else 2
+    res = [float(r) for r in fte(*args_tvm).results]
+    return {"kernel_ms": round(float(np.median(res)) * 1e3, 6),
+            "kernel_min_ms": round(min(res) * 1e3, 6), "rel_err": rel_err,
+            "loadavg": round(os.getloadavg()[0], 2)}
 
 
 def _ffi_version():

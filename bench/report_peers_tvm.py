@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Markdown table of bench/results/peers_tvm.jsonl (the TVM MetaSchedule peer's runs).
+
+One row per tuning database (work_dir): runs chained with --resume on one database add up
+(trials measured, tuning seconds); the row shows the last run's kernel time and the whole
+database's best-so-far curve at trials 16, 64, 256 and 1000.
+
+Usage: report_peers_tvm.py [JSONL]   (prints the table on stdout)
+"""
+import json
+import os
+import sys
+
+
+def at(curve, n):
+    if len(curve) < n:
+        return ""
+    v = curve[n - 1][1]
+    return "" if v is None else "%.3f" % v
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results", "peers_tvm.jsonl")
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            key = r.get("work_dir") or "%s-%s-%d" % (r["name"], r["target"], r["trials"])
+            if r.get("resumed") and key in rows:
+                prev = rows[key]
+                r["tuning_total_s"] = prev["tuning_total_s"] + r["tuning_s"]
+                r["runs"] = prev["runs"] + 1
+            else:
+                r["tuning_total_s"] = r["tuning_s"]
+                r["runs"] = 1
+            rows[key] = r
+    print("| workload | target | trials | runs | tuning wall s | kernel ms (median) | kernel ms "
+          "(min) | tuner's best ms | best@16 | best@64 | best@256 | best@1000 | rel err | "
+          "load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows.values(), key=lambda r: (r["name"], r["trials_measured"])):
+        c = r["best_so_far"]
+        print("| %s | %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["name"], r["target"], r["trials_measured"], r["runs"], r["tuning_total_s"],
+            "%.3f" % r["kernel_ms"] if r.get("kernel_ms") else "—",
+            "%.3f" % r["kernel_min_ms"] if r.get("kernel_min_ms") else "—",
+            "%.3f" % r["tuned_ms"] if r.get("tuned_ms") else "—",
+            at(c, 16), at(c, 64), at(c, 256), at(c, 1000),
+            "%.1e" % r["rel_err"] if r.get("rel_err") is not None else "—",
+            r.get("loadavg", "")))
+
+
+if __name__ == "__main__":
+    main()
