@@ -70,6 +70,9 @@ def parse_args():
     ap.add_argument("--out", help="append the JSON line to this file")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-check", action="store_true", help="skip the numpy check")
+    ap.add_argument("--recover", action="store_true",
+                    help="with --measure-only: the full record of a run that died after tuning "
+                    "(tuning_s from the log's first and last timestamps), appended to --out")
     ap.add_argument("--measure-only", action="store_true",
                     help="no tuning: build the best schedule of --work-dir's database, time it")
     return ap.parse_args()
@@ -394,7 +397,24 @@ def main():
 
     print("peers_tvm: %s on %s (mcpu %s), %d trials, work dir %s"
           % (name, args.target, cpu, args.trials, wd), file=sys.stderr)
-    if args.measure_only:
+    if args.measure_only and args.recover:
+        meas = measure(args, tvm, ms, mod, target, tensors, specs, ref, wd)
+        curve, failed = best_so_far(wd)
+        rec = {
+            "kind": "tvm_ms", "name": name, "target": args.target, "mcpu": cpu,
+            "trials": args.trials, "trials_measured": len(curve), "trials_failed": failed,
+            "tuning_s": log_span_s(wd), "kernel_ms": meas.get("kernel_ms"),
+            "kernel_min_ms": meas.get("kernel_min_ms"),
+            "tuned_ms": curve[-1][1] if curve else None, "rel_err": meas.get("rel_err"),
+            "loadavg": meas.get("loadavg"), "best_so_far": curve,
+            "tvm_version": tvm.__version__, "ffi_version": _ffi_version(),
+            "threads": args.threads, "per_iter": min(args.per_iter, args.trials),
+            "resumed": args.resume, "recovered": True,
+            "work_dir": os.path.relpath(wd, HERE), "seed": args.seed,
+            "runner": {"number": args.number, "repeat": 1, "min_repeat_ms": args.min_repeat_ms},
+            "workload": wl, "time": int(time.time()),
+        }
+    elif args.measure_only:
         rec = {"kind": "tvm_ms_measure", "name": name}
         rec.update(measure(args, tvm, ms, mod, target, tensors, specs, ref, wd))
     else:
@@ -407,7 +427,7 @@ def main():
         except ImportError:
             from tvm.meta_schedule.utils import derived_object
         t0 = time.perf_counter()
-        stopped = []
+        stopped, done = [], []
 
         @derived_object
         class Deadline(ms.measure_callback.PyMeasureCallback):
@@ -416,11 +436,16 @@ def main():
 
             def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
                       runner_results):
-                if time.perf_counter() - t0 > args.seconds and not stopped:
-                    stopped.append(len(measure_candidates))
+                done.append(len(measure_candidates))
+                if time.perf_counter() - t0 > args.seconds and not stopped \
+                        and sum(done) < args.trials:
+                    stopped.append(sum(done))
                     print("peers_tvm: past --seconds %g, stopping" % args.seconds,
                           file=sys.stderr)
-                    task_scheduler.terminate_task(task_id)
+                    try:
+                        task_scheduler.terminate_task(task_id)
+                    except Exception:  # already terminated (space exhausted)
+                        pass
 
         ms.tir_integration.tune_tir(
             mod=mod, target=target, work_dir=wd, max_trials_global=args.trials,
@@ -459,7 +484,7 @@ def main():
     line = json.dumps(rec)
     out.write(line + "\n")
     out.flush()
-    if args.out and not args.measure_only:
+    if args.out and (args.recover or not args.measure_only):
         with open(args.out, "a") as f:
             f.write(line + "\n")
     print("peers_tvm: %s kernel %s ms (median; min %s), tuning %s s, rel_err %s"
@@ -498,6 +523,20 @@ def measure(args, tvm, ms, mod, target, tensors, specs, ref, wd):
     return {"kernel_ms": round(float(np.median(res)) * 1e3, 6),
             "kernel_min_ms": round(min(res) * 1e3, 6), "rel_err": rel_err,
             "loadavg": round(os.getloadavg()[0], 2)}
+
+
+def log_span_s(wd):
+    """Seconds between the first and the last timestamp of the task scheduler's log."""
+    import datetime
+    import glob
+
+    stamps = []
+    for path in glob.glob(os.path.join(wd, "logs", "*task_scheduler*.log")):
+        with open(path) as f:
+            for line in f:
+                if line[:2] == "20" and line[19:20] == " ":
+                    stamps.append(datetime.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+    return (max(stamps) - min(stamps)).total_seconds() if stamps else None
 
 
 def _ffi_version():

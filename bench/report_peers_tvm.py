@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Markdown table of bench/results/peers_tvm.jsonl (the TVM MetaSchedule peer's runs).
 
-One row per tuning database (work_dir): runs chained with --resume on one database add up
-(trials measured, tuning seconds); the row shows the last run's kernel time and the whole
+One row per tuning database (work_dir): runs chained with --resume on one database (or on a
+copy of an earlier run's database) add up (trials measured, tuning seconds); the row shows the last run's kernel time and the whole
 database's best-so-far curve at trials 16, 64, 256 and 1000.
 
 Usage: report_peers_tvm.py [JSONL]   (prints the table on stdout)
@@ -29,8 +29,18 @@ def main():
                 continue
             r = json.loads(line)
             key = r.get("work_dir") or "%s-%s-%d" % (r["name"], r["target"], r["trials"])
-            if r.get("resumed") and key in rows:
-                prev = rows[key]
+            prev = rows.get(key) if r.get("resumed") else None
+            if r.get("resumed") and prev is None:
+                # a chain started on a copy of another run's database: the run whose curve is
+                # a prefix of this one
+                for q in list(rows.values())[::-1]:
+                    n = len(q["best_so_far"])
+                    if (q["name"], q["target"]) == (r["name"], r["target"]) and \
+                            0 < n < len(r["best_so_far"]) and \
+                            q["best_so_far"] == r["best_so_far"][:n]:
+                        prev = q
+                        break
+            if prev is not None:
                 r["tuning_total_s"] = prev["tuning_total_s"] + r["tuning_s"]
                 r["runs"] = prev["runs"] + 1
             else:
