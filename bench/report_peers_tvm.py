@@ -5,7 +5,9 @@ One row per tuning database (work_dir): runs chained with --resume on one databa
 copy of an earlier run's database) add up (trials measured, tuning seconds); the row shows the last run's kernel time and the whole
 database's best-so-far curve at trials 16, 64, 256 and 1000.
 
-Usage: report_peers_tvm.py [JSONL]   (prints the table on stdout)
+Usage: report_peers_tvm.py [JSONL [REAL_SHAPES_JSONL]]   (prints the table on stdout)
+With the second file (default bench/results/real_shapes.jsonl when it exists), a last column
+gives PyTorch eager's median ms from that run (another moment, other machine load).
 """
 import json
 import os
@@ -22,6 +24,18 @@ def at(curve, n):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "results", "peers_tvm.jsonl")
+    rs = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+        os.path.dirname(os.path.abspath(path)), "real_shapes.jsonl")
+    torch_ms = {}
+    if os.path.exists(rs):
+        with open(rs) as f:
+            for line in f:
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if j.get("kind") == "torch" and j.get("median_s"):
+                    torch_ms[j["name"]] = j["median_s"] * 1e3
     rows = {}
     with open(path) as f:
         for line in f:
@@ -49,18 +63,19 @@ def main():
             rows[key] = r
     print("| workload | target | trials | runs | tuning wall s | kernel ms (median) | kernel ms "
           "(min) | tuner's best ms | best@16 | best@64 | best@256 | best@1000 | rel err | "
-          "load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "load | PyTorch ms (real_shapes.jsonl) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows.values(), key=lambda r: (r["name"], r["trials_measured"])):
         c = r["best_so_far"]
-        print("| %s | %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["name"], r["target"], r["trials_measured"], r["runs"], r["tuning_total_s"],
             "%.3f" % r["kernel_ms"] if r.get("kernel_ms") else "—",
             "%.3f" % r["kernel_min_ms"] if r.get("kernel_min_ms") else "—",
             "%.3f" % r["tuned_ms"] if r.get("tuned_ms") else "—",
             at(c, 16), at(c, 64), at(c, 256), at(c, 1000),
             "%.1e" % r["rel_err"] if r.get("rel_err") is not None else "—",
-            r.get("loadavg", "")))
+            r.get("loadavg", ""),
+            "%.3f" % torch_ms[r["name"]] if r["name"] in torch_ms else ""))
 
 
 if __name__ == "__main__":
