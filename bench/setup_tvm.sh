@@ -12,10 +12,14 @@
 #     TuneContext is built (tune_tir and tune_tasks alike); plain tvm.build works (issue 11).
 #   - apache-tvm 0.25.0 against apache-tvm-ffi 0.1.15.post2: fails to load (undefined symbol;
 #     issue 11). Its metadata asks only apache-tvm-ffi>=0.1.12, so pip picks the newest ffi.
-#   - apache-tvm 0.26.0 (Requires-Dist apache-tvm-ffi>=0.1.13.post2) with the oldest ffi it
-#     allows, 0.1.13.post2: imports, builds, and tune_tir runs end to end (this script).
-#     Its metadata also allows the newest ffi, so the pin is what makes it work: see
-#     bench/results/peers_tvm.md for whether 0.26.0 + 0.1.15.post2 was also tried.
+#   - apache-tvm 0.26.0 with apache-tvm-ffi 0.1.15.post2 (what pip picks for 0.26.0, whose
+#     metadata asks apache-tvm-ffi>=0.1.13.post2): the same ToJSONGraph segfault, reproduced
+#     here by just building an ms.TuneContext (rc 139).
+#   - apache-tvm 0.26.0 with apache-tvm-ffi 0.1.14.post1 / 0.1.14.post0: inconclusive (the
+#     TuneContext smoke test ran past 120 s while niced on the loaded machine); not used.
+#   - apache-tvm 0.26.0 with apache-tvm-ffi 0.1.13.post2, the oldest it allows: imports,
+#     builds, tune_tir runs end to end, the tuned kernels match numpy (this script).
+#     apache-tvm 0.27.0.post1 requires apache-tvm-ffi>=0.1.14.post0, so it cannot take it.
 #   - Older wheels (the pre-relax `tvm.meta_schedule` API): PyPI has only apache-tvm 0.25 and
 #     later (`pip index versions apache-tvm`); mlc-ai nightlies are not on PyPI.
 #   - Building TVM from source: not needed (and too slow on 2 cores).
