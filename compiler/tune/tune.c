@@ -587,11 +587,18 @@ static int confirm(tstate *t, tlm_error *err)
     int n = 0;
     for (int i = 0; i < t->n && n < k; i++)
         if (isfinite(t->secs[ord[i]])) idx[n++] = t->cand[ord[i]];
-    int saved = j->o.mo.repeats;
-    j->o.mo.repeats = saved > 0 ? 2 * saved : 10;
+    /* the second look uses the full protocol (the runner's defaults: samples of at least
+     * 1 ms, a 5 ms warm-up), not the search's short samples: some kernels time differently
+     * under the two, and the served kernel must hold up under the full one */
+    measure_opts saved = j->o.mo;
+    if (j->o.mo.repeats < 7) j->o.mo.repeats = 7;
+    if (j->o.mo.min_sample_s < MEASURE_DEFAULT_MIN_SAMPLE_S)
+        j->o.mo.min_sample_s = MEASURE_DEFAULT_MIN_SAMPLE_S;
+    if (j->o.mo.min_warmup_s < MEASURE_DEFAULT_MIN_WARMUP_S)
+        j->o.mo.min_warmup_s = MEASURE_DEFAULT_MIN_WARMUP_S;
     int rec0 = j->n_recs;
     int rc = t->o.eval(j, idx, n, secs, t->o.eval_user, err);
-    j->o.mo.repeats = saved;
+    j->o.mo = saved;
     if (!rc) {
         if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
         int b = -1;

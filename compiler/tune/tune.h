@@ -21,8 +21,9 @@
  *    host can run them), when `seconds` of wall time have passed (checked between batches
  *    and builds), or when *cancel is set. What was measured is kept, and the fastest correct
  *    candidate is chosen; with none correct the search fails (TLM_ERUNTIME naming the first
- *    failure). Before choosing, the `confirm` best are measured again with twice the
- *    samples (records too, not trials) and the fastest of that second look wins.
+ *    failure). Before choosing, the `confirm` best are measured again with the full protocol
+ *    (the runner's default sample length and warm-up, at least 7 samples; records too, not
+ *    trials) and the fastest of that second look wins.
  *  - Reproducible: the random choices come from `seed` alone, so with the same
  *    measurements a run makes the same candidates in the same order (tests inject an
  *    evaluator to check this); the measured times themselves vary run to run.
