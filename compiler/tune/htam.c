@@ -344,12 +344,15 @@ int htam_load(htam *m, const htam_store_io *io, tlm_error *err)
     return rc;
 }
 
-static void stats_delta(stats *out, const stats *now, const stats *base)
+/* into[i] += now[i] - base[i], for n statistics */
+static void add_delta(stats *into, const stats *now, const stats *base, int n)
 {
-    out->n = now->n - base->n;
-    out->wins = now->wins - base->wins;
-    out->fails = now->fails - base->fails;
-    out->reward = now->reward - base->reward;
+    for (int i = 0; i < n; i++) {
+        into[i].n += now[i].n - base[i].n;
+        into[i].wins += now[i].wins - base[i].wins;
+        into[i].fails += now[i].fails - base[i].fails;
+        into[i].reward += now[i].reward - base[i].reward;
+    }
 }
 
 int htam_save(htam *m, const htam_store_io *io, tlm_error *err)
@@ -365,24 +368,11 @@ int htam_save(htam *m, const htam_store_io *io, tlm_error *err)
         if (!rc && doc) rc = htam_merge_json(fresh, doc, err);
         json_decref(doc);
     }
-    for (int g = 0; !rc && g < m->ng; g++) {
-        stats d;
-        stats_delta(&d, &m->gs[g], &m->gs0[g]);
-        fresh->gs[g].n += d.n, fresh->gs[g].wins += d.wins, fresh->gs[g].fails += d.fails,
-            fresh->gs[g].reward += d.reward;
-    }
-    for (int l = 0; !rc && l < m->nl; l++) {
-        stats d;
-        stats_delta(&d, &m->ls[l], &m->ls0[l]);
-        fresh->ls[l].n += d.n, fresh->ls[l].wins += d.wins, fresh->ls[l].fails += d.fails,
-            fresh->ls[l].reward += d.reward;
-        json_array_extend(fresh->evidence_new[l], m->evidence_new[l]);
-    }
-    for (int e = 0; !rc && e < m->ng * m->ng; e++) {
-        stats d;
-        stats_delta(&d, &m->es[e], &m->es0[e]);
-        fresh->es[e].n += d.n, fresh->es[e].wins += d.wins, fresh->es[e].fails += d.fails,
-            fresh->es[e].reward += d.reward;
+    if (!rc) {
+        add_delta(fresh->gs, m->gs, m->gs0, m->ng);
+        add_delta(fresh->ls, m->ls, m->ls0, m->nl);
+        add_delta(fresh->es, m->es, m->es0, m->ng * m->ng);
+        for (int l = 0; l < m->nl; l++) json_array_extend(fresh->evidence_new[l], m->evidence_new[l]);
     }
     if (!rc) {
         json_t *doc = htam_to_json(fresh);

@@ -266,6 +266,22 @@ static int retrain(tstate *t, tlm_error *err)
     return rc;
 }
 
+/* The search's progress, through j->o.progress. */
+static void report(tstate *t, const char *phase)
+{
+    pl_job *j = t->j;
+    if (!j->o.progress) return;
+    pl_progress p = {.trials = t->st.trials,
+                     .trials_budget = t->o.trials,
+                     .elapsed_s = tlm_now_s() - t->t0,
+                     .best_s = t->st.best_s,
+                     .first_s = t->st.first_s,
+                     .best_cand = t->st.best_cand,
+                     .round = t->st.rounds,
+                     .phase = phase};
+    j->o.progress(j, &p, j->o.user);
+}
+
 /* A list of schedules with scores. */
 typedef struct {
     space_sched *s;
@@ -549,17 +565,7 @@ static int round_run(tstate *t, int budget, tlm_error *err)
     t->st.rounds++;
     rc = retrain(t, err);
     if (rc) return rc;
-    if (j->o.progress) {
-        pl_progress p = {.trials = t->st.trials,
-                         .trials_budget = t->o.trials,
-                         .elapsed_s = tlm_now_s() - t->t0,
-                         .best_s = t->st.best_s,
-                         .first_s = t->st.first_s,
-                         .best_cand = t->st.best_cand,
-                         .round = t->st.rounds,
-                         .phase = "measure"};
-        j->o.progress(j, &p, j->o.user);
-    }
+    report(t, "measure");
     return tried;
 }
 
@@ -684,17 +690,7 @@ int tune_run(pl_job *j, const tune_opts *o, tune_stats *stats, tlm_error *err)
     }
     if (!rc) rc = confirm(&t, err);
     if (!rc && j->o.mode == PL_MODE_TUNE) rc = state_choose(&t, err);
-    if (j->o.progress && !rc) {
-        pl_progress p = {.trials = t.st.trials,
-                         .trials_budget = t.o.trials,
-                         .elapsed_s = tlm_now_s() - t.t0,
-                         .best_s = t.st.best_s,
-                         .first_s = t.st.first_s,
-                         .best_cand = t.st.best_cand,
-                         .round = t.st.rounds,
-                         .phase = "done"};
-        j->o.progress(j, &p, j->o.user);
-    }
+    if (!rc) report(&t, "done");
     stats_out(&t, stats);
     state_free(&t);
     return rc;

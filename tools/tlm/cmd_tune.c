@@ -184,6 +184,29 @@ static json_t *best_at(const tune_stats *s)
     return o;
 }
 
+/* The pipeline job's options every tune here shares: mode TUNE, records into the store as
+ * they are made, and one input seed (one reference) per job; salt tells jobs apart. */
+static void job_opts(const tune_args *a, tune_ctx *ctx, uint64_t salt, bool progress, pl_opts *po)
+{
+    pl_opts_init(po);
+    po->mode = PL_MODE_TUNE;
+    po->on_records = on_records;
+    po->progress = progress ? on_progress : NULL;
+    po->user = ctx;
+    po->mo.seed = (a->seed + salt) * 0x9e3779b97f4a7c15ull | 1;
+}
+
+/* The search's options from the flags (the strategy is parsed by the caller). */
+static void search_opts(const tune_args *a, const tlm_model *model, tune_opts *o)
+{
+    tune_opts_init(o);
+    o->trials = (int)a->trials;
+    o->seconds = a->seconds;
+    o->seed = a->seed;
+    o->batch = (int)a->batch;
+    o->model = model;
+}
+
 /* --strategy htam: refinement from the starting point, guided by (and teaching) the memory
  * in --store. */
 static int htam_one(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
@@ -199,12 +222,7 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
         return cli_usage_error("tune: --start must be default or tlm");
     if (from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
     pl_opts po;
-    pl_opts_init(&po);
-    po.mode = PL_MODE_TUNE;
-    po.on_records = on_records;
-    po.progress = on_progress;
-    po.user = ctx;
-    po.mo.seed = a->seed * 0x9e3779b97f4a7c15ull | 1;
+    job_opts(a, ctx, 0, true, &po);
     pl_job j;
     int rc = pl_prepare(&j, &w, t, &po, &err);
     space_sched s;
@@ -276,17 +294,7 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
     ir_workload w;
     if (cli_load_workload("--workload", a->wl, &w, &err)) return cli_report(&err);
     pl_opts po;
-    pl_opts_init(&po);
-    po.mode = PL_MODE_TUNE;
-    po.trials = (int)a->trials;
-    po.seconds = a->seconds;
-    po.seed = a->seed;
-    po.strategy = a->strategy;
-    po.model = model;
-    po.on_records = on_records;
-    po.progress = on_progress;
-    po.user = ctx;
-    po.mo.seed = a->seed * 0x9e3779b97f4a7c15ull | 1; /* one reference for the whole search */
+    job_opts(a, ctx, 0, true, &po);
     pl_job j;
     int rc = pl_prepare(&j, &w, t, &po, &err);
     if (rc) {
@@ -294,12 +302,7 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
         return cli_report(&err);
     }
     tune_opts o;
-    tune_opts_init(&o);
-    o.trials = (int)a->trials;
-    o.seconds = a->seconds;
-    o.seed = a->seed;
-    o.batch = (int)a->batch;
-    o.model = model;
+    search_opts(a, model, &o);
     if (tune_strategy_parse(a->strategy, &o.strategy, &err)) {
         pl_job_free(&j);
         return cli_report(&err);
@@ -367,11 +370,7 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
     int prepared = 0;
     for (int i = 0; i < fu.n && !rc; i++) {
         pl_opts po;
-        pl_opts_init(&po);
-        po.mode = PL_MODE_TUNE;
-        po.on_records = on_records;
-        po.user = ctx;
-        po.mo.seed = (a->seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
+        job_opts(a, ctx, (uint64_t)i, false, &po);
         rc = pl_prepare(&jobs[i], &fu.sub[i].wl, t, &po, &err);
         prepared++;
         tasks[i].job = &jobs[i];
@@ -379,12 +378,7 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
         tasks[i].weight = (double)fu.sub[i].count;
     }
     tune_opts o;
-    tune_opts_init(&o);
-    o.trials = (int)a->trials;
-    o.seconds = a->seconds;
-    o.seed = a->seed;
-    o.batch = (int)a->batch;
-    o.model = model;
+    search_opts(a, model, &o);
     if (!rc) rc = tune_strategy_parse(a->strategy, &o.strategy, &err);
     net_ctx nc = {.fu = &fu, .quiet = a->quiet};
     double t0 = tlm_now_s();
