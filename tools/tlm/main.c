@@ -17,6 +17,7 @@
     X(generate)                                                                                    \
     X(tune)                                                                                        \
     X(records)                                                                                     \
+    X(datagen)                                                                                     \
     X(htam)                                                                                        \
     X(run)                                                                                         \
     X(model)

@@ -1,0 +1,382 @@
+/* cmd_datagen.c — `tlm datagen`: measured programs for training the TLM.
+ *
+ *   tlm datagen --store FILE --target T [--suite zoo|FILE] [--per-task N] [--trials-cap N]
+ *               [--budget-measurements M] [--max-gflop G] [--exclude FILE] [--seed S]
+ *               [--list] [--quiet]
+ *
+ * Tasks are the kernels of the zoo's models under augmentations (batch sizes, image sizes,
+ * sequence lengths: the table below), or the workloads of a suite file (bench/suites format
+ * or a JSON array of workloads), deduplicated by workload hash, minus any workload of the
+ * --exclude suite (the validation suite is never trained on) and above --max-gflop (the
+ * measurement cost). Each task gets a measured search (compiler/tune, evolutionary, seeded
+ * by the task) of --per-task trials whose every measurement goes to the store as it is made.
+ *
+ * Resumable and incremental: a task whose workload already has --per-task measurements on
+ * this target in the store is skipped, so a killed run started again continues where it was,
+ * and a larger --per-task or a new suite adds only what is missing. The order of the tasks
+ * is a seeded shuffle, so a run cut short by --budget-measurements still covers every model.
+ * Prints one JSON summary; progress (one line per task) on stderr. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/driver/pipeline.h"
+#include "compiler/frontend/frontend.h"
+#include "compiler/target/target.h"
+#include "compiler/tune/tune.h"
+#include "compiler/util/util.h"
+#include "proto/workload.h"
+#include "store/store.h"
+#include "tools/tlm/cli.h"
+
+static const char datagen_usage[] =
+    "usage: tlm datagen --store FILE --target T [options]\n"
+    "  measured programs for training: a measured search per task, every measurement\n"
+    "  recorded in the store; resumable (tasks already measured are skipped)\n"
+    "options:\n"
+    "  --suite S               zoo (default: the zoo's models, augmented) | FILE (a suite)\n"
+    "  --per-task N            measurements per task (default 24)\n"
+    "  --budget-measurements M stop after M new measurements (default: none)\n"
+    "  --max-gflop G           skip workloads above G GFLOP (default 4)\n"
+    "  --exclude FILE          never take a workload of this suite (the validation suite)\n"
+    "  --seed S                task order and search seeds (default 1)\n"
+    "  --list                  print the tasks (JSON) and measure nothing\n"
+    "  --quiet                 no progress on stderr\n";
+
+/* The augmentations: every zoo model at each of these settings (0 = the model's default). */
+typedef struct {
+    const char *model;
+    fe_zoo_opts opts;
+} zoo_aug;
+
+static const zoo_aug augs[] = {
+    {"resnet50", {1, 224, 0}},        {"resnet50", {1, 160, 0}},
+    {"resnet50", {2, 112, 0}},        {"mobilenet_v2", {1, 224, 0}},
+    {"mobilenet_v2", {1, 160, 0}},    {"mobilenet_v2", {4, 96, 0}},
+    {"efficientnet_b0", {1, 224, 0}}, {"efficientnet_b0", {1, 128, 0}},
+    {"bert_base", {1, 0, 128}},       {"bert_base", {1, 0, 50}},
+    {"bert_base", {2, 0, 200}},       {"bert_base", {1, 0, 384}},
+    {"gpt2", {1, 0, 64}},             {"gpt2", {1, 0, 300}},
+    {"gpt2", {8, 0, 1}},              {"llama_7b", {1, 0, 16}},
+    {"llama_7b", {1, 0, 1}},          {"llama_7b", {1, 0, 33}},
+};
+#define N_AUGS ((int)(sizeof augs / sizeof augs[0]))
+
+typedef struct {
+    ir_workload wl;
+    char hash[IR_HASH_HEX];
+    char name[96];
+    double gflop;
+} dg_task;
+
+typedef struct {
+    dg_task *v;
+    int n, cap;
+} dg_tasks;
+
+typedef struct {
+    const char *store, *tg, *suite, *exclude;
+    uint64_t per_task, budget, seed;
+    double max_gflop;
+    bool list, quiet;
+} dg_args;
+
+static bool has_hash(const dg_tasks *ts, const char *h)
+{
+    for (int i = 0; i < ts->n; i++)
+        if (!strcmp(ts->v[i].hash, h)) return true;
+    return false;
+}
+
+static int add_task(dg_tasks *ts, const ir_workload *w, const char *name, tlm_error *err)
+{
+    char h[IR_HASH_HEX];
+    if (ir_workload_hash_hex(w, h) < 0)
+        return tlm_err_set(err, TLM_EINVAL, "workload", "%s: cannot hash the workload", name);
+    if (has_hash(ts, h)) return 0;
+    if (ts->n == ts->cap) {
+        int cap = ts->cap ? ts->cap * 2 : 64;
+        dg_task *v = realloc(ts->v, (size_t)cap * sizeof *v);
+        if (!v) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+        ts->v = v;
+        ts->cap = cap;
+    }
+    dg_task *t = &ts->v[ts->n++];
+    t->wl = *w;
+    snprintf(t->hash, sizeof t->hash, "%s", h);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    ir_subgraph g;
+    t->gflop = ir_subgraph_build(w, &g, err) ? NAN : (double)ir_subgraph_flops(&g) * 1e-9;
+    return 0;
+}
+
+static int zoo_tasks(dg_tasks *ts, tlm_error *err)
+{
+    for (int a = 0; a < N_AUGS; a++) {
+        fe_graph *g = NULL;
+        fe_fused fu = {0};
+        if (fe_zoo_build(augs[a].model, &augs[a].opts, &g, err) || fe_fuse(g, &fu, err)) {
+            fe_graph_free(g);
+            return err->code ? err->code : TLM_EINVAL;
+        }
+        int rc = 0;
+        for (int i = 0; i < fu.n && !rc; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "%s/b%lld-s%lld/%s", augs[a].model,
+                     (long long)augs[a].opts.batch,
+                     (long long)(augs[a].opts.image_size ? augs[a].opts.image_size
+                                                         : augs[a].opts.seq_len),
+                     fu.sub[i].name);
+            rc = add_task(ts, &fu.sub[i].wl, name, err);
+        }
+        fe_fused_free(&fu);
+        fe_graph_free(g);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* A suite file: {"workloads": [{"name", "workload"}, ...]} (bench/suites) or [workload, ...]. */
+static int suite_tasks(const char *path, dg_tasks *ts, tlm_error *err)
+{
+    size_t len = 0;
+    char *text = cli_read_file("--suite", path, &len, err);
+    if (!text) return err->code;
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!doc)
+        return tlm_err_set(err, TLM_EINVAL, "--suite", "%s: line %d: %s", path, je.line, je.text);
+    json_t *arr = json_is_array(doc) ? doc : json_object_get(doc, "workloads");
+    int rc = json_is_array(arr) ? 0
+                                : tlm_err_set(err, TLM_EINVAL, "--suite",
+                                              "%s: expected an array or {\"workloads\": [...]}", path);
+    size_t i;
+    json_t *it;
+    json_array_foreach(arr, i, it)
+    {
+        if (rc) break;
+        json_t *wj = json_object_get(it, "workload");
+        const char *nm = json_string_value(json_object_get(it, "name"));
+        char name[96];
+        snprintf(name, sizeof name, "%s", nm ? nm : "");
+        if (!nm) snprintf(name, sizeof name, "%s[%zu]", path, i);
+        ir_workload w;
+        if (proto_workload_decode(wj ? wj : it, &w, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            rc = tlm_err_set(err, TLM_EINVAL, "--suite", "%s: %s", name, msg);
+            break;
+        }
+        rc = add_task(ts, &w, name, err);
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
+{
+    memset(a, 0, sizeof *a);
+    a->suite = "zoo";
+    a->per_task = 24;
+    a->seed = 1;
+    a->max_gflop = 4;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            fputs(datagen_usage, stdout);
+            return -1;
+        }
+        if (!strcmp(k, "--list")) {
+            a->list = true;
+            continue;
+        }
+        if (!strcmp(k, "--quiet")) {
+            a->quiet = true;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_usage_error("datagen: %s needs a value", k);
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(k, "--store"))
+            a->store = v;
+        else if (!strcmp(k, "--target"))
+            a->tg = v;
+        else if (!strcmp(k, "--suite"))
+            a->suite = v;
+        else if (!strcmp(k, "--exclude"))
+            a->exclude = v;
+        else if (!strcmp(k, "--per-task"))
+            rc = cli_parse_u64("--per-task", v, 100000, &a->per_task, err);
+        else if (!strcmp(k, "--budget-measurements"))
+            rc = cli_parse_u64("--budget-measurements", v, UINT32_MAX, &a->budget, err);
+        else if (!strcmp(k, "--seed"))
+            rc = cli_parse_u64("--seed", v, UINT64_MAX, &a->seed, err);
+        else if (!strcmp(k, "--max-gflop")) {
+            char *end = NULL;
+            a->max_gflop = strtod(v, &end);
+            if (!end || *end || !(a->max_gflop > 0))
+                rc = tlm_err_set(err, TLM_EINVAL, "--max-gflop", "expected a number > 0, got '%s'", v);
+        } else {
+            fputs(datagen_usage, stderr);
+            return cli_usage_error("datagen: unknown option '%s'", k);
+        }
+        if (rc) return cli_report(err);
+    }
+    if (!a->tg) return cli_usage_error("datagen: --target is required");
+    if (!a->store && !a->list) return cli_usage_error("datagen: --store is required");
+    if (!a->per_task) return cli_usage_error("datagen: --per-task must be >= 1");
+    return 0;
+}
+
+typedef struct {
+    store *st;
+    int stored;
+} dg_ctx;
+
+static void on_records(const pl_job *j, int from, int to, void *user)
+{
+    dg_ctx *c = user;
+    int n = 0;
+    tlm_error e;
+    if (store_pl_records(c->st, j, from, to, "none", &n, &e))
+        fprintf(stderr, "tlm: datagen: storing records: %s\n", e.msg);
+    c->stored += n;
+}
+
+/* Measurements the store already holds for this workload on this target (any status: a
+ * schedule that failed is a label too). */
+static int measured(store *st, const char *wh, const char *th, int cap, tlm_error *err)
+{
+    store_measurement *ms = NULL;
+    size_t n = 0;
+    if (store_measurements_list(st, wh, th, cap, &ms, &n, err)) return -1;
+    store_measurements_free(ms, n);
+    return (int)n;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int run_datagen(int argc, char **argv)
+{
+    dg_args a;
+    tlm_error err;
+    tlm_err_clear(&err);
+    int prc = parse(argc, argv, &a, &err);
+    if (prc) return prc < 0 ? CLI_OK : prc;
+    target t;
+    if (target_parse(a.tg, &t, &err)) return cli_report(&err);
+    dg_tasks ts = {0}, ex = {0};
+    int rc = !strcmp(a.suite, "zoo") ? zoo_tasks(&ts, &err) : suite_tasks(a.suite, &ts, &err);
+    if (!rc && a.exclude) rc = suite_tasks(a.exclude, &ex, &err);
+    if (rc) {
+        free(ts.v);
+        free(ex.v);
+        return cli_report(&err);
+    }
+    /* drop excluded and too-large workloads, then a seeded shuffle */
+    int kept = 0, excluded = 0, large = 0;
+    for (int i = 0; i < ts.n; i++) {
+        if (has_hash(&ex, ts.v[i].hash))
+            excluded++;
+        else if (!(ts.v[i].gflop <= a.max_gflop))
+            large++;
+        else
+            ts.v[kept++] = ts.v[i];
+    }
+    ts.n = kept;
+    free(ex.v);
+    uint64_t rs = a.seed;
+    for (int i = ts.n - 1; i > 0; i--) {
+        int k = (int)(splitmix(&rs) % (uint64_t)(i + 1));
+        dg_task tmp = ts.v[i];
+        ts.v[i] = ts.v[k];
+        ts.v[k] = tmp;
+    }
+    if (a.list) {
+        json_t *arr = json_array();
+        for (int i = 0; i < ts.n; i++)
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:f}", "name", ts.v[i].name,
+                                                 "op", ir_op_get(ts.v[i].wl.op)->name,
+                                                 "workload_hash", ts.v[i].hash, "gflop",
+                                                 ts.v[i].gflop));
+        json_t *r = json_pack("{s:i, s:i, s:i, s:o}", "tasks", ts.n, "excluded", excluded,
+                              "too_large", large, "list", arr);
+        int out = cli_print_json(r);
+        json_decref(r);
+        free(ts.v);
+        return out;
+    }
+    dg_ctx ctx = {0};
+    ctx.st = store_open(a.store, NULL, &err);
+    if (!ctx.st) {
+        free(ts.v);
+        err.code = TLM_EINVAL;
+        snprintf(err.field, sizeof err.field, "--store");
+        return cli_report(&err);
+    }
+    tune_register();
+    double t0 = tlm_now_s();
+    int done = 0, skipped = 0, failed = 0;
+    for (int i = 0; i < ts.n; i++) {
+        if (a.budget && (uint64_t)ctx.stored >= a.budget) break;
+        pl_opts po;
+        pl_opts_init(&po);
+        po.mode = PL_MODE_TUNE;
+        po.on_records = on_records;
+        po.user = &ctx;
+        po.mo.seed = (a.seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
+        pl_job j;
+        tlm_error e;
+        tlm_err_clear(&e);
+        if (pl_prepare(&j, &ts.v[i].wl, &t, &po, &e)) {
+            fprintf(stderr, "tlm: datagen: %s: %s\n", ts.v[i].name, e.msg);
+            pl_job_free(&j);
+            failed++;
+            continue;
+        }
+        int have = measured(ctx.st, j.whash, j.target_hash, (int)a.per_task, &e);
+        if (have >= (int)a.per_task) {
+            skipped++;
+            pl_job_free(&j);
+            continue;
+        }
+        tune_opts o;
+        tune_opts_init(&o);
+        o.trials = (int)a.per_task;
+        o.seed = a.seed * 1000003u + (uint64_t)i;
+        o.confirm = 1; /* one second look: the label is the best, not the luckiest */
+        int before = ctx.stored;
+        tune_stats s = {0};
+        int trc = tune_run(&j, &o, &s, &e);
+        done++;
+        if (trc) failed++;
+        if (!a.quiet)
+            fprintf(stderr,
+                    "datagen: %d/%d %s (%.3f GFLOP): %d records, best %.4f ms, default %.4f ms, "
+                    "%.0f s elapsed%s%s\n",
+                    i + 1, ts.n, ts.v[i].name, ts.v[i].gflop, ctx.stored - before,
+                    trc ? NAN : s.best_s * 1e3, trc ? NAN : s.default_s * 1e3, tlm_now_s() - t0,
+                    trc ? ": " : "", trc ? e.msg : "");
+        tune_stats_free(&s);
+        pl_job_free(&j);
+    }
+    json_t *r = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "target", t.name,
+                          "tasks", ts.n, "tuned", done, "skipped", skipped, "failed", failed,
+                          "excluded", excluded, "too_large", large, "measurements", ctx.stored,
+                          "elapsed_s", tlm_now_s() - t0);
+    int out = cli_print_json(r);
+    json_decref(r);
+    store_close(ctx.st);
+    free(ts.v);
+    return out;
+}
+
+const cli_cmd cli_cmd_datagen = {"datagen", "measured programs for training the TLM", run_datagen};
