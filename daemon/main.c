@@ -461,58 +461,6 @@ static void on_async(uv_async_t *a)
 
 /* ---- start-up helpers ---- */
 
-static int sha256_file(const char *path, char hex[65])
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return TLM_EIO;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    unsigned char buf[65536];
-    size_t n;
-    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0)
-        ok = EVP_DigestUpdate(ctx, buf, n);
-    unsigned char md[32];
-    unsigned int len = 0;
-    ok = ok && !ferror(f) && EVP_DigestFinal_ex(ctx, md, &len) && len == 32;
-    EVP_MD_CTX_free(ctx);
-    fclose(f);
-    if (!ok) return TLM_EIO;
-    tlm_hex(md, 32, hex);
-    return 0;
-}
-
-/* The weights are "trained" only when the MANIFEST next to the weight file has a line
- * "trained = true" (or "trained: true") and, when it names the file's hash ("sha256 = HEX"),
- * that hash is this file's: a manifest written for other weights does not vouch for these.
- * A freshly initialised model never has one. */
-static bool weights_trained(const char *weights, const char *sha)
-{
-    char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s", weights);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    snprintf(path, sizeof path, "%s/MANIFEST", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    char line[512];
-    bool trained = false, sha_ok = true;
-    while (fgets(line, sizeof line, f)) {
-        char *s = trim(line);
-        if (!strncmp(s, "trained", 7)) {
-            s = trim(s + 7);
-            if (*s == '=' || *s == ':') trained = !strncmp(trim(s + 1), "true", 4);
-        } else if (!strncmp(s, "sha256", 6)) {
-            s = trim(s + 6);
-            if (*s == '=' || *s == ':') sha_ok = !strncasecmp(trim(s + 1), sha, 64);
-        }
-    }
-    fclose(f);
-    return trained && sha_ok;
-}
-
 /* Decides what generate serves (see the usage text). Returns 0, or 2 (exit status) after
  * printing why to stderr and the log. */
 static int setup_weights(tlmd_config *c)
@@ -544,8 +492,9 @@ static int setup_weights(tlmd_config *c)
         return 0;
     }
     tlm_model *m = NULL;
+    bool trained = false;
     if (tlm_model_load(c->weights, lang_vocab_size(), vh, &m, &err) ||
-        sha256_file(c->weights, srv.env.weights_sha)) {
+        ((trained = tlm_weights_trained(c->weights, srv.env.weights_sha)), !srv.env.weights_sha[0])) {
         if (!err.msg[0]) tlm_err_set(&err, TLM_EIO, "file", "cannot read it");
         const char *who = is_default                           ? "weights"
                           : !strcmp(c->weights_from, "config") ? "weights (config file)"
@@ -562,7 +511,7 @@ static int setup_weights(tlmd_config *c)
     snprintf(srv.env.weights_loaded, sizeof srv.env.weights_loaded, "%s", c->weights);
     srv.env.weights_cfg = m->cfg;
     srv.env.weights_params = m->n_params;
-    srv.env.weights_trained = weights_trained(c->weights, srv.env.weights_sha);
+    srv.env.weights_trained = trained;
     if (srv.env.weights_trained || c->serve_untrained) {
         srv.model = m;
         srv.env.model = m;

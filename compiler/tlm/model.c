@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -457,4 +458,45 @@ int tlm_model_load(const char *path, int expect_vocab_size, const uint8_t *expec
     int rc = load_fd(fd, path, expect_vocab_size, expect_vocab_hash, out, err);
     close(fd);
     return rc;
+}
+
+static char *manifest_trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = 0;
+    return s;
+}
+
+bool tlm_weights_trained(const char *path, char sha_hex[65])
+{
+    char sha[65];
+    if (tlm_sha256_file_hex(path, sha)) sha[0] = 0;
+    if (sha_hex) memcpy(sha_hex, sha, sizeof sha);
+    if (!sha[0]) return false;
+    char dir[1024], mpath[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(mpath, sizeof mpath, "%s/MANIFEST", dir);
+    FILE *f = fopen(mpath, "r");
+    if (!f) return false;
+    char line[512];
+    bool trained = false, sha_ok = false;
+    while (fgets(line, sizeof line, f)) {
+        char *s = manifest_trim(line);
+        if (!strncmp(s, "trained", 7)) {
+            s = manifest_trim(s + 7);
+            if (*s == '=' || *s == ':') trained = !strcmp(manifest_trim(s + 1), "true");
+        } else if (!strncmp(s, "sha256", 6)) {
+            s = manifest_trim(s + 6);
+            if (*s == '=' || *s == ':') sha_ok = !strcasecmp(manifest_trim(s + 1), sha);
+        }
+    }
+    fclose(f);
+    return trained && sha_ok;
 }

@@ -50,6 +50,7 @@
 #ifndef TLM_TLM_H
 #define TLM_TLM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -120,6 +121,13 @@ int tlm_model_load(const char *path, int expect_vocab_size, const uint8_t *expec
                    tlm_model **out, tlm_error *err);
 /* Writes the model atomically (PATH.tmp.PID, then rename). */
 int tlm_model_save(const tlm_model *m, const char *path, tlm_error *err);
+
+/* Whether the weight file at path is trained: the MANIFEST next to it (same directory) says
+ * "trained = true" (or "trained: true") AND names this file's SHA-256 ("sha256 = HEX"), so a
+ * manifest written for other weights, or one naming no hash, never vouches for a file. A
+ * freshly initialised model has none. sha_hex (may be NULL) receives the file's SHA-256
+ * (hex, "" when unreadable). Any thread. */
+bool tlm_weights_trained(const char *path, char sha_hex[65]);
 
 /* ---- KV cache: one per sequence ---- */
 

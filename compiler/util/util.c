@@ -1,5 +1,6 @@
 #include "compiler/util/util.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -50,6 +51,26 @@ int tlm_sha256_hex(const void *p, size_t n, char hex[65])
         hex[0] = 0;
         return rc;
     }
+    tlm_hex(md, 32, hex);
+    return 0;
+}
+
+int tlm_sha256_file_hex(const char *path, char hex[65])
+{
+    hex[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return TLM_EIO;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    unsigned char buf[65536];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) ok = EVP_DigestUpdate(ctx, buf, n);
+    unsigned char md[32];
+    unsigned int len = 0;
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(ctx, md, &len) && len == 32;
+    EVP_MD_CTX_free(ctx);
+    fclose(f);
+    if (!ok) return TLM_EIO;
     tlm_hex(md, 32, hex);
     return 0;
 }

@@ -22,5 +22,7 @@ void tlm_hex(const void *bytes, size_t n, char *out);
  * context (the only way SHA-256 can fail); then out is zeroed / hex is "". */
 int tlm_sha256(const void *p, size_t n, uint8_t out[32]);
 int tlm_sha256_hex(const void *p, size_t n, char hex[65]);
+/* SHA-256 of a whole file, streamed; TLM_EIO when it cannot be read. */
+int tlm_sha256_file_hex(const char *path, char hex[65]);
 
 #endif

@@ -15,7 +15,9 @@ static const char model_usage[] =
     "usage: tlm model init --layers L --heads H --dim D --ctx N [--seed S] -o FILE\n"
     "       tlm model info FILE\n"
     "  init writes a randomly initialised GPT-2 whose vocabulary is the tensor language's\n"
-    "  (its size and hash are recorded in the file); info prints a file's header as JSON.\n";
+    "  (its size and hash are recorded in the file); info prints a file's header as JSON, with\n"
+    "  \"trained\": true only when the MANIFEST beside the file says trained = true and names\n"
+    "  the file's SHA-256.\n";
 
 static int init(int argc, char **argv)
 {
@@ -79,10 +81,13 @@ static int info(int argc, char **argv)
     lang_vocab_hash(vh);
     char hex[65];
     tlm_hex(m->vocab_hash, 32, hex);
+    char sha[65];
+    bool trained = tlm_weights_trained(argv[1], sha);
     printf("{\"path\": \"%s\", \"params\": %zu, \"layers\": %d, \"heads\": %d, \"dim\": %d, "
-           "\"ctx\": %d, \"vocab\": %d, \"vocab_hash\": \"%s\", \"matches_language\": %s}\n",
+           "\"ctx\": %d, \"vocab\": %d, \"vocab_hash\": \"%s\", \"sha256\": \"%s\", "
+           "\"trained\": %s, \"matches_language\": %s}\n",
            argv[1], m->n_params, m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.n_ctx,
-           m->cfg.vocab_size, hex,
+           m->cfg.vocab_size, hex, sha, trained ? "true" : "false",
            m->cfg.vocab_size == lang_vocab_size() && !memcmp(vh, m->vocab_hash, 32) ? "true"
                                                                                      : "false");
     tlm_model_free(m);
