@@ -66,7 +66,7 @@ DAEMON_LIBS   = $(call once,DAEMON_LIBS,pkg-config --libs libmicrohttpd libuv li
 TEST_BIN      := $(patsubst tests/%.c,$(SAN)/tests/%,$(TEST_SRC))
 BENCH_BIN     := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-check-build deps-check-test deps-check-bench deps-check-fuzz test \
+.PHONY: all weights deps deps-check-build deps-check-test deps-check-bench deps-check-fuzz test \
     test-build run bench fuzz install clean format
 .DEFAULT_GOAL := all
 
@@ -199,6 +199,11 @@ run: deps all
 	@mkdir -p var
 	exec $(BUILD)/tlmd
 
+# `make weights`: model_weights/tlm.bin and its MANIFEST from the committed records
+# (model_weights/data/*.jsonl.gz), reproducibly (scripts/make_weights.sh).
+weights: deps all
+	./scripts/make_weights.sh
+
 bench: deps all $(BENCH_BIN)
 	@./bench/run.sh
 
@@ -212,6 +217,8 @@ install: all
 	[ -f $(DESTDIR)/etc/tlmd/tlmd.conf ] || install -m 0644 systemd/tlmd.conf $(DESTDIR)/etc/tlmd/tlmd.conf
 	[ ! -f model_weights/tlm.bin ] || install -D -m 0644 model_weights/tlm.bin \
 	    $(DESTDIR)$(PREFIX)/share/tlmd/tlm.bin
+	[ ! -f model_weights/MANIFEST ] || install -D -m 0644 model_weights/MANIFEST \
+	    $(DESTDIR)$(PREFIX)/share/tlmd/MANIFEST
 	install -m 0644 $(BUILD)/libtlm.a $(BUILD)/libtlmproto.a $(DESTDIR)$(PREFIX)/lib/
 	for h in compiler/*/*.h proto/*.h; do \
 	    install -D -m 0644 $$h $(DESTDIR)$(PREFIX)/include/tlm/$$h; done
