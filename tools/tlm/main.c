@@ -18,6 +18,7 @@
     X(tune)                                                                                        \
     X(records)                                                                                     \
     X(datagen)                                                                                     \
+    X(train)                                                                                       \
     X(eval)                                                                                        \
     X(htam)                                                                                        \
     X(run)                                                                                         \
