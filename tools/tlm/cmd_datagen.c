@@ -2,7 +2,7 @@
  *
  *   tlm datagen --store FILE --target T [--suite zoo|FILE] [--per-task N] [--trials-cap N]
  *               [--budget-measurements M] [--max-gflop G] [--exclude FILE] [--seed S]
- *               [--list] [--quiet]
+ *               [--weights F] [--list] [--quiet]
  *
  * Tasks are the kernels of the zoo's models under augmentations (batch sizes, image sizes,
  * sequence lengths: the table below), or the workloads of a suite file (bench/suites format
@@ -15,6 +15,9 @@
  * this target in the store is skipped, so a killed run started again continues where it was,
  * and a larger --per-task or a new suite adds only what is missing. The order of the tasks
  * is a seeded shuffle, so a run cut short by --budget-measurements still covers every model.
+ * With --weights (a round of the learning loop: generate, measure, fine-tune) the model's
+ * beam joins every search's first round, so the schedules it writes are measured beside the
+ * default and the samples, and the next `tlm train` learns from its hits and misses.
  * Prints one JSON summary; progress (one line per task) on stderr. */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +26,9 @@
 
 #include "compiler/driver/pipeline.h"
 #include "compiler/frontend/frontend.h"
+#include "compiler/lang/lang.h"
 #include "compiler/target/target.h"
+#include "compiler/tlm/tlm.h"
 #include "compiler/tune/tune.h"
 #include "compiler/util/util.h"
 #include "proto/workload.h"
@@ -41,6 +46,8 @@ static const char datagen_usage[] =
     "  --max-gflop G           skip workloads above G GFLOP (default 4)\n"
     "  --exclude FILE          never take a workload of this suite (the validation suite)\n"
     "  --seed S                task order and search seeds (default 1)\n"
+    "  --weights F             a round of the learning loop: the model's beam joins each\n"
+    "                          search's first round, so its schedules get measured too\n"
     "  --list                  print the tasks (JSON) and measure nothing\n"
     "  --quiet                 no progress on stderr\n";
 
@@ -76,7 +83,7 @@ typedef struct {
 } dg_tasks;
 
 typedef struct {
-    const char *store, *tg, *suite, *exclude;
+    const char *store, *tg, *suite, *exclude, *weights;
     uint64_t per_task, budget, seed;
     double max_gflop;
     bool list, quiet;
@@ -207,6 +214,8 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
             a->suite = v;
         else if (!strcmp(k, "--exclude"))
             a->exclude = v;
+        else if (!strcmp(k, "--weights"))
+            a->weights = v;
         else if (!strcmp(k, "--per-task"))
             rc = cli_parse_u64("--per-task", v, 100000, &a->per_task, err);
         else if (!strcmp(k, "--budget-measurements"))
@@ -314,10 +323,22 @@ static int run_datagen(int argc, char **argv)
         free(ts.v);
         return out;
     }
+    tlm_model *model = NULL;
+    if (a.weights) {
+        uint8_t vh[32];
+        lang_vocab_hash(vh);
+        if (tlm_model_load(a.weights, lang_vocab_size(), vh, &model, &err)) {
+            free(ts.v);
+            err.code = TLM_EINVAL;
+            snprintf(err.field, sizeof err.field, "--weights");
+            return cli_report(&err);
+        }
+    }
     dg_ctx ctx = {0};
     ctx.st = store_open(a.store, NULL, &err);
     if (!ctx.st) {
         free(ts.v);
+        tlm_model_free(model);
         err.code = TLM_EINVAL;
         snprintf(err.field, sizeof err.field, "--store");
         return cli_report(&err);
@@ -352,7 +373,8 @@ static int run_datagen(int argc, char **argv)
         tune_opts_init(&o);
         o.trials = (int)a.per_task;
         o.seed = a.seed * 1000003u + (uint64_t)i;
-        o.confirm = 1; /* one second look: the label is the best, not the luckiest */
+        o.confirm = 1;
+        o.model = model; /* one second look: the label is the best, not the luckiest */
         int before = ctx.stored;
         tune_stats s = {0};
         int trc = tune_run(&j, &o, &s, &e);
@@ -375,6 +397,7 @@ static int run_datagen(int argc, char **argv)
     int out = cli_print_json(r);
     json_decref(r);
     store_close(ctx.st);
+    tlm_model_free(model);
     free(ts.v);
     return out;
 }
