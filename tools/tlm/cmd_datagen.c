@@ -371,7 +371,7 @@ static int run_datagen(int argc, char **argv)
         }
         tune_opts o;
         tune_opts_init(&o);
-        o.trials = (int)a.per_task;
+        o.trials = (int)a.per_task - (have > 0 ? have : 0); /* only what is missing */
         o.seed = a.seed * 1000003u + (uint64_t)i;
         o.confirm = 1;
         o.model = model; /* one second look: the label is the best, not the luckiest */
