@@ -14,9 +14,9 @@
  *    the axis (the outermost level is the quotient; codegen emits no guards). CPU spatial tiles
  *    may also take a ladder of non-divisors (1..8, powers of two, multiples of the vector
  *    lanes) when the axis padded through that level stays within space_pad_limit (~15 %,
- *    25 % below 64): level 0 is then the rounded-up quotient, space_padded_extent the product of
- * all levels, and codegen bounds the tile loops and clamps the loads of edge register tiles, never
- * storing a padded point. Zero padding of convolutions is handled by select().
+ *    25 % below 64): level 0 is then the rounded-up quotient, space_padded_extent the product of all
+ *    levels, and codegen bounds the tile loops and clamps the loads of edge register tiles,
+ *    never storing a padded point. Zero padding of convolutions is handled by select().
  *  - Sampling is uniform per slot over legal values (not uniform over complete schedules).
  *  - The default schedule is a deterministic rule of thumb; it is always legal.
  *
@@ -31,24 +31,30 @@
  *             space_cpu_tile_lanes): 0 scalar, 1 the last spatial axis, v the v-th innermost
  *             (any spatial axis of extent >= CPU_VEC_AXIS_MIN when there is a reduction:
  *             conv filters, GEMM rows); then for each spatial axis TILE levels 3,2,1; for each
- *             reduction axis TILE level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0
- * and s1}; UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop); PACK {0,1} (anchors with a
- * reduction): copy, per r0 chunk, every operand that depends on the vector axis into a local buffer
- * laid out in the order the register tile reads it, the vector axis innermost (a cache_read stage:
- * it removes the large-stride, cache set-conflicting walk over B rows in a GEMM, and turns strided
- * reads — Bᵀ, stride-2 convolution inputs, conv filters along F — into contiguous vectors); legal
- * when vectorising and the buffers fit CPU_PACK_MAX floats. CPU_ROWS  (softmax, layer_norm,
- * rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes (spatial axes shared by every stage)
- * are fused and parallelised; each stage runs per row with vectorised inner loops. slots: ROWS
- * (rows per task, a divisor of the row count), PARALLEL {0,1}, VECTORIZE {0,1}, UNROLL {0,16,64}.
+ *             reduction axis TILE level 1; PARALLEL {0: serial, 1: fuse+parallelise s0, 2: fuse s0 and s1};
+ *             UNROLL {0,16,64,512} (auto_unroll_max_step on the r1 loop);
+ *             PACK {0,1} (anchors with a reduction): copy, per r0 chunk, every operand that
+ *             depends on the vector axis into a local buffer laid out in the order the
+ *             register tile reads it, the vector axis innermost (a cache_read stage: it
+ *             removes the large-stride, cache set-conflicting walk over B rows in a GEMM, and
+ *             turns strided reads — Bᵀ, stride-2 convolution inputs, conv filters along F —
+ *             into contiguous vectors); legal when vectorising and the buffers fit
+ *             CPU_PACK_MAX floats.
+ *   CPU_ROWS  (softmax, layer_norm, rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes
+ *             (spatial axes shared by every stage) are fused and parallelised; each stage runs
+ *             per row with vectorised inner loops.
+ *             slots: ROWS (rows per task, a divisor of the row count), PARALLEL {0,1},
+ *             VECTORIZE {0,1}, UNROLL {0,16,64}.
  *   CPU_WINDOW (depthwise_conv2d, max_pool2d, avg_pool2d in NCHW whose packed plane fits a
- *             thread's stack, 384 KiB; larger planes and NHWC stay CPU_TILE): one task per (n, c)
- * plane (parallel); the kernel first packs the plane's input rows, zero (or -inf) padded, split
- * into `stride` column phases, so that every window tap reads contiguous vectors along OW (stride
- * 2: even and odd columns); then an (oh rows x ow columns) register tile of accumulators walks the
- * input rows of its window once, each loaded vector feeding every output row that uses it, the taps
- *             as broadcasts. Tiles need not divide OH or OW (the packed plane and a row buffer
- *             cover the rounded-up extents; only real points are stored, through the epilogue).
+ *             thread's stack, 384 KiB; larger planes, strides past 16 and NHWC stay CPU_TILE):
+ *             one task per (n, c) plane (parallel); the kernel first packs the plane's input
+ *             rows, zero (or -inf) padded, split into `stride` column phases, so that every
+ *             window tap reads contiguous vectors along OW (stride 2: even and odd columns);
+ *             then an (oh rows x ow columns) register tile of accumulators walks the input
+ *             rows of its window once, each loaded vector feeding every output row that uses
+ *             it, the taps as broadcasts. Tiles need not divide OH or OW (the packed plane and
+ *             a row buffer cover the rounded-up extents; only real points are stored, through
+ *             the epilogue).
  *             slots: VECTORIZE {0,1} (vectors of the target's lanes along OW), TILE ow level 3
  *             (register tile columns: 1..4 vectors, or 1..8 scalars), TILE oh level 3
  *             (register rows: 1..8; rows x vectors within the register budget), PARALLEL {0,1}.
