@@ -943,6 +943,14 @@ static int gen_window(cgc *c, const char *entry)
     if (W > 1) {
         c->W = W;
         emit_vec_helpers(c);
+        /* a > x ? a : x lane-wise as one compare and a blend (tlm_v_max's lane loop is not
+         * vectorised by GCC); a NaN in x propagates as in the reference */
+        cg_line(b, 0, "typedef int32_t tlm_wi __attribute__((vector_size(%d)));", 4 * W);
+        cg_line(b, 0, "static inline tlm_vf tlm_w_max(tlm_vf a, tlm_vf x)");
+        cg_line(b, 0, "{");
+        cg_line(b, 1, "tlm_wi m = a > x;");
+        cg_line(b, 1, "return (tlm_vf)(((tlm_wi)a & m) | ((tlm_wi)x & ~m));");
+        cg_line(b, 0, "}");
     }
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
@@ -1041,7 +1049,7 @@ static int gen_window(cgc *c, const char *entry)
                     for (int64_t v = 0; v < NV; v++) {
                         if (maxr)
                             cg_line(b, 6, "a%lld_%lld = %s(a%lld_%lld, x%lld_%lld);", (long long)i,
-                                    (long long)v, W > 1 ? "tlm_v_max" : "tlm_max", (long long)i,
+                                    (long long)v, W > 1 ? "tlm_w_max" : "tlm_max", (long long)i,
                                     (long long)v, (long long)kw, (long long)v);
                         else if (wn)
                             cg_line(b, 6, "a%lld_%lld += x%lld_%lld * wt[%lld];", (long long)i,
