@@ -897,6 +897,205 @@ static int gen_tile(cgc *c, const char *entry)
     return 0;
 }
 
+/* ---- CPU_WINDOW ---- */
+
+/* Depthwise conv / max pool / avg pool in NCHW (space.h CPU_WINDOW). Per (n, c) plane:
+ *   Q[r][ph][j] = the zero (-inf) padded input row r at column j * SW + ph
+ * so tap (kh, kw) of output (oh, ow) is Q[oh * SH + kh * DH][(kw * DW) % SW][ow + kw * DW / SW],
+ * contiguous along ow whatever the stride. The register tile (R rows x NV vectors) walks the
+ * input rows its window covers once: each loaded vector feeds every (row, kh) that reads it.
+ * Accumulators go to a row buffer; the epilogue stores the real points. */
+static int gen_window(cgc *c, const char *entry)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const ir_stage *a = c->a;
+    const space *sp = c->sp;
+    /* the input load, the weight load (depthwise) and the padding's fill value */
+    int lx = -1, lw = -1;
+    double fill = 0.0;
+    for (int id = 0; id < a->n_expr; id++) {
+        const ir_expr *e = &a->expr[id];
+        if (e->kind == IR_E_LOAD && g->tensor[e->tensor].ndim == 4) lx = id;
+        if (e->kind == IR_E_LOAD && g->tensor[e->tensor].ndim == 3) lw = id;
+        if (e->kind == IR_E_SELECT) fill = a->expr[e->b].value;
+    }
+    if (lx < 0) return TLM_EINVAL;
+    const ir_expr *X = &a->expr[lx];
+    const ir_tensor *xt = &g->tensor[X->tensor];
+    int64_t H = xt->shape[2], Wd = xt->shape[3];
+    int64_t SH = X->idx[2].coef[2], DH = X->idx[2].coef[4], PH = -X->idx[2].off;
+    int64_t SW = X->idx[3].coef[3], DW = X->idx[3].coef[5], PW = -X->idx[3].off;
+    int64_t N = a->extent[0], C = a->extent[1], OH = a->extent[2], OW = a->extent[3];
+    int64_t KH = a->extent[4], KW = a->extent[5];
+    bool maxr = a->reduce == IR_RED_MAX;
+    int W = space_window_lanes(sp, c->s, sp->n_slot);
+    int64_t CO = space_tile(sp, c->s, 3, 3), R = space_tile(sp, c->s, 2, 3);
+    int64_t NV = CO / W, OHB = (OH + R - 1) / R, OWB = (OW + CO - 1) / CO;
+    int64_t OHc = OHB * R, OWc = OWB * CO;
+    int64_t HP = (OHc - 1) * SH + (KH - 1) * DH + 1;
+    int64_t WQ = OWc + (KW - 1) * DW / SW + 1;
+    int64_t span = (R - 1) * SH + (KH - 1) * DH + 1; /* padded input rows of a register tile */
+    bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
+    char fl[64];
+    cg_float_literal(fill, fl, sizeof fl);
+    const char *ty = W > 1 ? "tlm_vf" : "float";
+    if (W > 1) {
+        c->W = W;
+        emit_vec_helpers(c);
+        /* a > x ? a : x lane-wise as one compare and a blend (tlm_v_max's lane loop is not
+         * vectorised by GCC); a NaN in x propagates as in the reference */
+        cg_line(b, 0, "typedef int32_t tlm_wi __attribute__((vector_size(%d)));", 4 * W);
+        cg_line(b, 0, "static inline tlm_vf tlm_w_max(tlm_vf a, tlm_vf x)");
+        cg_line(b, 0, "{");
+        cg_line(b, 1, "tlm_wi m = a > x;");
+        cg_line(b, 1, "return (tlm_vf)(((tlm_wi)a & m) | ((tlm_wi)x & ~m));");
+        cg_line(b, 0, "}");
+    }
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    const char *xn = c->nm.tensor[X->tensor];
+    const char *wn = lw >= 0 ? c->nm.tensor[a->expr[lw].tensor] : NULL;
+    /* Q (HP x SW x WQ) and the row buffer (R x OWc) on each thread's stack: the space bounds
+     * them (CPU_WINDOW_FLOATS_MAX in space.c) */
+    int64_t qn = HP * SW * WQ, rb = R * OWc;
+    if (par) cg_line(b, 1, "#pragma omp parallel");
+    cg_line(b, 1, "{");
+    cg_line(b, 2, "float Q[%lld] __attribute__((aligned(64)));", (long long)qn);
+    cg_line(b, 2, "float rowbuf[%lld] __attribute__((aligned(64)));", (long long)rb);
+    if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
+    cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(N * C));
+    cg_line(b, 3, "const int64_t %s = task / %lld, %s = task %% %lld;", a->axis[0], (long long)C,
+            a->axis[1], (long long)C);
+    cg_line(b, 3, "const float *const xp = %s + task * %lld;", xn, (long long)(H * Wd));
+    if (wn)
+        cg_line(b, 3, "const float *const wt = %s + %s * %lld;", wn, a->axis[1],
+                (long long)(KH * KW));
+    /* pack the plane: rows outside the input are fill; inside, each phase's columns */
+    cg_line(b, 3, "for (int64_t r = 0; r < %lld; r++) {", (long long)HP);
+    cg_line(b, 4, "const int64_t ih = r - %lld;", (long long)PH);
+    cg_line(b, 4, "float *const q = Q + r * %lld;", (long long)(SW * WQ));
+    cg_line(b, 4, "if (ih < 0 || ih >= %lld) {", (long long)H);
+    cg_line(b, 5, "for (int64_t j = 0; j < %lld; j++) q[j] = %s;", (long long)(SW * WQ), fl);
+    cg_line(b, 5, "continue;");
+    cg_line(b, 4, "}");
+    cg_line(b, 4, "const float *const xr = xp + ih * %lld;", (long long)Wd);
+    /* columns j of phase ph with 0 <= j * SW + ph - PW < Wd: [lo[ph], hi[ph]); the range
+     * every phase has, [clo, chi), is one loop writing all phases (stride 2: one pair of
+     * loads deinterleaved into two rows) */
+    int64_t lo[16], hi[16], clo = 0, chi = WQ;
+    for (int64_t ph = 0; ph < SW; ph++) { /* SW <= 16 (window_family) */
+        lo[ph] = PW - ph > 0 ? (PW - ph + SW - 1) / SW : 0;
+        hi[ph] = Wd - 1 + PW - ph >= 0 ? (Wd - 1 + PW - ph) / SW + 1 : 0;
+        if (hi[ph] > WQ) hi[ph] = WQ;
+        if (lo[ph] > hi[ph]) lo[ph] = hi[ph];
+        if (lo[ph] > clo) clo = lo[ph];
+        if (hi[ph] < chi) chi = hi[ph];
+    }
+    if (clo > chi) clo = chi = 0; /* no common range: per phase only */
+    if (chi > clo) {
+        cg_line(b, 4, "for (int64_t j = %lld; j < %lld; j++) {", (long long)clo, (long long)chi);
+        for (int64_t ph = 0; ph < SW; ph++)
+            cg_line(b, 5, "q[%lld + j] = xr[j * %lld + %lld];", (long long)(ph * WQ), (long long)SW,
+                    (long long)(ph - PW));
+        cg_line(b, 4, "}");
+    }
+    for (int64_t ph = 0; ph < SW; ph++) {
+        int64_t l = lo[ph], h = hi[ph];
+        int64_t a0 = chi > clo ? clo : h, a1 = chi > clo ? chi : h; /* [a0, a1) done above */
+        cg_line(b, 4, "for (int64_t j = 0; j < %lld; j++) q[%lld + j] = %s;", (long long)l,
+                (long long)(ph * WQ), fl);
+        cg_line(b, 4, "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
+                (long long)l, (long long)a0, (long long)(ph * WQ), (long long)SW,
+                (long long)(ph - PW));
+        cg_line(b, 4, "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
+                (long long)a1, (long long)h, (long long)(ph * WQ), (long long)SW,
+                (long long)(ph - PW));
+        cg_line(b, 4, "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = %s;", (long long)h,
+                (long long)WQ, (long long)(ph * WQ), fl);
+    }
+    cg_line(b, 3, "}");
+    /* the register tiles */
+    cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+    cg_line(b, 4, "for (int64_t owb = 0; owb < %lld; owb++) {", (long long)OWB);
+    cg_line(b, 5, "const float *const q0 = Q + ohb * %lld + owb * %lld;",
+            (long long)(R * SH * SW * WQ), (long long)CO);
+    const char *init = maxr ? "-INFINITY" : "0.0f";
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t v = 0; v < NV; v++)
+            cg_line(b, 5, "%s a%lld_%lld = %s%s;", ty, (long long)i, (long long)v,
+                    W > 1 ? "(tlm_vf){} + " : "", init);
+    for (int64_t ir = 0; ir < span; ir++) {
+        bool used = false;
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t kh = 0; kh < KH; kh++)
+                used |= i * SH + kh * DH == ir;
+        if (!used) continue;
+        cg_line(b, 5, "{");
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
+            for (int64_t v = 0; v < NV; v++) {
+                if (W > 1)
+                    cg_line(b, 6, "const tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld];",
+                            (long long)kw, (long long)v,
+                            (long long)((ir * SW + ph) * WQ + jo + v * W));
+                else
+                    cg_line(b, 6, "const float x%lld_%lld = q0[%lld];", (long long)kw, (long long)v,
+                            (long long)((ir * SW + ph) * WQ + jo + v * W));
+            }
+            for (int64_t i = 0; i < R; i++)
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    if (i * SH + kh * DH != ir) continue;
+                    for (int64_t v = 0; v < NV; v++) {
+                        if (maxr)
+                            cg_line(b, 6, "a%lld_%lld = %s(a%lld_%lld, x%lld_%lld);", (long long)i,
+                                    (long long)v, W > 1 ? "tlm_w_max" : "tlm_max", (long long)i,
+                                    (long long)v, (long long)kw, (long long)v);
+                        else if (wn)
+                            cg_line(b, 6, "a%lld_%lld += x%lld_%lld * wt[%lld];", (long long)i,
+                                    (long long)v, (long long)kw, (long long)v,
+                                    (long long)(kh * KW + kw));
+                        else
+                            cg_line(b, 6, "a%lld_%lld += x%lld_%lld;", (long long)i, (long long)v,
+                                    (long long)kw, (long long)v);
+                    }
+                }
+        }
+        cg_line(b, 5, "}");
+    }
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t v = 0; v < NV; v++) {
+            if (W > 1)
+                cg_line(b, 5, "*(tlm_vfu *)&rowbuf[%lld + owb * %lld] = a%lld_%lld;",
+                        (long long)(i * OWc + v * W), (long long)CO, (long long)i, (long long)v);
+            else
+                cg_line(b, 5, "rowbuf[%lld + owb * %lld] = a%lld_%lld;",
+                        (long long)(i * OWc + v * W), (long long)CO, (long long)i, (long long)v);
+        }
+    cg_line(b, 4, "}");
+    /* write-back: the real rows and columns, through the epilogue */
+    cg_line(b, 4, "for (int64_t i = 0; i < %lld && ohb * %lld + i < %lld; i++) {", (long long)R,
+            (long long)R, (long long)OH);
+    cg_line(b, 5, "const int64_t %s = ohb * %lld + i;", a->axis[2], (long long)R);
+    cg_line(b, 5, "#pragma omp simd");
+    cg_line(b, 5, "for (int64_t %s = 0; %s < %lld; %s++) {", a->axis[3], a->axis[3], (long long)OW,
+            a->axis[3]);
+    cg_printf(b, "%*sfloat v = rowbuf[i * %lld + %s]", 6 * 4, "", (long long)OWc, a->axis[3]);
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    cg_names nm = c->nm;
+    for (int i = 0; i < 4; i++)
+        nm.axis[i] = a->axis[i];
+    emit_epilogue_store(b, g, 6, &nm, NULL);
+    cg_line(b, 5, "}");
+    cg_line(b, 4, "}");
+    cg_line(b, 3, "}");
+    cg_line(b, 2, "}");
+    cg_line(b, 1, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
 /* ---- CPU_ROWS ---- */
 
 static int gen_rows(cgc *c, const char *entry);
@@ -905,6 +1104,7 @@ static int gen_rows(cgc *c, const char *entry);
 static int (*const cpu_routes[SKETCH_COUNT])(cgc *, const char *) = {
     [SKETCH_CPU_TILE] = gen_tile,
     [SKETCH_CPU_ROWS] = gen_rows,
+    [SKETCH_CPU_WINDOW] = gen_window,
 };
 
 bool cg_cpu_has_route(space_sketch s)

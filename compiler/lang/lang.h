@@ -33,8 +33,10 @@
  * vectorize slot names the vector axis (v-th innermost spatial axis; space.h), and packing
  * takes strided operands; 4 the tensor-core sketch gpu_mma and its slots (warp_m, warp_n,
  * warps_m, warps_n, block_k, pipeline, swizzle), and float16/bfloat16 prompts on cuda targets:
- * weight files of v3 are refused by the vocabulary hash (tlm_model_load names both hashes). */
-#define LANG_VERSION 4
+ * weight files of v3 are refused by the vocabulary hash (tlm_model_load names both hashes);
+ * 5 the CPU sketch cpu_window (depthwise conv and windowed pools in NCHW: vectorize, the
+ * register tile's ow columns and oh rows, parallel) replaces cpu_tile for those workloads. */
+#define LANG_VERSION 5
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024

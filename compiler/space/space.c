@@ -9,6 +9,7 @@
 #define CPU_ACC_BUF_MAX 16384 /* floats in the s2 x s3 accumulator block: 64 KiB, fits L2 */
 #define CPU_INNER_MAX 64      /* innermost tile cap per axis */
 #define CPU_PACK_MAX 32768    /* floats in the packed operand buffers: 128 KiB, fits L2 */
+#define CPU_WINDOW_FLOATS_MAX 98304 /* CPU_WINDOW's per-thread stack buffers: 384 KiB */
 #define CPU_VEC_AXIS_MIN 4    /* a spatial axis shorter than this is never the vector axis */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
@@ -56,6 +57,27 @@ static bool rows_family(const ir_workload *w)
     case IR_OP_GLOBAL_AVG_POOL2D: return w->layout == IR_NCHW;
     default: return false;
     }
+}
+
+/* Depthwise convs and windowed pools in NCHW on a CPU: the CPU_WINDOW sketch (space.h). */
+static bool window_family(const ir_subgraph *g)
+{
+    const ir_workload *w = &g->wl;
+    bool op =
+        w->op == IR_OP_DEPTHWISE_CONV2D || w->op == IR_OP_MAX_POOL2D || w->op == IR_OP_AVG_POOL2D;
+    if (!op || w->layout != IR_NCHW || g->anchor != 0 || g->stage[0].n_spatial != 4 ||
+        g->stage[0].n_reduce != 2)
+        return false;
+    /* the packed plane and the row buffer of the largest tiles fit a thread's stack */
+    const ir_stage *a = &g->stage[0];
+    int64_t OH = a->extent[2], OW = a->extent[3], KH = a->extent[4], KW = a->extent[5];
+    int64_t SH = w->stride[0] > 0 ? w->stride[0] : KH, SW = w->stride[1] > 0 ? w->stride[1] : KW;
+    int64_t DH = w->dilation[0] > 0 ? w->dilation[0] : 1,
+            DW = w->dilation[1] > 0 ? w->dilation[1] : 1;
+    if (SW > 16) return false;
+    int64_t OWc = OW + 63, hp = (OH + 7 - 1) * SH + (KH - 1) * DH + 1;
+    int64_t floats = hp * SW * (OWc + (KW - 1) * DW / SW + 1) + 8 * OWc;
+    return floats <= CPU_WINDOW_FLOATS_MAX;
 }
 
 static void add_slot(space *sp, space_slot_kind k, int axis, int level, const char *name)
@@ -106,6 +128,16 @@ int space_build(const ir_subgraph *g, const target *t, space *sp, tlm_error *err
         add_slot(sp, SLOT_BLOCK_K, -1, 0, "block_k");
         add_slot(sp, SLOT_PIPELINE, -1, 0, "pipeline");
         add_slot(sp, SLOT_SWIZZLE, -1, 0, "swizzle");
+        return 0;
+    }
+    if (!gpu && window_family(g)) {
+        sp->sketch = SKETCH_CPU_WINDOW;
+        sp->s_levels = 4;
+        sp->r_levels = 2;
+        add_slot(sp, SLOT_VECTORIZE, -1, 0, "vectorize");
+        add_tile(sp, 3, 3); /* ow: register tile columns */
+        add_tile(sp, 2, 3); /* oh: register tile rows */
+        add_slot(sp, SLOT_PARALLEL, -1, 0, "parallel");
         return 0;
     }
     if (rows_family(&g->wl)) {
@@ -412,6 +444,40 @@ static int mma_legal(const space *sp, int slot, const space_sched *partial, int6
     }
 }
 
+int space_window_lanes(const space *sp, const space_sched *s, int upto)
+{
+    for (int i = 0; i < upto && i < s->n && i < sp->n_slot; i++)
+        if (sp->slot[i].kind == SLOT_VECTORIZE) return s->v[i] ? vec_lanes(sp) : 1;
+    return 1;
+}
+
+int space_window_budget(const space *sp, int lanes)
+{
+    if (lanes == 1) return 16;
+    return sp->tgt.cpu.vector_registers > 16 ? 24 : 12;
+}
+
+/* CPU_WINDOW tiles: columns k x lanes (k <= 4 vectors, 8 scalars) of which the last vector
+ * still holds a real column; rows 1..8 within the extent with rows x vectors accumulators
+ * inside the register budget. Each list starts at its least resource-hungry value. */
+static int window_tiles(const space *sp, int slot, const space_sched *partial, int64_t *vals)
+{
+    const space_slot *sl = &sp->slot[slot];
+    int W = space_window_lanes(sp, partial, slot);
+    int64_t e = anchor(sp)->extent[sl->axis];
+    int n = 0;
+    if (sl->axis == 3) {
+        for (int k = 1; k <= (W > 1 ? 4 : 8); k++)
+            if ((int64_t)(k - 1) * W < e) vals[n++] = (int64_t)k * W;
+        return n;
+    }
+    int64_t cols = tile_partial(sp, partial, slot, 3, 3);
+    int64_t vecs = (cols + W - 1) / W;
+    for (int64_t r = 1; r <= 8 && r <= e; r++)
+        if (r * vecs <= space_window_budget(sp, W)) vals[n++] = r;
+    return n;
+}
+
 int space_legal_values(const space *sp, int slot, const space_sched *partial, int64_t *vals)
 {
     if (slot < 0 || slot >= sp->n_slot) return TLM_EINVAL;
@@ -421,6 +487,7 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
     int nl = 0;
     switch (sl->kind) {
     case SLOT_TILE: {
+        if (sp->sketch == SKETCH_CPU_WINDOW) return window_tiles(sp, slot, partial, vals);
         int64_t rem = rem_extent(sp, partial, slot, sl->axis, sl->level);
         int64_t cap = rem;
         bool cpu = sp->sketch == SKETCH_CPU_TILE;
@@ -450,7 +517,7 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         return n;
     }
     case SLOT_PARALLEL:
-        if (sp->sketch == SKETCH_CPU_ROWS) {
+        if (sp->sketch == SKETCH_CPU_ROWS || sp->sketch == SKETCH_CPU_WINDOW) {
             vals[0] = 0, vals[1] = 1;
             return 2;
         }
@@ -663,6 +730,26 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     return best;
 }
 
+/* CPU_WINDOW's rule of thumb: the columns and rows that pad the output least, the widest
+ * (columns up to 4 vectors, rows up to 4 — fewer where the budget says so) among those. */
+static int64_t window_default_tile(const space *sp, const space_sched *s, int slot,
+                                   const int64_t *vals, int n)
+{
+    const space_slot *sl = &sp->slot[slot];
+    int64_t e = anchor(sp)->extent[sl->axis];
+    int W = space_window_lanes(sp, s, slot);
+    int64_t cap = sl->axis == 3 ? 4 * W : 4;
+    int64_t best = vals[0], best_pad = -1;
+    for (int k = 0; k < n; k++) {
+        int64_t v = vals[k];
+        if (v > cap) continue;
+        int64_t pad = ceil_div(e, v) * v - e;
+        if (sl->axis == 3) pad = ceil_div(pad, W); /* whole padded vectors */
+        if (best_pad < 0 || pad <= best_pad) best = v, best_pad = pad;
+    }
+    return best;
+}
+
 void space_default(const space *sp, space_sched *out)
 {
     space_default_vectorized(sp, -1, out);
@@ -730,7 +817,9 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
         int64_t v = vals[0];
         switch (sl->kind) {
         case SLOT_TILE:
-            if (sp->sketch == SKETCH_CPU_TILE) {
+            if (sp->sketch == SKETCH_CPU_WINDOW) {
+                v = window_default_tile(sp, out, i, vals, n);
+            } else if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == vx; /* the vector axis */
                 if (sl->axis >= ns && gemv) { /* short chunks under a wide streamed row */
                     v = pick_le(vals, n, 8);
@@ -802,6 +891,8 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             for (int x = 0; x < ns && sp->sketch == SKETCH_CPU_TILE; x++)
                 tasks *= space_tile(sp, out, x, 0);
             v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
+            if (sp->sketch == SKETCH_CPU_WINDOW) /* a plane per task */
+                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= 16384 ? 1 : 0;
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
             if (sp->sketch == SKETCH_CPU_ROWS) {
                 /* a few microseconds of work: a fork-join costs as much, and a busy machine

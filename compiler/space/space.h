@@ -45,6 +45,20 @@
  *             per row with vectorised inner loops.
  *             slots: ROWS (rows per task, a divisor of the row count), PARALLEL {0,1},
  *             VECTORIZE {0,1}, UNROLL {0,16,64}.
+ *   CPU_WINDOW (depthwise_conv2d, max_pool2d, avg_pool2d in NCHW whose packed plane fits a
+ *             thread's stack, 384 KiB; larger planes, strides past 16 and NHWC stay CPU_TILE):
+ *             one task per (n, c) plane (parallel); the kernel first packs the plane's input
+ *             rows, zero (or -inf) padded, split into `stride` column phases, so that every
+ *             window tap reads contiguous vectors along OW (stride 2: even and odd columns);
+ *             then an (oh rows x ow columns) register tile of accumulators walks the input
+ *             rows of its window once, each loaded vector feeding every output row that uses
+ *             it, the taps as broadcasts. Tiles need not divide OH or OW (the packed plane and
+ *             a row buffer cover the rounded-up extents; only real points are stored, through
+ *             the epilogue).
+ *             slots: VECTORIZE {0,1} (vectors of the target's lanes along OW), TILE ow level 3
+ *             (register tile columns: 1..4 vectors, or 1..8 scalars), TILE oh level 3
+ *             (register rows: 1..8; rows x vectors within the register budget), PARALLEL {0,1}.
+ *             Levels 1 and 2 are not slots (1); level 0 is the rounded-up quotient.
  *   GPU_TILE  spatial axes split 5 ways (block | vthread | thread | inner1 | inner2, levels
  *             0..4), reductions 3 ways (levels 0..2): SSSRRSRS:
  *             grid(s0) | vthread s1 | thread s2 | r0 | [stage inputs] | r1 | s3 | r2 | s4
@@ -95,7 +109,8 @@
     X(CPU_ROWS, "cpu_rows", TARGET_CPU)                                                            \
     X(GPU_TILE, "gpu_tile", TARGET_CUDA)                                                           \
     X(GPU_ROWS, "gpu_rows", TARGET_CUDA)                                                           \
-    X(GPU_MMA, "gpu_mma", TARGET_CUDA)
+    X(GPU_MMA, "gpu_mma", TARGET_CUDA)                                                             \
+    X(CPU_WINDOW, "cpu_window", TARGET_CPU)
 
 typedef enum {
 #define SPACE_SKETCH_ENUM(id, name, kind) SKETCH_##id,
@@ -200,6 +215,10 @@ bool space_cpu_packable(const space *sp, int vaxis, int id);
 int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto);
 /* Vector lanes of a CPU register-tile row of t elements (1 = scalar code). */
 int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);
+/* CPU_WINDOW: the lanes of a vector given slots [0, upto) of s (1: scalar code), and the
+ * accumulator registers a register tile may use with those lanes. */
+int space_window_lanes(const space *sp, const space_sched *s, int upto);
+int space_window_budget(const space *sp, int lanes);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
 unsigned space_expr_axes(const space *sp, int id);
 

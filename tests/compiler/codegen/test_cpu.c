@@ -111,7 +111,7 @@ static int g_padded; /* schedules checked whose tiles pad some axis */
 
 static void check_schedule(const built *b, const space_sched *s, const char *wl)
 {
-    if (b->sp->sketch == SKETCH_CPU_TILE)
+    if (b->sp->sketch == SKETCH_CPU_TILE || b->sp->sketch == SKETCH_CPU_WINDOW)
         for (int x = 0; x < b->sp->n_spatial; x++)
             if (space_padded_extent(b->sp, s, x) != b->g->stage[b->g->anchor].extent[x]) {
                 g_padded++;
@@ -266,9 +266,91 @@ ODD(depthwise_5x5, "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\
                    "\"KH\":5,\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu6\"]}")
 ODD(max_pool, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":9,\"KH\":3,"
               "\"KW\":3},\"stride\":[2,2]}")
+ODD(depthwise_5x5_stride2, "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":13,"
+                           "\"W\":13,\"KH\":5,\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],"
+                           "\"epilogue\":[\"bias_add\",\"relu\"]}")
+ODD(max_pool_5x5_sppf, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":11,\"W\":11,"
+                       "\"KH\":5,\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}")
+ODD(avg_pool_stride2, "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":2,\"H\":15,\"W\":15,"
+                      "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}")
 ODD(elementwise_prime, "{\"op\":\"elementwise\",\"shape\":{\"N\":1009},"
                        "\"epilogue\":[\"add\",\"relu\"]}")
 ODD(transpose, "{\"op\":\"transpose\",\"shape\":{\"R\":17,\"C\":31}}")
+
+/* CPU_WINDOW (depthwise / pools in NCHW: packed planes in stride phases, row-reusing register
+ * tiles): output widths of lanes - 1, lanes, lanes + 1 on each ISA (7/8/9 and 15/16/17), a
+ * single point, stride 2 and 3, dilation, -inf padding of a max pool, every schedule of a
+ * small space checked against the reference on both targets. */
+static void check_window_all(const char *wl, const char *tg)
+{
+    built b = build(wl, tg);
+    cr_assert_eq(b.sp->sketch, SKETCH_CPU_WINDOW, "%s: sketch %s", wl,
+                 space_sketch_name(b.sp->sketch));
+    int64_t vals[SPACE_MAX_VALUES];
+    space_sched s;
+    memset(&s, 0, sizeof s);
+    s.n = b.sp->n_slot;
+    /* scalar and vector code x every column count x the fewest and the most rows (parallel
+     * alternating) */
+    int nv = space_legal_values(b.sp, 0, &s, vals), checked = 0;
+    int64_t vv[2] = {vals[0], vals[nv - 1]};
+    for (int i = 0; i < 2; i++) {
+        s.v[0] = vv[i];
+        int64_t cv[SPACE_MAX_VALUES];
+        int nc = space_legal_values(b.sp, 1, &s, cv);
+        for (int ci = 0; ci < nc; ci++) {
+            s.v[1] = cv[ci];
+            int64_t rv[SPACE_MAX_VALUES];
+            int nr = space_legal_values(b.sp, 2, &s, rv);
+            for (int ri = 0; ri<nr; ri += nr> 1 ? nr - 1 : 1) { /* fewest, most rows */
+                s.v[2] = rv[ri];
+                s.v[3] = (ci + ri) % 2;
+                check_schedule(&b, &s, wl);
+                checked++;
+            }
+        }
+    }
+    cr_expect_geq(checked, 2, "%s on %s", wl, tg);
+    free(b.g);
+    free(b.sp);
+}
+
+static const char *const window_wls[] = {
+    /* OW = 7, 8, 9 / 15, 16, 17 (stride 1, pad 1, 3x3) */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":3,\"W\":7,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":5,\"W\":9,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":1,\"H\":4,\"W\":17,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":3,\"W\":15,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1]}",
+    /* stride 2, dilation 2, 7x7 taps, a 1x1 plane, stride 3 without padding */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":2,\"H\":11,\"W\":23,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"pad\":[2,2],\"dilation\":[2,2]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":10,\"KH\":7,"
+    "\"KW\":7},\"pad\":[3,3],\"epilogue\":[\"bias_add\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":1,\"W\":1,\"KH\":1,"
+    "\"KW\":1}}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":16,\"W\":17,\"KH\":3,"
+    "\"KW\":3},\"stride\":[3,3]}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":9,\"W\":33,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":7,\"W\":31,\"KH\":2,"
+    "\"KW\":2}}",
+};
+
+Test(codegen_cpu, window_sketch_odd_widths_strides_avx512)
+{
+    for (size_t i = 0; i < sizeof window_wls / sizeof window_wls[0]; i++)
+        check_window_all(window_wls[i], "cpu");
+}
+
+Test(codegen_cpu, window_sketch_odd_widths_strides_avx2)
+{
+    for (size_t i = 0; i < sizeof window_wls / sizeof window_wls[0]; i++)
+        check_window_all(window_wls[i], "cpu:avx2");
+}
 
 /* Every vector axis the space offers (VECTORIZE = v: the v-th innermost spatial axis), each
  * through the rule of thumb for that axis, on both ISAs: a conv along F (filters packed and

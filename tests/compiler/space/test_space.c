@@ -144,6 +144,23 @@ static void check_structure(const space *sp, const space_sched *s, const char *w
         int64_t st = space_get(sp, s, SLOT_PIPELINE, 0);
         cr_assert(st >= 1 && st <= 4, "%s", what);
         cr_assert_leq(space_mma_smem_bytes(sp, s), sp->tgt.gpu.smem_per_block_optin, "%s", what);
+    } else if (sp->sketch == SKETCH_CPU_WINDOW) {
+        /* register tile: columns of whole vectors (the last holding a real column), rows
+         * within the extent, accumulators within the ISA's budget */
+        int64_t vec = space_get(sp, s, SLOT_VECTORIZE, -1);
+        cr_assert(vec == 0 || vec == 1, "%s", what);
+        int lanes = vec ? sp->tgt.cpu.vector_lanes : 1;
+        int64_t cols = space_tile(sp, s, 3, 3), rows = space_tile(sp, s, 2, 3);
+        cr_assert(cols >= lanes && cols % lanes == 0 && cols / lanes <= (vec ? 4 : 8), "%s", what);
+        cr_assert_lt(cols - lanes, a->extent[3], "%s: a column vector of padding only", what);
+        cr_assert(rows >= 1 && rows <= 8 && rows <= a->extent[2], "%s", what);
+        cr_assert_leq(rows * (cols / lanes),
+                      vec ? (sp->tgt.cpu.vector_registers > 16 ? 24 : 12) : 16, "%s: accumulators",
+                      what);
+        for (int x = 2; x < 4; x++) {
+            int64_t p = space_padded_extent(sp, s, x);
+            cr_assert(p >= a->extent[x] && p - a->extent[x] < space_tile(sp, s, x, 3), "%s", what);
+        }
     } else {
         int64_t rows = space_get(sp, s, SLOT_ROWS, 0);
         cr_assert_gt(rows, 0, "%s", what);
@@ -281,10 +298,13 @@ Test(space, sketches_follow_the_family_and_target)
         const char *tg;
         space_sketch sk;
     } cases[] = {
-        {0, "cpu", SKETCH_CPU_TILE},         {0, "cuda:sm_90", SKETCH_GPU_TILE},
-        {13, "cpu", SKETCH_CPU_ROWS},        {13, "cuda:sm_80", SKETCH_GPU_ROWS},
+        {0, "cpu", SKETCH_CPU_TILE},        {0, "cuda:sm_90", SKETCH_GPU_TILE},
+        {13, "cpu", SKETCH_CPU_ROWS},       {13, "cuda:sm_80", SKETCH_GPU_ROWS},
         {11, "cpu", SKETCH_CPU_ROWS}, /* global pool NCHW reduces rows */
-        {20, "cuda:sm_90", SKETCH_GPU_TILE},
+        {7, "cpu", SKETCH_CPU_WINDOW},      {7, "cpu:avx2", SKETCH_CPU_WINDOW},
+        {9, "cpu", SKETCH_CPU_WINDOW}, /* depthwise and pools in NCHW: packed planes */
+        {10, "cpu", SKETCH_CPU_TILE},       {8, "cpu", SKETCH_CPU_TILE}, /* NHWC: along C */
+        {7, "cuda:sm_90", SKETCH_GPU_TILE}, {20, "cuda:sm_90", SKETCH_GPU_TILE},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(families[cases[i].family], cases[i].tg);
@@ -455,8 +475,10 @@ static int superset(const space *sp, int slot, int64_t *out)
     switch (sl->kind) {
     case SLOT_TILE: {
         int64_t e = sp->g->stage[sp->g->anchor].extent[sl->axis];
-        /* non-divisors included, and values past the extent (a padded vector row) */
-        for (int64_t v = 1; v <= e + (e + 3) / 4 + 1; v++)
+        /* non-divisors included, and values past the extent (a padded vector row; CPU_WINDOW:
+         * up to 4 vectors of 16 lanes, the last holding a real column) */
+        int64_t hi = sp->sketch == SKETCH_CPU_WINDOW ? 64 : e + (e + 3) / 4 + 1;
+        for (int64_t v = 1; v <= hi; v++)
             out[n++] = v;
         break;
     }
@@ -605,6 +627,13 @@ Test(space, exact_count_matches_brute_force_on_tiny_spaces)
         {"{\"op\":\"softmax\",\"shape\":{\"R\":6,\"C\":8}}", "cpu"},
         {"{\"op\":\"reduce_max\",\"shape\":{\"R\":12,\"C\":8}}", "cuda:sm_80"},
         {"{\"op\":\"elementwise\",\"shape\":{\"N\":6},\"epilogue\":[\"relu\"]}", "cuda:sm_90"},
+        /* CPU_WINDOW on odd extents: 7x7 output (lanes - 1 on AVX2), 3x17 (lanes + 1) */
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":13,\"W\":13,\"KH\":5,"
+         "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2]}",
+         "cpu:avx2"},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":5,\"W\":19,\"KH\":3,"
+         "\"KW\":3},\"stride\":[1,1]}",
+         "cpu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(cases[i].wl, cases[i].tg);
