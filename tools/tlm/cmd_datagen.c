@@ -254,15 +254,19 @@ static void on_records(const pl_job *j, int from, int to, void *user)
     c->stored += n;
 }
 
-/* Measurements the store already holds for this workload on this target (any status: a
- * schedule that failed is a label too). */
-static int measured(store *st, const char *wh, const char *th, int cap, tlm_error *err)
+/* Measurements the store already holds for this workload on this target under today's
+ * sketch (any status: a schedule that failed is a label too). Records of a sketch the space no
+ * longer picks for the workload are stale: the trainer cannot use them, so they do not count. */
+static int measured(store *st, const char *wh, const char *th, const char *sketch,
+                    tlm_error *err)
 {
     store_measurement *ms = NULL;
     size_t n = 0;
-    if (store_measurements_list(st, wh, th, cap, &ms, &n, err)) return -1;
+    if (store_measurements_list(st, wh, th, 100000, &ms, &n, err)) return -1;
+    int have = 0;
+    for (size_t i = 0; i < n; i++) have += ms[i].sketch && !strcmp(ms[i].sketch, sketch);
     store_measurements_free(ms, n);
-    return (int)n;
+    return have;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -363,7 +367,7 @@ static int run_datagen(int argc, char **argv)
             failed++;
             continue;
         }
-        int have = measured(ctx.st, j.whash, j.target_hash, (int)a.per_task, &e);
+        int have = measured(ctx.st, j.whash, j.target_hash, space_sketch_name(j.sp->sketch), &e);
         if (have >= (int)a.per_task) {
             skipped++;
             pl_job_free(&j);
