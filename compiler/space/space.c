@@ -891,8 +891,9 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             for (int x = 0; x < ns && sp->sketch == SKETCH_CPU_TILE; x++)
                 tasks *= space_tile(sp, out, x, 0);
             v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
-            if (sp->sketch == SKETCH_CPU_WINDOW) /* a plane per task */
-                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= 16384 ? 1 : 0;
+            /* a plane per task, when the work (points x taps) outweighs a fork-join */
+            if (sp->sketch == SKETCH_CPU_WINDOW)
+                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= 65536 ? 1 : 0;
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
             if (sp->sketch == SKETCH_CPU_ROWS) {
                 /* a few microseconds of work: a fork-join costs as much, and a busy machine
