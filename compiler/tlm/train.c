@@ -380,52 +380,42 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
 }
 
 /* Causal self-attention of every sentence: qkv (R, 3C) holds each row's q | k | v, heads
- * contiguous; out (R, C); att keeps each sentence's (NH, n, n) probabilities (entries above
- * the diagonal unused). One (sentence, head) per work item. */
+ * contiguous; out (R, C); att keeps each sentence's (NH, n, n) probabilities, zero above the
+ * diagonal. Per (sentence, head): S = scale * Q K^T and Y = P V as two sgemm calls over the
+ * strided head columns; computing the masked upper half too costs less than scalar loops over
+ * the lower half (sgemm runs at the CPU's vector width, the library is built for generic
+ * x86-64). */
 static void attention_forward(float *out, float *att, const float *qkv, const int *ex_off,
                               const size_t *att_off, int n_ex, int C, int NH)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    double work = 0;
-    for (int e = 0; e < n_ex; e++)
-        work += (double)(ex_off[e + 1] - ex_off[e]) * (ex_off[e + 1] - ex_off[e]) * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= PAR_MIN)
     for (int it = 0; it < n_ex * NH; it++) {
         int e = it / NH, h = it % NH;
         int off = ex_off[e], n = ex_off[e + 1] - off;
-        float *a = att + att_off[e] + (size_t)h * n * n;
+        float *p = att + att_off[e] + (size_t)h * n * n; /* (n, n) */
+        const float *q = qkv + (size_t)off * C3 + (size_t)h * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hs, scale, q, C3, q + C, C3,
+                    0.0f, p, n);
         for (int t = 0; t < n; t++) {
-            const float *q = qkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            float *arow = a + (size_t)t * n;
+            float *row = p + (size_t)t * n;
             float maxv = -INFINITY;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *k = qkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * k[i];
-                s *= scale;
-                arow[t2] = s;
-                if (s > maxv) maxv = s;
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                if (row[t2] > maxv) maxv = row[t2];
             float sum = 0.0f;
             for (int t2 = 0; t2 <= t; t2++) {
-                float ev = expf(arow[t2] - maxv);
-                arow[t2] = ev;
+                float ev = expf(row[t2] - maxv);
+                row[t2] = ev;
                 sum += ev;
             }
             float inv = 1.0f / sum;
-            float *o = out + (size_t)(off + t) * C + (size_t)h * hs;
-            for (int i = 0; i < hs; i++)
-                o[i] = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                float p = arow[t2] * inv;
-                arow[t2] = p;
-                const float *v = qkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                for (int i = 0; i < hs; i++)
-                    o[i] += p * v[i];
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                row[t2] *= inv;
+            for (int t2 = t + 1; t2 < n; t2++)
+                row[t2] = 0.0f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, n, 1.0f, p, n, q + 2 * C, C3,
+                    0.0f, out + (size_t)off * C + (size_t)h * hs, C);
     }
 }
 
@@ -584,62 +574,42 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
     }
 }
 
-/* Backward of attention_forward: dqkv (R, 3C) overwritten from dout (R, C). scratch: one
- * row of max_n floats per thread. Each (sentence, head) item writes only its own columns of
- * its own rows. */
+/* Backward of attention_forward: dqkv (R, 3C) overwritten from dout (R, C). Per (sentence,
+ * head): dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) * scale (zero above the
+ * diagonal, where P is), dQ = dS K, dK = dS^T Q. scratch: max_n * max_n floats. */
 static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                const int *ex_off, const size_t *att_off, int n_ex, int C, int NH,
-                               float *scratch, int max_n)
+                               float *scratch)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    double work = 0;
-    for (int e = 0; e < n_ex; e++)
-        work += 2.0 * (ex_off[e + 1] - ex_off[e]) * (ex_off[e + 1] - ex_off[e]) * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= PAR_MIN)
     for (int it = 0; it < n_ex * NH; it++) {
         int e = it / NH, h = it % NH;
         int off = ex_off[e], n = ex_off[e + 1] - off;
-        const float *a = att + att_off[e] + (size_t)h * n * n;
-        float *datt = scratch + (size_t)omp_get_thread_num() * max_n;
+        const float *p = att + att_off[e] + (size_t)h * n * n;
+        const float *q = qkv + (size_t)off * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        const float *dy = dout + (size_t)off * C + (size_t)h * hs;
+        float *dq = dqkv + (size_t)off * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        float *ds = scratch; /* (n, n): dP, then dS in place */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hs, 1.0f, dy, C, v, C3, 0.0f, ds,
+                    n);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, n, 1.0f, p, n, dy, C, 0.0f, dv,
+                    C3);
         for (int t = 0; t < n; t++) {
-            float *dq = dqkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            for (int i = 0; i < hs; i++)
-                dq[i] = 0.0f;
-            for (int i = 0; i < hs; i++) {
-                dqkv[(size_t)(off + t) * C3 + C + (size_t)h * hs + i] = 0.0f;
-                dqkv[(size_t)(off + t) * C3 + 2 * C + (size_t)h * hs + i] = 0.0f;
-            }
-        }
-        /* Rows in order; row t adds to dk and dv of rows t2 <= t, which no other item
-         * touches. */
-        for (int t = 0; t < n; t++) {
-            const float *arow = a + (size_t)t * n;
-            const float *d = dout + (size_t)(off + t) * C + (size_t)h * hs;
-            const float *q = qkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            float *dq = dqkv + (size_t)(off + t) * C3 + (size_t)h * hs;
+            const float *prow = p + (size_t)t * n;
+            float *drow = ds + (size_t)t * n;
             float dsum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = qkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                float *dv = dqkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++) {
-                    s += d[i] * v[i];
-                    dv[i] += arow[t2] * d[i];
-                }
-                datt[t2] = s;
-                dsum += arow[t2] * s;
-            }
-            for (int t2 = 0; t2 <= t; t2++) {
-                float dpre = arow[t2] * (datt[t2] - dsum) * scale;
-                const float *k = qkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                float *dk = dqkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                for (int i = 0; i < hs; i++) {
-                    dq[i] += dpre * k[i];
-                    dk[i] += dpre * q[i];
-                }
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                dsum += prow[t2] * drow[t2];
+            for (int t2 = 0; t2 <= t; t2++)
+                drow[t2] = prow[t2] * (drow[t2] - dsum) * scale;
+            for (int t2 = t + 1; t2 < n; t2++)
+                drow[t2] = 0.0f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, n, 1.0f, ds, n, k, C3, 0.0f,
+                    dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, n, 1.0f, ds, n, q, C3, 0.0f, dk,
+                    C3);
     }
 }
 
@@ -665,11 +635,11 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 /* ---- forward and backward of a batch ---- */
 
 /* Floats of backward scratch: dres (R, C), dbuf (R, C), dqkv (R, 3C), dfch (R, 4C), dxf
- * (Rt, C), dlnf (Rt, C), attention rows (threads, max_n). */
+ * (Rt, C), dlnf (Rt, C), attention (max_n, max_n). */
 static size_t scratch_floats(const tlm_model *m, const train_ws *ws)
 {
     size_t C = (size_t)m->cfg.n_embd;
-    return ws->R * C * 9 + ws->Rt * C * 2 + (size_t)omp_get_max_threads() * (size_t)ws->max_n;
+    return ws->R * C * 9 + ws->Rt * C * 2 + (size_t)ws->max_n * (size_t)ws->max_n;
 }
 
 /* The forward over a prepared batch up to the logits of the trained rows, keeping
@@ -727,7 +697,7 @@ static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, floa
     float *dfch = dqkv + (size_t)R * 3 * C; /* (R, 4C) */
     float *dxf = dfch + (size_t)R * 4 * C;  /* (Rt, C) */
     float *dlnf = dxf + (size_t)Rt * C;     /* (Rt, C) */
-    float *att_scr = dlnf + (size_t)Rt * C; /* (threads, max_n) */
+    float *att_scr = dlnf + (size_t)Rt * C; /* (max_n, max_n) */
 
     memset(grad, 0, m->n_params * sizeof(float));
     crossentropy_backward(a->logits, ws->ttgt, ws->tscale, Rt, V);
@@ -758,7 +728,7 @@ static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, floa
         matmul_backward(dbuf, G(ly->attn_proj_w), G(ly->attn_proj_b), dres, la->atty,
                         ly->attn_proj_w, R, C, C);
         attention_backward(dqkv, dbuf, la->qkv, la->att, ws->ex_off, ws->att_off, ws->n_ex, C, NH,
-                           att_scr, ws->max_n);
+                           att_scr);
         matmul_backward(dbuf, G(ly->qkv_w), G(ly->qkv_b), dqkv, la->ln1, ly->qkv_w, R, C, 3 * C);
         layernorm_backward(dres, G(ly->ln1_w), G(ly->ln1_b), dbuf, residual, ly->ln1_w,
                            la->ln1_mean, la->ln1_rstd, R, C);
