@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,8 +8,8 @@
  *    are OpenBLAS sgemm here, not compiler/tlm/gemm.c, so logits agree to ~1e-6 relative, not
  *    bitwise.
  *  - A batch is a set of whole sentences of different lengths. Their rows are stacked into
- *    one (total tokens, C) matrix for every matrix product; attention runs per sentence (one
- *    thread per sentence and head). Every sentence starts at position 0.
+ *    one (total tokens, C) matrix for every matrix product; attention runs per sentence and
+ *    head (sgemm calls over the head's columns). Every sentence starts at position 0.
  *  - Loss: the cross-entropy of the tokens marked in loss_mask (token t predicted from tokens
  *    0..t-1, i.e. from the logits of position t-1), each weighted by its sentence's weight,
  *    divided by the sum of those weights (the weighted count of trained tokens). A batch
