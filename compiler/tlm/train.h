@@ -42,6 +42,7 @@
 #ifndef TLM_TRAIN_H
 #define TLM_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "compiler/tlm/tlm.h"
@@ -119,6 +120,9 @@ int tlm_trainer_load(tlm_trainer *tr, const char *path, tlm_error *err);
 int tlm_trainer_step_count(const tlm_trainer *tr);
 const tlm_train_opts *tlm_trainer_opts(const tlm_trainer *tr);
 int tlm_trainer_set_opts(tlm_trainer *tr, const tlm_train_opts *o, tlm_error *err);
+/* Loops with less work than this (floats) stay on the calling thread (default 2^22, see
+ * train.c); 0 makes every loop an OpenMP region. Results never depend on it. */
+void tlm_trainer_set_parallel_min(tlm_trainer *tr, size_t work);
 /* The gradient the last step applied (after clipping), n_params floats; NULL before the first
  * step. */
 const float *tlm_trainer_grad(const tlm_trainer *tr);

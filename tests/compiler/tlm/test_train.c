@@ -848,39 +848,41 @@ Test(train, clipping_caps_the_global_norm)
     tlm_model_free(m);
 }
 
-/* Our loops give each output element to one thread with a fixed order, so the gradient's bits
- * do not depend on the OpenMP thread count (OpenBLAS's own count stays fixed). The batch is
- * large enough (2410 rows of 64, 2300 trained rows of 64 logits) that every loop of train.c
- * runs as a parallel region (its PAR_MIN is 2^17 floats). */
-Test(train, gradient_bits_independent_of_openmp_threads)
+/* Our loops give each output element to one thread with a fixed order, so a step's bits do
+ * not depend on the OpenMP thread count (OpenBLAS's own count stays fixed). With the parallel
+ * threshold at 0 every loop of train.c is an OpenMP region. */
+Test(train, step_bits_independent_of_openmp_threads)
 {
     const tlm_config cfg = {
         .n_layer = 1, .n_head = 2, .n_embd = 64, .n_ctx = 160, .vocab_size = 64};
-    tlm_model *m = test_model(&cfg, 91, 1.0f);
-    enum { NS = 20, LEN = 130 };
+    enum { NS = 6, LEN = 130 };
     int32_t *tok = malloc(sizeof(int32_t) * NS * LEN);
     tlm_train_example ex[NS];
     for (int s = 0; s < NS; s++) {
         for (int t = 0; t < LEN; t++)
             tok[s * LEN + t] = (int32_t)(urand() * cfg.vocab_size);
         ex[s] = (tlm_train_example){
-            .tokens = tok + s * LEN, .n = LEN - s, .n_prompt = 5, .weight = 1.0f + s};
+            .tokens = tok + s * LEN, .n = LEN - 7 * s, .n_prompt = 5, .weight = 1.0f + s};
     }
-    float *g1 = malloc(m->n_params * sizeof(float)), *g2 = malloc(m->n_params * sizeof(float));
-    double l1, l2;
-    tlm_error err = {0};
-    omp_set_num_threads(1);
-    cr_assert_eq(tlm_loss_and_grad(m, ex, NS, &l1, g1, &err), 0, "%s", err.msg);
-    omp_set_num_threads(2);
-    cr_assert_eq(tlm_loss_and_grad(m, ex, NS, &l2, g2, &err), 0, "%s", err.msg);
-    cr_assert_eq(l1, l2);
-    cr_assert_eq(memcmp(g1, g2, m->n_params * sizeof(float)), 0,
-                 "gradient bits depend on the OpenMP thread count");
-    /* and the same call again gives the same bits */
-    cr_assert_eq(tlm_loss_and_grad(m, ex, NS, &l2, g2, &err), 0, "%s", err.msg);
-    cr_assert_eq(memcmp(g1, g2, m->n_params * sizeof(float)), 0);
-    free(g1);
-    free(g2);
+    tlm_model *m[2];
+    tlm_trainer *tr[2];
+    tlm_train_opts o = opts_for(1e-3, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        m[k] = test_model(&cfg, 91, 1.0f);
+        tr[k] = trainer(m[k], &o);
+        tlm_trainer_set_parallel_min(tr[k], 0);
+        omp_set_num_threads(k + 1);
+        for (int i = 0; i < 2; i++)
+            step(tr[k], ex, NS, NULL);
+    }
+    cr_assert_eq(
+        memcmp(tlm_trainer_grad(tr[0]), tlm_trainer_grad(tr[1]), m[0]->n_params * sizeof(float)), 0,
+        "gradient bits depend on the OpenMP thread count");
+    cr_assert_eq(memcmp(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float)), 0,
+                 "parameters depend on the OpenMP thread count");
+    for (int k = 0; k < 2; k++) {
+        tlm_trainer_free(tr[k]);
+        tlm_model_free(m[k]);
+    }
     free(tok);
-    tlm_model_free(m);
 }
