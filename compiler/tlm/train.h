@@ -34,6 +34,13 @@
  *    payload SHA-256, finiteness, a configuration and vocabulary hash equal to the trainer's
  *    model) before changing anything; a failure names the field. Loading restores the options
  *    saved with it (tlm_trainer_set_opts changes them afterwards, e.g. to extend a run).
+ *  - A step whose loss or gradient is not finite is refused (TLM_ERUNTIME, field "grad")
+ *    before any update: model, moments and step count stay as they were.
+ *  - Speed (bench/tlm_train.c, bench/results/tlm_train.md): L=4, C=128, V=4281, 16 sentences of
+ *    ~150 tokens take 0.65-0.8 s a step on one core of the busy 2-core build machine (about
+ *    3000-3700 tokens/s); there OpenBLAS's own threads (its default is one per core) made steps
+ *    slower, so a trainer on a shared machine should run with OPENBLAS_NUM_THREADS=1 (or
+ *    openblas_set_num_threads(1)); the library does not change that process-wide setting.
  *  - Threads: a tlm_trainer and its model belong to one thread at a time; nothing else may
  *    read the model during tlm_trainer_step (it changes in place). OpenMP and OpenBLAS use
  *    their own worker threads inside a call. A tlm_workspace used with the model before a
