@@ -970,15 +970,14 @@ int tlm_trainer_step(tlm_trainer *tr, const tlm_train_example *batch, int n, tlm
     int rc = ws_prepare(&tr->ws, m, batch, n, err);
     if (rc) return rc;
     double loss = 0;
+    tr->have_grad = 0; /* grad is overwritten from here on */
     rc = loss_grad(m, &tr->ws, &loss, tr->grad, NULL, err);
     if (rc) return rc;
     const size_t pm = tr->ws.par_min;
     double norm = grad_norm(tr->grad, m->n_params, pm);
-    if (!isfinite(loss) || !isfinite(norm)) {
-        tr->have_grad = 0;
+    if (!isfinite(loss) || !isfinite(norm))
         return tlm_err_set(err, TLM_ERUNTIME, "grad",
                            "loss %g, gradient norm %g: not finite; no update made", loss, norm);
-    }
     const tlm_train_opts *o = &tr->opts;
     if (o->grad_clip > 0 && norm > o->grad_clip) {
         float s = (float)(o->grad_clip / norm);

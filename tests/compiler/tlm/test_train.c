@@ -886,3 +886,26 @@ Test(train, step_bits_independent_of_openmp_threads)
     }
     free(tok);
 }
+
+/* A step whose loss is not finite (logits overflow) changes nothing and says so. */
+Test(train, non_finite_step_is_refused)
+{
+    tlm_model *m = test_model(&CFG, 101, 1.0f);
+    for (int c = 0; c < CFG.n_embd; c++)
+        m->lnf_w[c] = 1e37f;
+    batch b;
+    make_batch(&b, CFG.vocab_size);
+    tlm_train_opts o = opts_for(1e-3, 0, 0);
+    tlm_trainer *tr = trainer(m, &o);
+    float *before = malloc(m->n_params * sizeof(float));
+    memcpy(before, m->params, m->n_params * sizeof(float));
+    tlm_error err = {0};
+    cr_assert_eq(tlm_trainer_step(tr, b.ex, NB, NULL, &err), TLM_ERUNTIME);
+    cr_assert_str_eq(err.field, "grad", "%s", err.msg);
+    cr_assert_eq(memcmp(before, m->params, m->n_params * sizeof(float)), 0);
+    cr_assert_eq(tlm_trainer_step_count(tr), 0);
+    cr_assert_null(tlm_trainer_grad(tr));
+    free(before);
+    tlm_trainer_free(tr);
+    tlm_model_free(m);
+}
