@@ -887,12 +887,13 @@ Test(train, step_bits_independent_of_openmp_threads)
     free(tok);
 }
 
-/* A step whose loss is not finite (logits overflow) changes nothing and says so. */
+/* A step whose loss is not finite (an infinite LayerNorm gain: the logits are inf and NaN)
+ * changes nothing and says so. */
 Test(train, non_finite_step_is_refused)
 {
     tlm_model *m = test_model(&CFG, 101, 1.0f);
     for (int c = 0; c < CFG.n_embd; c++)
-        m->lnf_w[c] = 1e37f;
+        m->lnf_w[c] = INFINITY;
     batch b;
     make_batch(&b, CFG.vocab_size);
     tlm_train_opts o = opts_for(1e-3, 0, 0);
