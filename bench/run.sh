@@ -19,6 +19,8 @@ esac
 run() { echo "== $*"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
 run "$B/kernels" --out bench/results/kernels.md
 [ -x "$B/tlm_decode" ] && run "$B/tlm_decode"
+# the trainer: tokens/s of an optimizer step (bench/tlm_train.c)
+[ -x "$B/tlm_train" ] && run "$B/tlm_train"
 # tlmd on loopback: cache hits, cold compiles, decoder batch sizes (bench/server.sh)
 [ -x "$B/server_load" ] && run bench/server.sh bench/results/server.md
 # the real-shapes suite, both CPU targets, beside PyTorch / ORT / OpenBLAS / oneDNN. Not

@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +40,13 @@
 #error "checkpoints store little-endian data; add byte swapping for this host"
 #endif
 
-/* A loop goes parallel from this many floats of work. Lower than forward.c's PAR_MIN: a
- * training step's loops are each hundreds of thousands of floats or more, and a region's cost
- * (tens of microseconds, more on a busy machine) is then small next to them. Results do not
- * depend on it. */
-#define PAR_MIN (1 << 17)
+/* A loop goes parallel from this many floats of work, as in forward.c: on the busy 2-core
+ * build machine a parallel region waits for descheduled threads. Measured there (load average
+ * 6-7) on the bench model (bench/tlm_train.c, 2449 rows of 128): with regions from 2^17 floats,
+ * 2 OpenMP threads took 2.7 s a step against 0.8 s on one. From 2^22 only the loss (trained
+ * rows x V) and the largest products' neighbours go parallel. tlm_trainer_set_parallel_min
+ * changes it; results never depend on it. */
+#define PAR_MIN (1 << 22)
 
 /* Columns per block in the row reductions: 16 floats, one cache line. */
 #define COL_BLOCK 16
@@ -115,6 +116,7 @@ double tlm_train_lr(const tlm_train_opts *o, int step)
  * rows with their targets and loss scales, and the buffers every layer uses (grown on
  * demand, reused across steps). */
 typedef struct train_ws {
+    size_t par_min; /* see PAR_MIN */
     int n_ex;
     size_t R, Rt, att_floats; /* att_floats: attention probabilities per layer */
     int max_n;
@@ -331,9 +333,9 @@ static void acts_carve(acts *a, float *p, const tlm_model *m, const train_ws *ws
 
 /* out (R, C) = wte[token] + wpe[position] */
 static void encoder_forward(float *out, const int *row_tok, const int *row_pos, const float *wte,
-                            const float *wpe, int R, int C)
+                            const float *wpe, int R, int C, size_t pm)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= pm)
     for (int r = 0; r < R; r++) {
         const float *te = wte + (size_t)row_tok[r] * C, *pe = wpe + (size_t)row_pos[r] * C;
         float *o = out + (size_t)r * C;
@@ -344,9 +346,9 @@ static void encoder_forward(float *out, const int *row_tok, const int *row_pos, 
 
 /* out (R, C) = (inp - mean) * rstd * w + b per row, eps 1e-5; keeps mean and rstd (R). */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int R, int C)
+                              const float *w, const float *b, int R, int C, size_t pm)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= pm)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C;
         float *o = out + (size_t)r * C;
@@ -368,10 +370,10 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 /* out (R, N) = inp (R, K) @ w (K, N) + b (N); b may be NULL. */
 static void matmul_forward(float *out, const float *inp, const float *w, const float *b, int R,
-                           int K, int N)
+                           int K, int N, size_t pm)
 {
     if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)R * N >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * N >= pm)
         for (int r = 0; r < R; r++)
             memcpy(out + (size_t)r * N, b, (size_t)N * sizeof(float));
     }
@@ -380,52 +382,42 @@ static void matmul_forward(float *out, const float *inp, const float *w, const f
 }
 
 /* Causal self-attention of every sentence: qkv (R, 3C) holds each row's q | k | v, heads
- * contiguous; out (R, C); att keeps each sentence's (NH, n, n) probabilities (entries above
- * the diagonal unused). One (sentence, head) per work item. */
+ * contiguous; out (R, C); att keeps each sentence's (NH, n, n) probabilities, zero above the
+ * diagonal. Per (sentence, head): S = scale * Q K^T and Y = P V as two sgemm calls over the
+ * strided head columns; computing the masked upper half too costs less than scalar loops over
+ * the lower half (sgemm runs at the CPU's vector width, the library is built for generic
+ * x86-64). */
 static void attention_forward(float *out, float *att, const float *qkv, const int *ex_off,
                               const size_t *att_off, int n_ex, int C, int NH)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    double work = 0;
-    for (int e = 0; e < n_ex; e++)
-        work += (double)(ex_off[e + 1] - ex_off[e]) * (ex_off[e + 1] - ex_off[e]) * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= PAR_MIN)
     for (int it = 0; it < n_ex * NH; it++) {
         int e = it / NH, h = it % NH;
         int off = ex_off[e], n = ex_off[e + 1] - off;
-        float *a = att + att_off[e] + (size_t)h * n * n;
+        float *p = att + att_off[e] + (size_t)h * n * n; /* (n, n) */
+        const float *q = qkv + (size_t)off * C3 + (size_t)h * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hs, scale, q, C3, q + C, C3,
+                    0.0f, p, n);
         for (int t = 0; t < n; t++) {
-            const float *q = qkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            float *arow = a + (size_t)t * n;
+            float *row = p + (size_t)t * n;
             float maxv = -INFINITY;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *k = qkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++)
-                    s += q[i] * k[i];
-                s *= scale;
-                arow[t2] = s;
-                if (s > maxv) maxv = s;
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                if (row[t2] > maxv) maxv = row[t2];
             float sum = 0.0f;
             for (int t2 = 0; t2 <= t; t2++) {
-                float ev = expf(arow[t2] - maxv);
-                arow[t2] = ev;
+                float ev = expf(row[t2] - maxv);
+                row[t2] = ev;
                 sum += ev;
             }
             float inv = 1.0f / sum;
-            float *o = out + (size_t)(off + t) * C + (size_t)h * hs;
-            for (int i = 0; i < hs; i++)
-                o[i] = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                float p = arow[t2] * inv;
-                arow[t2] = p;
-                const float *v = qkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                for (int i = 0; i < hs; i++)
-                    o[i] += p * v[i];
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                row[t2] *= inv;
+            for (int t2 = t + 1; t2 < n; t2++)
+                row[t2] = 0.0f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, n, 1.0f, p, n, q + 2 * C, C3,
+                    0.0f, out + (size_t)off * C + (size_t)h * hs, C);
     }
 }
 
@@ -439,25 +431,26 @@ static inline float gelu_tanh(float x)
 }
 
 /* out (n) = GELU(inp), the tanh approximation */
-static void gelu_forward(float *out, const float *inp, size_t n)
+static void gelu_forward(float *out, const float *inp, size_t n, size_t pm)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= pm)
     for (size_t i = 0; i < n; i++)
         out[i] = 0.5f * inp[i] * (1.0f + gelu_tanh(inp[i]));
 }
 
 /* x (n) += d (n) */
-static void residual_forward(float *x, const float *d, size_t n)
+static void residual_forward(float *x, const float *d, size_t n, size_t pm)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= pm)
     for (size_t i = 0; i < n; i++)
         x[i] += d[i];
 }
 
 /* probs (Rt, V) = softmax(logits) in place; loss[r] = -log probs[r][target[r]]. */
-static void crossentropy_forward(float *logits, double *loss, const int *target, int Rt, int V)
+static void crossentropy_forward(float *logits, double *loss, const int *target, int Rt, int V,
+                                 size_t pm)
 {
-#pragma omp parallel for schedule(static) if ((size_t)Rt * V >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)Rt * V >= pm)
     for (int r = 0; r < Rt; r++) {
         float *l = logits + (size_t)r * V;
         float maxv = -INFINITY;
@@ -481,9 +474,9 @@ static void crossentropy_forward(float *logits, double *loss, const int *target,
 
 /* dlogits (Rt, V) = (probs - onehot(target)) * scale, in place over probs. */
 static void crossentropy_backward(float *probs, const int *target, const double *scale, int Rt,
-                                  int V)
+                                  int V, size_t pm)
 {
-#pragma omp parallel for schedule(static) if ((size_t)Rt * V >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)Rt * V >= pm)
     for (int r = 0; r < Rt; r++) {
         float *p = probs + (size_t)r * V;
         float s = (float)scale[r];
@@ -494,10 +487,10 @@ static void crossentropy_backward(float *probs, const int *target, const double 
 }
 
 /* db (N) += sum over rows of dout (R, N): each thread owns column blocks, rows in order. */
-static void bias_backward(float *db, const float *dout, int R, int N)
+static void bias_backward(float *db, const float *dout, int R, int N, size_t pm)
 {
     int nb = (N + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)R * N >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * N >= pm)
     for (int bi = 0; bi < nb; bi++) {
         int c0 = bi * COL_BLOCK, c1 = c0 + COL_BLOCK < N ? c0 + COL_BLOCK : N;
         float acc[COL_BLOCK] = {0};
@@ -515,22 +508,22 @@ static void bias_backward(float *db, const float *dout, int R, int N)
  *   dinp (R, K) = dout @ w^T (overwritten), dw (K, N) += inp^T @ dout, db (N) += sum dout.
  * dinp may be NULL (not wanted), db NULL (no bias). */
 static void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                            const float *w, int R, int K, int N)
+                            const float *w, int R, int K, int N, size_t pm)
 {
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, K, N, 1.0f, dout, N, w, N, 0.0f,
                     dinp, K);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, R, 1.0f, inp, K, dout, N, 1.0f, dw,
                 N);
-    if (db) bias_backward(db, dout, R, N);
+    if (db) bias_backward(db, dout, R, N, pm);
 }
 
 /* For out = LayerNorm(inp) * w + b: dinp (R, C) += ..., dw, db (C) += ... */
 static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
-                               const float *rstd, int R, int C)
+                               const float *rstd, int R, int C, size_t pm)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= pm)
     for (int r = 0; r < R; r++) {
         const float *d = dout + (size_t)r * C, *x = inp + (size_t)r * C;
         float *di = dinp + (size_t)r * C;
@@ -551,7 +544,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
         }
     }
     int nb = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)R * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= pm)
     for (int bi = 0; bi < nb; bi++) {
         int c0 = bi * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         float aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
@@ -571,9 +564,9 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 /* dinp (n) = dout (n) * GELU'(inp); dinp may be dout. */
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, size_t pm)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= pm)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float t = gelu_tanh(x);
@@ -584,71 +577,51 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
     }
 }
 
-/* Backward of attention_forward: dqkv (R, 3C) overwritten from dout (R, C). scratch: one
- * row of max_n floats per thread. Each (sentence, head) item writes only its own columns of
- * its own rows. */
+/* Backward of attention_forward: dqkv (R, 3C) overwritten from dout (R, C). Per (sentence,
+ * head): dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)) * scale (zero above the
+ * diagonal, where P is), dQ = dS K, dK = dS^T Q. scratch: max_n * max_n floats. */
 static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                const int *ex_off, const size_t *att_off, int n_ex, int C, int NH,
-                               float *scratch, int max_n)
+                               float *scratch)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
-    double work = 0;
-    for (int e = 0; e < n_ex; e++)
-        work += 2.0 * (ex_off[e + 1] - ex_off[e]) * (ex_off[e + 1] - ex_off[e]) * C;
-#pragma omp parallel for schedule(dynamic, 1) if (work >= PAR_MIN)
     for (int it = 0; it < n_ex * NH; it++) {
         int e = it / NH, h = it % NH;
         int off = ex_off[e], n = ex_off[e + 1] - off;
-        const float *a = att + att_off[e] + (size_t)h * n * n;
-        float *datt = scratch + (size_t)omp_get_thread_num() * max_n;
+        const float *p = att + att_off[e] + (size_t)h * n * n;
+        const float *q = qkv + (size_t)off * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+        const float *dy = dout + (size_t)off * C + (size_t)h * hs;
+        float *dq = dqkv + (size_t)off * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        float *ds = scratch; /* (n, n): dP, then dS in place */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, hs, 1.0f, dy, C, v, C3, 0.0f, ds,
+                    n);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, n, 1.0f, p, n, dy, C, 0.0f, dv,
+                    C3);
         for (int t = 0; t < n; t++) {
-            float *dq = dqkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            for (int i = 0; i < hs; i++)
-                dq[i] = 0.0f;
-            for (int i = 0; i < hs; i++) {
-                dqkv[(size_t)(off + t) * C3 + C + (size_t)h * hs + i] = 0.0f;
-                dqkv[(size_t)(off + t) * C3 + 2 * C + (size_t)h * hs + i] = 0.0f;
-            }
-        }
-        /* Rows in order; row t adds to dk and dv of rows t2 <= t, which no other item
-         * touches. */
-        for (int t = 0; t < n; t++) {
-            const float *arow = a + (size_t)t * n;
-            const float *d = dout + (size_t)(off + t) * C + (size_t)h * hs;
-            const float *q = qkv + (size_t)(off + t) * C3 + (size_t)h * hs;
-            float *dq = dqkv + (size_t)(off + t) * C3 + (size_t)h * hs;
+            const float *prow = p + (size_t)t * n;
+            float *drow = ds + (size_t)t * n;
             float dsum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) {
-                const float *v = qkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                float *dv = dqkv + (size_t)(off + t2) * C3 + 2 * C + (size_t)h * hs;
-                float s = 0.0f;
-                for (int i = 0; i < hs; i++) {
-                    s += d[i] * v[i];
-                    dv[i] += arow[t2] * d[i];
-                }
-                datt[t2] = s;
-                dsum += arow[t2] * s;
-            }
-            for (int t2 = 0; t2 <= t; t2++) {
-                float dpre = arow[t2] * (datt[t2] - dsum) * scale;
-                const float *k = qkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                float *dk = dqkv + (size_t)(off + t2) * C3 + C + (size_t)h * hs;
-                for (int i = 0; i < hs; i++) {
-                    dq[i] += dpre * k[i];
-                    dk[i] += dpre * q[i];
-                }
-            }
+            for (int t2 = 0; t2 <= t; t2++)
+                dsum += prow[t2] * drow[t2];
+            for (int t2 = 0; t2 <= t; t2++)
+                drow[t2] = prow[t2] * (drow[t2] - dsum) * scale;
+            for (int t2 = t + 1; t2 < n; t2++)
+                drow[t2] = 0.0f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, n, 1.0f, ds, n, k, C3, 0.0f,
+                    dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, n, 1.0f, ds, n, q, C3, 0.0f, dk,
+                    C3);
     }
 }
 
 /* dwte[token] += dout, dwpe[position] += dout over rows in order, by column blocks. */
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *row_tok,
-                             const int *row_pos, int R, int C)
+                             const int *row_pos, int R, int C, size_t pm)
 {
     int nb = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)R * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)R * C >= pm)
     for (int bi = 0; bi < nb; bi++) {
         int c0 = bi * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         for (int r = 0; r < R; r++) {
@@ -665,42 +638,43 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 /* ---- forward and backward of a batch ---- */
 
 /* Floats of backward scratch: dres (R, C), dbuf (R, C), dqkv (R, 3C), dfch (R, 4C), dxf
- * (Rt, C), dlnf (Rt, C), attention rows (threads, max_n). */
+ * (Rt, C), dlnf (Rt, C), attention (max_n, max_n). */
 static size_t scratch_floats(const tlm_model *m, const train_ws *ws)
 {
     size_t C = (size_t)m->cfg.n_embd;
-    return ws->R * C * 9 + ws->Rt * C * 2 + (size_t)omp_get_max_threads() * (size_t)ws->max_n;
+    return ws->R * C * 9 + ws->Rt * C * 2 + (size_t)ws->max_n * (size_t)ws->max_n;
 }
 
 /* The forward over a prepared batch up to the logits of the trained rows, keeping
  * activations in a. */
 static void forward(const tlm_model *m, train_ws *ws, acts *a)
 {
+    const size_t pm = ws->par_min;
     const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size, L = m->cfg.n_layer;
     const int R = (int)ws->R, Rt = (int)ws->Rt;
-    encoder_forward(a->encoded, ws->row_tok, ws->row_pos, m->wte, m->wpe, R, C);
+    encoder_forward(a->encoded, ws->row_tok, ws->row_pos, m->wte, m->wpe, R, C, pm);
     const float *residual = a->encoded;
     for (int l = 0; l < L; l++) {
         const tlm_layer *ly = &m->layers[l];
         layer_acts *la = &a->layer[l];
-        layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, ly->ln1_w, ly->ln1_b, R,
-                          C);
-        matmul_forward(la->qkv, la->ln1, ly->qkv_w, ly->qkv_b, R, C, 3 * C);
+        layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, residual, ly->ln1_w, ly->ln1_b, R, C,
+                          pm);
+        matmul_forward(la->qkv, la->ln1, ly->qkv_w, ly->qkv_b, R, C, 3 * C, pm);
         attention_forward(la->atty, la->att, la->qkv, ws->ex_off, ws->att_off, ws->n_ex, C, NH);
-        matmul_forward(la->res2, la->atty, ly->attn_proj_w, ly->attn_proj_b, R, C, C);
-        residual_forward(la->res2, residual, (size_t)R * C);
-        layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, ly->ln2_w, ly->ln2_b, R,
-                          C);
-        matmul_forward(la->fch, la->ln2, ly->fc_w, ly->fc_b, R, C, 4 * C);
-        gelu_forward(la->fch_gelu, la->fch, (size_t)R * 4 * C);
-        matmul_forward(la->res3, la->fch_gelu, ly->fc_proj_w, ly->fc_proj_b, R, 4 * C, C);
-        residual_forward(la->res3, la->res2, (size_t)R * C);
+        matmul_forward(la->res2, la->atty, ly->attn_proj_w, ly->attn_proj_b, R, C, C, pm);
+        residual_forward(la->res2, residual, (size_t)R * C, pm);
+        layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, ly->ln2_w, ly->ln2_b, R, C,
+                          pm);
+        matmul_forward(la->fch, la->ln2, ly->fc_w, ly->fc_b, R, C, 4 * C, pm);
+        gelu_forward(la->fch_gelu, la->fch, (size_t)R * 4 * C, pm);
+        matmul_forward(la->res3, la->fch_gelu, ly->fc_proj_w, ly->fc_proj_b, R, 4 * C, C, pm);
+        residual_forward(la->res3, la->res2, (size_t)R * C, pm);
         residual = la->res3;
     }
     for (int r = 0; r < Rt; r++)
         memcpy(a->xf + (size_t)r * C, residual + (size_t)ws->trow[r] * C,
                (size_t)C * sizeof(float));
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->xf, m->lnf_w, m->lnf_b, Rt, C);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->xf, m->lnf_w, m->lnf_b, Rt, C, pm);
     /* logits (Rt, V) = lnf (Rt, C) @ wte^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Rt, V, C, 1.0f, a->lnf, C, m->wte, C, 0.0f,
                 a->logits, V);
@@ -718,6 +692,7 @@ static double weighted_loss(const train_ws *ws)
  * overwritten. */
 static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, float *grad)
 {
+    const size_t pm = ws->par_min;
     const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size, L = m->cfg.n_layer;
     const int R = (int)ws->R, Rt = (int)ws->Rt;
 #define G(p) (grad + ((p)-m->params))
@@ -727,10 +702,10 @@ static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, floa
     float *dfch = dqkv + (size_t)R * 3 * C; /* (R, 4C) */
     float *dxf = dfch + (size_t)R * 4 * C;  /* (Rt, C) */
     float *dlnf = dxf + (size_t)Rt * C;     /* (Rt, C) */
-    float *att_scr = dlnf + (size_t)Rt * C; /* (threads, max_n) */
+    float *att_scr = dlnf + (size_t)Rt * C; /* (max_n, max_n) */
 
     memset(grad, 0, m->n_params * sizeof(float));
-    crossentropy_backward(a->logits, ws->ttgt, ws->tscale, Rt, V);
+    crossentropy_backward(a->logits, ws->ttgt, ws->tscale, Rt, V, pm);
     /* logits = lnf @ wte^T: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Rt, C, V, 1.0f, a->logits, V, m->wte, C,
                 0.0f, dlnf, C);
@@ -738,7 +713,7 @@ static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, floa
                 1.0f, G(m->wte), C);
     memset(dxf, 0, (size_t)Rt * C * sizeof(float));
     layernorm_backward(dxf, G(m->lnf_w), G(m->lnf_b), dlnf, a->xf, m->lnf_w, a->lnf_mean,
-                       a->lnf_rstd, Rt, C);
+                       a->lnf_rstd, Rt, C, pm);
     memset(dres, 0, (size_t)R * C * sizeof(float));
     for (int r = 0; r < Rt; r++) /* trained rows are distinct */
         memcpy(dres + (size_t)ws->trow[r] * C, dxf + (size_t)r * C, (size_t)C * sizeof(float));
@@ -749,21 +724,22 @@ static void backward(const tlm_model *m, train_ws *ws, acts *a, float *scr, floa
         const float *residual = l == 0 ? a->encoded : a->layer[l - 1].res3;
         /* res3 = res2 + fc_proj(gelu(fc(ln2(res2)))): dres flows on unchanged, plus the MLP */
         matmul_backward(dfch, G(ly->fc_proj_w), G(ly->fc_proj_b), dres, la->fch_gelu, ly->fc_proj_w,
-                        R, 4 * C, C);
-        gelu_backward(dfch, la->fch, dfch, (size_t)R * 4 * C);
-        matmul_backward(dbuf, G(ly->fc_w), G(ly->fc_b), dfch, la->ln2, ly->fc_w, R, C, 4 * C);
+                        R, 4 * C, C, pm);
+        gelu_backward(dfch, la->fch, dfch, (size_t)R * 4 * C, pm);
+        matmul_backward(dbuf, G(ly->fc_w), G(ly->fc_b), dfch, la->ln2, ly->fc_w, R, C, 4 * C, pm);
         layernorm_backward(dres, G(ly->ln2_w), G(ly->ln2_b), dbuf, la->res2, ly->ln2_w,
-                           la->ln2_mean, la->ln2_rstd, R, C);
+                           la->ln2_mean, la->ln2_rstd, R, C, pm);
         /* res2 = residual + attn_proj(attention(qkv(ln1(residual)))) */
         matmul_backward(dbuf, G(ly->attn_proj_w), G(ly->attn_proj_b), dres, la->atty,
-                        ly->attn_proj_w, R, C, C);
+                        ly->attn_proj_w, R, C, C, pm);
         attention_backward(dqkv, dbuf, la->qkv, la->att, ws->ex_off, ws->att_off, ws->n_ex, C, NH,
-                           att_scr, ws->max_n);
-        matmul_backward(dbuf, G(ly->qkv_w), G(ly->qkv_b), dqkv, la->ln1, ly->qkv_w, R, C, 3 * C);
+                           att_scr);
+        matmul_backward(dbuf, G(ly->qkv_w), G(ly->qkv_b), dqkv, la->ln1, ly->qkv_w, R, C, 3 * C,
+                        pm);
         layernorm_backward(dres, G(ly->ln1_w), G(ly->ln1_b), dbuf, residual, ly->ln1_w,
-                           la->ln1_mean, la->ln1_rstd, R, C);
+                           la->ln1_mean, la->ln1_rstd, R, C, pm);
     }
-    encoder_backward(G(m->wte), G(m->wpe), dres, ws->row_tok, ws->row_pos, R, C);
+    encoder_backward(G(m->wte), G(m->wpe), dres, ws->row_tok, ws->row_pos, R, C, pm);
 #undef G
 }
 
@@ -779,12 +755,13 @@ static int loss_grad(const tlm_model *m, train_ws *ws, double *loss, float *grad
         if (grow((void **)&ws->scratch, &ws->cap_scratch, ns, sizeof(float)))
             return tlm_err_set(err, TLM_ENOMEM, "batch", "out of memory");
     }
+    const size_t pm = ws->par_min;
     acts a;
     acts_carve(&a, ws->acts, m, ws);
     forward(m, ws, &a);
     if (logits_out)
         memcpy(logits_out, a.logits, ws->Rt * (size_t)m->cfg.vocab_size * sizeof(float));
-    crossentropy_forward(a.logits, ws->tloss, ws->ttgt, (int)ws->Rt, m->cfg.vocab_size);
+    crossentropy_forward(a.logits, ws->tloss, ws->ttgt, (int)ws->Rt, m->cfg.vocab_size, pm);
     *loss = weighted_loss(ws);
     if (grad) backward(m, ws, &a, ws->scratch, grad);
     return 0;
@@ -793,7 +770,7 @@ static int loss_grad(const tlm_model *m, train_ws *ws, double *loss, float *grad
 int tlm_loss_and_grad(const tlm_model *m, const tlm_train_example *batch, int n, double *loss,
                       float *grad, tlm_error *err)
 {
-    train_ws ws = {0};
+    train_ws ws = {.par_min = PAR_MIN};
     double l = 0;
     int rc = ws_prepare(&ws, m, batch, n, err);
     if (!rc) rc = loss_grad(m, &ws, &l, grad, NULL, err);
@@ -806,7 +783,7 @@ int tlm_train_logits(const tlm_model *m, const tlm_train_example *batch, int n, 
                      tlm_error *err)
 {
     if (!out) return tlm_err_set(err, TLM_EINVAL, "out", "no output buffer given");
-    train_ws ws = {0};
+    train_ws ws = {.par_min = PAR_MIN};
     double l = 0;
     int rc = ws_prepare(&ws, m, batch, n, err);
     if (!rc) rc = loss_grad(m, &ws, &l, NULL, out, err);
@@ -880,6 +857,7 @@ int tlm_trainer_new(tlm_model *m, const tlm_train_opts *o, tlm_trainer **out, tl
     if (!tr) return tlm_err_set(err, TLM_ENOMEM, "trainer", "out of memory");
     tr->m = m;
     tr->opts = *o;
+    tr->ws.par_min = PAR_MIN;
     tr->grad = malloc(m->n_params * sizeof(float));
     tr->adam_m = calloc(m->n_params, sizeof(float));
     tr->adam_v = calloc(m->n_params, sizeof(float));
@@ -924,6 +902,11 @@ int tlm_trainer_set_opts(tlm_trainer *tr, const tlm_train_opts *o, tlm_error *er
     return 0;
 }
 
+void tlm_trainer_set_parallel_min(tlm_trainer *tr, size_t work)
+{
+    if (tr) tr->ws.par_min = work;
+}
+
 const float *tlm_trainer_grad(const tlm_trainer *tr)
 {
     return tr && tr->have_grad ? tr->grad : NULL;
@@ -933,7 +916,7 @@ const float *tlm_trainer_grad(const tlm_trainer *tr)
  * the same bits whatever the thread count. */
 #define NORM_CHUNK 65536
 
-static double grad_norm(const float *g, size_t n)
+static double grad_norm(const float *g, size_t n, size_t pm)
 {
     size_t nc = (n + NORM_CHUNK - 1) / NORM_CHUNK;
     double *part = malloc((nc ? nc : 1) * sizeof(double));
@@ -947,7 +930,7 @@ static double grad_norm(const float *g, size_t n)
         }
         return sqrt(total);
     }
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= pm)
     for (size_t c = 0; c < nc; c++) {
         double s = 0.0;
         size_t end = (c + 1) * NORM_CHUNK < n ? (c + 1) * NORM_CHUNK : n;
@@ -964,9 +947,9 @@ static double grad_norm(const float *g, size_t n)
 /* p -= lr * (mhat / (sqrt(vhat) + eps) + decay * p) over one tensor, after the moment
  * updates; bias corrections come in as 1 / (1 - beta^t). */
 static void adamw_update(float *p, const float *g, float *mom, float *var, size_t n, float lr,
-                         float b1, float b2, float c1, float c2, float eps, float wd)
+                         float b1, float b2, float c1, float c2, float eps, float wd, size_t pm)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= pm)
     for (size_t i = 0; i < n; i++) {
         float mi = b1 * mom[i] + (1.0f - b1) * g[i];
         float vi = b2 * var[i] + (1.0f - b2) * g[i] * g[i];
@@ -987,20 +970,20 @@ int tlm_trainer_step(tlm_trainer *tr, const tlm_train_example *batch, int n, tlm
     int rc = ws_prepare(&tr->ws, m, batch, n, err);
     if (rc) return rc;
     double loss = 0;
+    tr->have_grad = 0; /* grad is overwritten from here on */
     rc = loss_grad(m, &tr->ws, &loss, tr->grad, NULL, err);
     if (rc) return rc;
-    double norm = grad_norm(tr->grad, m->n_params);
-    if (!isfinite(loss) || !isfinite(norm)) {
-        tr->have_grad = 0;
+    const size_t pm = tr->ws.par_min;
+    double norm = grad_norm(tr->grad, m->n_params, pm);
+    if (!isfinite(loss) || !isfinite(norm))
         return tlm_err_set(err, TLM_ERUNTIME, "grad",
                            "loss %g, gradient norm %g: not finite; no update made", loss, norm);
-    }
     const tlm_train_opts *o = &tr->opts;
     if (o->grad_clip > 0 && norm > o->grad_clip) {
         float s = (float)(o->grad_clip / norm);
         float *g = tr->grad;
         size_t np = m->n_params;
-#pragma omp parallel for schedule(static) if (np >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (np >= pm)
         for (size_t i = 0; i < np; i++)
             g[i] *= s;
     }
@@ -1013,7 +996,7 @@ int tlm_trainer_step(tlm_trainer *tr, const tlm_train_example *batch, int n, tlm
         const tensor_range *tn = &tr->tensors[k];
         adamw_update(m->params + tn->off, tr->grad + tn->off, tr->adam_m + tn->off,
                      tr->adam_v + tn->off, tn->n, (float)lr, (float)o->beta1, (float)o->beta2, c1,
-                     c2, (float)o->eps, tn->decay ? (float)o->weight_decay : 0.0f);
+                     c2, (float)o->eps, tn->decay ? (float)o->weight_decay : 0.0f, pm);
     }
     tr->step = t;
     if (st) {

@@ -8,8 +8,8 @@
  *    are OpenBLAS sgemm here, not compiler/tlm/gemm.c, so logits agree to ~1e-6 relative, not
  *    bitwise.
  *  - A batch is a set of whole sentences of different lengths. Their rows are stacked into
- *    one (total tokens, C) matrix for every matrix product; attention runs per sentence (one
- *    thread per sentence and head). Every sentence starts at position 0.
+ *    one (total tokens, C) matrix for every matrix product; attention runs per sentence and
+ *    head (sgemm calls over the head's columns). Every sentence starts at position 0.
  *  - Loss: the cross-entropy of the tokens marked in loss_mask (token t predicted from tokens
  *    0..t-1, i.e. from the logits of position t-1), each weighted by its sentence's weight,
  *    divided by the sum of those weights (the weighted count of trained tokens). A batch
@@ -34,6 +34,13 @@
  *    payload SHA-256, finiteness, a configuration and vocabulary hash equal to the trainer's
  *    model) before changing anything; a failure names the field. Loading restores the options
  *    saved with it (tlm_trainer_set_opts changes them afterwards, e.g. to extend a run).
+ *  - A step whose loss or gradient is not finite is refused (TLM_ERUNTIME, field "grad")
+ *    before any update: model, moments and step count stay as they were.
+ *  - Speed (bench/tlm_train.c, bench/results/tlm_train.md): L=4, C=128, V=4281, 16 sentences of
+ *    ~150 tokens take 0.65-0.8 s a step on one core of the busy 2-core build machine (about
+ *    3000-3700 tokens/s); there OpenBLAS's own threads (its default is one per core) made steps
+ *    slower, so a trainer on a shared machine should run with OPENBLAS_NUM_THREADS=1 (or
+ *    openblas_set_num_threads(1)); the library does not change that process-wide setting.
  *  - Threads: a tlm_trainer and its model belong to one thread at a time; nothing else may
  *    read the model during tlm_trainer_step (it changes in place). OpenMP and OpenBLAS use
  *    their own worker threads inside a call. A tlm_workspace used with the model before a
@@ -42,6 +49,7 @@
 #ifndef TLM_TRAIN_H
 #define TLM_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "compiler/tlm/tlm.h"
@@ -119,6 +127,9 @@ int tlm_trainer_load(tlm_trainer *tr, const char *path, tlm_error *err);
 int tlm_trainer_step_count(const tlm_trainer *tr);
 const tlm_train_opts *tlm_trainer_opts(const tlm_trainer *tr);
 int tlm_trainer_set_opts(tlm_trainer *tr, const tlm_train_opts *o, tlm_error *err);
+/* Loops with less work than this (floats) stay on the calling thread (default 2^22, see
+ * train.c); 0 makes every loop an OpenMP region. Results never depend on it. */
+void tlm_trainer_set_parallel_min(tlm_trainer *tr, size_t work);
 /* The gradient the last step applied (after clipping), n_params floats; NULL before the first
  * step. */
 const float *tlm_trainer_grad(const tlm_trainer *tr);

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -844,5 +845,68 @@ Test(train, clipping_caps_the_global_norm)
         tlm_model_free(mc);
     }
     free(g);
+    tlm_model_free(m);
+}
+
+/* Our loops give each output element to one thread with a fixed order, so a step's bits do
+ * not depend on the OpenMP thread count (OpenBLAS's own count stays fixed). With the parallel
+ * threshold at 0 every loop of train.c is an OpenMP region. */
+Test(train, step_bits_independent_of_openmp_threads)
+{
+    const tlm_config cfg = {
+        .n_layer = 1, .n_head = 2, .n_embd = 64, .n_ctx = 160, .vocab_size = 64};
+    enum { NS = 6, LEN = 130 };
+    int32_t *tok = malloc(sizeof(int32_t) * NS * LEN);
+    tlm_train_example ex[NS];
+    for (int s = 0; s < NS; s++) {
+        for (int t = 0; t < LEN; t++)
+            tok[s * LEN + t] = (int32_t)(urand() * cfg.vocab_size);
+        ex[s] = (tlm_train_example){
+            .tokens = tok + s * LEN, .n = LEN - 7 * s, .n_prompt = 5, .weight = 1.0f + s};
+    }
+    tlm_model *m[2];
+    tlm_trainer *tr[2];
+    tlm_train_opts o = opts_for(1e-3, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        m[k] = test_model(&cfg, 91, 1.0f);
+        tr[k] = trainer(m[k], &o);
+        tlm_trainer_set_parallel_min(tr[k], 0);
+        omp_set_num_threads(k + 1);
+        for (int i = 0; i < 2; i++)
+            step(tr[k], ex, NS, NULL);
+    }
+    cr_assert_eq(
+        memcmp(tlm_trainer_grad(tr[0]), tlm_trainer_grad(tr[1]), m[0]->n_params * sizeof(float)), 0,
+        "gradient bits depend on the OpenMP thread count");
+    cr_assert_eq(memcmp(m[0]->params, m[1]->params, m[0]->n_params * sizeof(float)), 0,
+                 "parameters depend on the OpenMP thread count");
+    for (int k = 0; k < 2; k++) {
+        tlm_trainer_free(tr[k]);
+        tlm_model_free(m[k]);
+    }
+    free(tok);
+}
+
+/* A step whose loss is not finite (an infinite LayerNorm gain: the logits are inf and NaN)
+ * changes nothing and says so. */
+Test(train, non_finite_step_is_refused)
+{
+    tlm_model *m = test_model(&CFG, 101, 1.0f);
+    for (int c = 0; c < CFG.n_embd; c++)
+        m->lnf_w[c] = INFINITY;
+    batch b;
+    make_batch(&b, CFG.vocab_size);
+    tlm_train_opts o = opts_for(1e-3, 0, 0);
+    tlm_trainer *tr = trainer(m, &o);
+    float *before = malloc(m->n_params * sizeof(float));
+    memcpy(before, m->params, m->n_params * sizeof(float));
+    tlm_error err = {0};
+    cr_assert_eq(tlm_trainer_step(tr, b.ex, NB, NULL, &err), TLM_ERUNTIME);
+    cr_assert_str_eq(err.field, "grad", "%s", err.msg);
+    cr_assert_eq(memcmp(before, m->params, m->n_params * sizeof(float)), 0);
+    cr_assert_eq(tlm_trainer_step_count(tr), 0);
+    cr_assert_null(tlm_trainer_grad(tr));
+    free(before);
+    tlm_trainer_free(tr);
     tlm_model_free(m);
 }
