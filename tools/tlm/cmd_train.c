@@ -32,6 +32,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cblas.h>
+
 #include "compiler/driver/driver.h"
 #include "compiler/lang/lang.h"
 #include "compiler/space/space.h"
@@ -515,6 +517,9 @@ static int run_train(int argc, char **argv)
     tlm_err_clear(&err);
     int prc = parse(argc, argv, &a, &err);
     if (prc) return prc < 0 ? CLI_OK : prc;
+    /* One OpenBLAS thread unless the caller says otherwise: faster beside OpenMP on a small
+     * machine, and part of what makes a run's bytes reproducible (train.h). */
+    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
     double t0 = tlm_now_s();
     tr_data d = {0};
     int rc = 0;
