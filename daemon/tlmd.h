@@ -96,8 +96,8 @@ typedef struct tlmd_config {
 typedef struct tlmd_env {
     tlmd_config cfg;
     uv_loop_t *loop;
-    store *st; /* thread-safe: every thread gets its own connection */
-    l2 *l2;    /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
+    store *st;   /* thread-safe: every thread gets its own connection */
+    l2 *l2;      /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
     cluster *cl; /* distributed measurement (cluster.h); local-only without --redis */
     /* The schedules served: with a model, generate decodes with it ("tlm"); without one
      * (--weights none, a missing default file, untrained weights without --serve-untrained)
@@ -256,6 +256,15 @@ void pool_free(pool *p);
  * *code (a PROTO_CODE_*) and msg saying why. */
 int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
                     size_t cap);
+/* The same, and how the body of a good complete head is framed (RFC 9112 6.3). */
+typedef struct http_frame {
+    bool chunked;       /* Transfer-Encoding: chunked */
+    uint64_t length;    /* Content-Length (0 without one) */
+    const char *target; /* the request target, inside the head */
+    size_t target_len;
+} http_frame;
+int http_head_parse(const char *p, size_t n, bool complete, http_frame *f, const char **code,
+                    char *msg, size_t cap);
 
 /* ---- decoder.c ---- */
 typedef struct dec dec;
@@ -336,6 +345,7 @@ void routes_begin(void *rt, http_req *r);    /* http_handlers.begin */
 void routes_dispatch(void *rt, http_req *r); /* http_handlers.dispatch */
 /* The route labels (metrics), one per route index, "unknown" last. */
 int routes_label_count(void);
+int routes_label_of(const char *target, size_t len); /* the route of a request target */
 const char *const *routes_labels(void);
 
 #endif
