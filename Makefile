@@ -166,7 +166,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a | deps-chec
 FUZZ_S    ?= 60
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
-FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) daemon/head.c daemon/request.c)
+FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) $(STORE_SRC) daemon/head.c daemon/request.c)
 FUZZFLAGS := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 
 $(BUILD)/fuzz/obj/%.o: %.c | deps-check-fuzz

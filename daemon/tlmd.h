@@ -89,6 +89,7 @@ typedef struct tlmd_config {
     int max_connections_per_ip;
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     int compile_workers; /* threads of the compile pool (jobs.c) */
+    int compile_nice;    /* their nice value (and their compilers' and runners'): hits first */
     l2_config l2;        /* the cluster tier (l2.h): redis, redis_* keys */
 } tlmd_config;
 
@@ -235,7 +236,8 @@ typedef struct pool_work {
     struct pool_work *next; /* pool-private */
     bool posted;            /* pool-private */
 } pool_work;
-pool *pool_new(uv_loop_t *loop, int n_threads);
+/* n_threads at nice value nice (0: as the process; the children they start inherit it). */
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice);
 void pool_submit(pool *p, pool_work *w);
 int pool_queued(pool *p); /* waiting for a thread (any thread) */
 /* From inside a running work(): w->done runs on the loop thread, before the running work's

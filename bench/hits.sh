@@ -1,0 +1,96 @@
+#!/bin/bash
+# hits.sh — cache-hit latency while tlmd compiles (issue 15): a model compile keeps the compile
+# pool busy while 64 closed-loop clients run, 70 % of them sending hits (GET /v1/kernels/{key}
+# and POST /v1/compile of a cached workload, in turn) and 30 % misses (distinct small dense
+# ops: more compiles), and one more client reads /metrics every 100 ms. Prints hit p50/p99/max and the
+# others, with the host's load, and appends a row to the table.
+#
+#   bench/hits.sh [LABEL] [SECONDS] [OUT.md]   (default "run", 30 s, bench/results/hits.md;
+#                                               the raw JSON lines go to OUT's .jsonl)
+# TLMD_BIN picks the daemon (default build/tlmd); CLIENTS (64), HIT_FRAC (0.7), PACE_MS (20:
+# each hit client starts a request at most every 20 ms, so the hits alone do not saturate
+# the machine; 0: back to back), MODEL (resnet50). The daemon runs with --weights none (the default schedules) on a temporary
+# store, on a free 127.0.0.1 port, with max_jobs = 1024 (64 clients and the model fit: no
+# 429s), and is stopped with SIGTERM at the end.
+set -eu
+cd "$(dirname "$0")/.."
+LABEL=${1:-run}
+SECS=${2:-30}
+OUT=${3:-bench/results/hits.md}
+TLMD=${TLMD_BIN:-build/tlmd}
+LOAD=${BUILD:-build}/bench/server_load
+CLIENTS=${CLIENTS:-64}
+HIT_FRAC=${HIT_FRAC:-0.7}
+PACE_MS=${PACE_MS:-20}
+MODEL=${MODEL:-resnet50}
+for f in "$TLMD" "$LOAD"; do
+    [ -x "$f" ] || { echo "hits.sh: $f missing; run: make all build/bench/server_load" >&2; exit 2; }
+done
+tmp=$(mktemp -d /tmp/tlmd-hits-XXXXXX)
+pid=""
+mpid=""
+cleanup() {
+    [ -n "$mpid" ] && kill "$mpid" 2>/dev/null
+    if [ -n "$pid" ]; then
+        kill -TERM "$pid" 2>/dev/null
+        for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null
+    fi
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+port=$("$LOAD" port)
+printf 'max_jobs = 1024\n' >"$tmp/tlmd.conf"
+"$TLMD" --listen "127.0.0.1:$port" --store "$tmp/tlmd.db" --weights none --log-level warn --config "$tmp/tlmd.conf" \
+    >"$tmp/tlmd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+    "$LOAD" get --port "$port" --get /readyz >/dev/null 2>&1 && break
+    sleep 0.1
+done
+# the cached kernel: one compile, its key
+hit='{"target":"cpu","workloads":[{"op":"dense","shape":{"M":64,"N":64,"K":64},"epilogue":["relu"]}]}'
+key=$("$LOAD" once --port "$port" --body "$hit" | awk '{print $NF}')
+[ ${#key} -eq 64 ] || { echo "hits.sh: no key from the warm-up compile" >&2; exit 1; }
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+# the model compile: the compile pool busy for the whole run
+"$LOAD" once --port "$port" --body "{\"target\":\"cpu\",\"model\":{\"name\":\"$MODEL\",\"batch\":1}}" \
+    >"$tmp/model.out" 2>&1 &
+mpid=$!
+sleep 2
+miss='{"target":"cpu","workloads":[{"op":"dense","shape":{"M":{i},"N":40,"K":24}}]}'
+"$LOAD" mix --port "$port" --conns "$CLIENTS" --duration "$SECS" --warmup 1 --hit-frac "$HIT_FRAC" \
+    --pace-ms "$PACE_MS" \
+    --get "/v1/kernels/$key" --body "$hit" --template "$miss" --base 1000 >"$tmp/mix.json"
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
+model_done=$(kill -0 "$mpid" 2>/dev/null && echo no || echo yes)
+/usr/bin/python3 - "$tmp/mix.json" "$OUT" "$LABEL" "$load0" "$load1" "$model_done" "$TLMD" "$MODEL" <<'PY'
+import json, os, sys
+src, out, label, load0, load1, model_done, tlmd, model = sys.argv[1:9]
+m = json.load(open(src))
+m.update(label=label, loadavg_before=load0, loadavg_after=load1, cores=os.cpu_count(),
+         model=model, model_done_during_run=model_done == "yes", tlmd=tlmd)
+print(json.dumps(m))
+base = os.path.splitext(out)[0]
+os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+with open(base + ".jsonl", "a") as f:
+    f.write(json.dumps(m) + "\n")
+rows = [json.loads(l) for l in open(base + ".jsonl")]
+k = lambda r, n: r[n]
+lines = ["# Cache hits under mixed load (bench/hits.sh)", "",
+         f"{rows[-1]['clients']} closed-loop clients, {int(rows[-1]['hit_frac'] * 100 + 0.5)} % of them sending hits (GET /v1/kernels/KEY and"
+         " POST /v1/compile of a cached workload in turn; each starts one at most every `pace` ms), the rest misses (distinct dense ops: compiles),"
+         f" during a {model} compile; one more client GETs /metrics every 100 ms. Loopback;"
+         " the host is shared with other engineers' builds and tests (its load average is in each row),"
+         f" {os.cpu_count()} cores. Milliseconds.", "",
+         "| run | pace ms | s | hits | hit p50 | hit p99 | hit max | get p99 | post p99 | misses | miss p50 | /metrics p50 | /metrics p99 | /metrics max | errors | load before → after |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    errs = sum(r[x]["errors"] for x in ("get", "post", "miss", "metrics"))
+    lines.append(f"| {r['label']} | {r.get('pace_ms', 0):g} | {r['seconds']:.0f} | {r['hit']['n']} | {r['hit']['p50_ms']:.2f} | {r['hit']['p99_ms']:.2f} |"
+                 f" {r['hit']['max_ms']:.1f} | {r['get']['p99_ms']:.2f} | {r['post']['p99_ms']:.2f} | {r['miss']['n']} |"
+                 f" {r['miss']['p50_ms']:.0f} | {r['metrics']['p50_ms']:.2f} | {r['metrics']['p99_ms']:.2f} |"
+                 f" {r['metrics']['max_ms']:.1f} | {errs} | {r['loadavg_before']} → {r['loadavg_after']} |")
+open(out, "w").write("\n".join(lines) + "\n")
+PY
