@@ -653,6 +653,8 @@ static void *mix_main(void *arg)
     reply r = {0, NULL, 0};
     bool sampler = t->index < 0;
     bool hitter = t->index < (int)(o->hit_frac * o->conns + 0.5);
+    unsigned seed = 0x9e3779b9u * (unsigned)(t->index + 2);
+    if (hitter && o->pace_ms > 0) usleep((useconds_t)(o->pace_ms * 1e3 * rand_r(&seed) / RAND_MAX));
     int turn = t->index;
     while (tlm_now_s() < t->t_end) {
         int kind;
@@ -682,7 +684,11 @@ static void *mix_main(void *arg)
         } else if (t0 >= t->t_measure && t1 <= t->t_end) {
             mix_add(t, kind, t1 - t0);
         }
-        double next = t0 + (sampler ? 0.1 : hitter ? o->pace_ms / 1e3 : 0);
+        /* paced hit clients start out of phase and jitter (uniform in [0.5, 1.5] x pace), or
+         * they would arrive in bursts of all of them at once */
+        double next = t0 + (sampler  ? 0.1
+                            : hitter ? o->pace_ms / 1e3 * (0.5 + (double)rand_r(&seed) / RAND_MAX)
+                                     : 0);
         double now = tlm_now_s();
         if (next > now) usleep((useconds_t)((next - now) * 1e6));
     }

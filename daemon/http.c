@@ -1100,6 +1100,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && r->status)
+        metrics_answer_seconds(h->m, r->route, tlmd_now() - r->t_begin);
     if (r->detach) r->detach(r);
     if (r->prev)
         r->prev->next = r->next;

@@ -145,6 +145,7 @@ typedef struct metrics_gauges {
 metrics *metrics_new(const char *const *labels, int n_labels);
 void metrics_free(metrics *m);
 void metrics_request(metrics *m, int route, int status); /* loop thread */
+void metrics_answer_seconds(metrics *m, int route, double s); /* loop thread */
 void metrics_batch(metrics *m, int size);
 void metrics_compile_seconds(metrics *m, double s);
 void metrics_cache(metrics *m, bool hit);
