@@ -180,6 +180,11 @@ $(BUILD)/fuzz/libtlmfuzz.a: $(FUZZ_OBJ)
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
 	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS)
 
+# fuzz_mhd drives libmicrohttpd itself (request bytes on a socketpair), so it links it.
+$(BUILD)/fuzz/fuzz_mhd: tests/fuzz/fuzz_mhd.c $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
+	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS) \
+	    $(shell pkg-config --libs libmicrohttpd)
+
 fuzz: $(FUZZ_BIN)
 	./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_BIN)
 
