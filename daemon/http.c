@@ -693,12 +693,17 @@ static bool door_parse(http_server *h, door_conn *c)
 static void door_pump(http_server *h, door_conn *c)
 {
     char scratch[16384];
-    for (int round = 0; round < 64 && !c->dead; round++) {
+    size_t dropped = 0; /* bytes read and dropped by this call: a bound, so a client that
+                         * keeps sending after its answer cannot hold the loop */
+    /* each pass moves what the socket buffers hold; it ends when nothing moves (a socket
+     * would block, a buffer is full), since no new bytes can come from MHD meanwhile */
+    for (int round = 0; round < 4096 && !c->dead; round++) {
         bool more = false;
         /* the client's bytes (dropped once the door has decided to end the connection) */
         while (c->fd >= 0 && !c->cli_eof) {
             bool drop = c->state == DS_DROP || c->closing;
             if (!drop && dbuf_size(&c->in) >= DOOR_IN_MAX) break;
+            if (drop && dropped >= (1u << 20)) break;
             char *dst = drop ? scratch : dbuf_room(&c->in, 16384);
             if (!dst) break;
             ssize_t r = recv(c->fd, dst, drop ? sizeof scratch : 16384, MSG_DONTWAIT);
@@ -706,6 +711,8 @@ static void door_pump(http_server *h, door_conn *c)
                 if (!drop) {
                     c->in.len += (size_t)r;
                     c->in.p[c->in.len] = 0;
+                } else {
+                    dropped += (size_t)r;
                 }
                 more = true;
             } else if (r == 0) {
