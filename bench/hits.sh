@@ -32,14 +32,14 @@ done
 tmp=$(mktemp -d /tmp/tlmd-hits-XXXXXX)
 pid=""
 mpid=""
-cleanup() {
-    [ -n "$mpid" ] && kill "$mpid" 2>/dev/null
+cleanup() { # no set -e here: a process already gone must not stop the rest
+    if [ -n "$mpid" ]; then kill "$mpid" 2>/dev/null || true; fi
     if [ -n "$pid" ]; then
-        kill -TERM "$pid" 2>/dev/null
+        kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null || true
     fi
-    wait 2>/dev/null
+    wait 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
