@@ -166,7 +166,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a | deps-chec
 FUZZ_S    ?= 60
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
-FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) daemon/head.c daemon/request.c)
+FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) $(STORE_SRC) daemon/head.c daemon/request.c)
 FUZZFLAGS := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 
 $(BUILD)/fuzz/obj/%.o: %.c | deps-check-fuzz
@@ -179,6 +179,11 @@ $(BUILD)/fuzz/libtlmfuzz.a: $(FUZZ_OBJ)
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
 	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS)
+
+# fuzz_mhd drives libmicrohttpd itself (request bytes on a socketpair), so it links it.
+$(BUILD)/fuzz/fuzz_mhd: tests/fuzz/fuzz_mhd.c $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
+	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS) \
+	    $(shell pkg-config --libs libmicrohttpd)
 
 fuzz: $(FUZZ_BIN)
 	./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_BIN)

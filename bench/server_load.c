@@ -19,9 +19,17 @@
  *       histogram is read before and after; prints "clients requests errors wall_s p50_ms
  *       p99_ms steps mean_batch max_le b1 b2 b4 b8 b16 b32 b64 b128 binf" with the per-bucket
  *       step counts of this run (non-cumulative deltas).
- *   server_load get --port P --get PATH     the body on stdout; exit 0 on 200, else 1.
- *   server_load port                        a free loopback port (bound, then released).
- * Exit status: 0, 1 on a failed request in once, 2 on usage errors. */
+ *   server_load mix   --port P --conns N --duration S --hit-frac F --get PATH --body JSON
+ *                     --template T [--template T ...] [--base B] [--warmup S] [--pace-ms P]
+ *       N closed-loop clients: a fraction F of them send cache hits (GET PATH and POST
+ *       /v1/compile of BODY, a cached workload, in turn), the others misses (POST of a
+ *       template with "{i}" replaced by B + a counter: a compile; closed-loop clients mixing
+ *       both would all end up waiting on misses); a hit client starts a request at most every
+ *       P ms (0: back to back); one more client GETs /metrics every 100 ms. Prints one JSON object:
+ * counts, errors and p50/p99/max ms for hits (all, get, post), misses and /metrics. server_load get
+ * --port P --get PATH     the body on stdout; exit 0 on 200, else 1. server_load port a free
+ * loopback port (bound, then released). Exit status: 0, 1 on a failed request in once, 2 on usage
+ * errors. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -257,6 +265,8 @@ typedef struct {
     int clients, per_client, base;
     const char *templates[MAX_TEMPLATES];
     int n_templates;
+    double hit_frac;
+    double pace_ms; /* mix: a hit client starts a request at most this often */
 } opts;
 
 static int usage(const char *msg)
@@ -305,6 +315,10 @@ static int parse(int argc, char **argv, opts *o)
             o->per_client = atoi(v);
         else if (!strcmp(a, "--base"))
             o->base = atoi(v);
+        else if (!strcmp(a, "--pace-ms"))
+            o->pace_ms = atof(v);
+        else if (!strcmp(a, "--hit-frac"))
+            o->hit_frac = atof(v);
         else if (!strcmp(a, "--template") && o->n_templates < MAX_TEMPLATES)
             o->templates[o->n_templates++] = v;
         else
@@ -603,6 +617,149 @@ static int cmd_batch(const opts *o)
     return 0;
 }
 
+/* ---- mix: hits among misses, and /metrics, at once ---- */
+
+enum { MX_GET, MX_POST, MX_MISS, MX_METRICS, MX_N };
+static const char *const mx_names[MX_N] = {"get", "post", "miss", "metrics"};
+
+typedef struct {
+    const opts *o;
+    int index;
+    double t_measure, t_end;
+    double *lat[MX_N];
+    size_t n[MX_N], cap[MX_N];
+    long errors[MX_N];
+} mix_thread;
+
+static int mix_counter;
+
+static void mix_add(mix_thread *t, int kind, double s)
+{
+    if (t->n[kind] == t->cap[kind]) {
+        size_t cap = t->cap[kind] ? t->cap[kind] * 2 : 1024;
+        double *p = realloc(t->lat[kind], cap * sizeof *p);
+        if (!p) return;
+        t->lat[kind] = p;
+        t->cap[kind] = cap;
+    }
+    t->lat[kind][t->n[kind]++] = s;
+}
+
+static void *mix_main(void *arg)
+{
+    mix_thread *t = arg;
+    const opts *o = t->o;
+    conn c = {-1, o->port, NULL, 0, 0};
+    reply r = {0, NULL, 0};
+    bool sampler = t->index < 0;
+    bool hitter = t->index < (int)(o->hit_frac * o->conns + 0.5);
+    unsigned seed = 0x9e3779b9u * (unsigned)(t->index + 2);
+    if (hitter && o->pace_ms > 0) usleep((useconds_t)(o->pace_ms * 1e3 * rand_r(&seed) / RAND_MAX));
+    int turn = t->index;
+    while (tlm_now_s() < t->t_end) {
+        int kind;
+        char *body = NULL;
+        if (sampler) {
+            kind = MX_METRICS;
+        } else if (hitter) {
+            kind = turn++ % 2 ? MX_POST : MX_GET;
+        } else {
+            kind = MX_MISS;
+            int i = __atomic_fetch_add(&mix_counter, 1, __ATOMIC_RELAXED);
+            body = expand(o->templates[i % o->n_templates], o->base + i);
+        }
+        double t0 = tlm_now_s();
+        int rc = kind == MX_METRICS ? request(&c, "GET", "/metrics", NULL, &r)
+                 : kind == MX_GET   ? request(&c, "GET", o->path, NULL, &r)
+                 : kind == MX_POST  ? request(&c, "POST", "/v1/compile", o->body, &r)
+                                    : request(&c, "POST", "/v1/compile", body, &r);
+        double t1 = tlm_now_s();
+        free(body);
+        if (rc || r.status != 200 ||
+            (kind == MX_POST && (!r.body || !strstr(r.body, "\"cache\":\"hit\"")))) {
+            if (t0 >= t->t_measure && t->errors[kind]++ == 0 && t->index == 0)
+                fprintf(stderr, "server_load mix: %s: status %d: %.300s\n", mx_names[kind],
+                        rc ? 0 : r.status, !rc && r.body ? r.body : "(no answer)");
+            if (rc) usleep(10000);
+        } else if (t0 >= t->t_measure && t1 <= t->t_end) {
+            mix_add(t, kind, t1 - t0);
+        }
+        /* paced hit clients start out of phase and jitter (uniform in [0.5, 1.5] x pace), or
+         * they would arrive in bursts of all of them at once */
+        double next = t0 + (sampler  ? 0.1
+                            : hitter ? o->pace_ms / 1e3 * (0.5 + (double)rand_r(&seed) / RAND_MAX)
+                                     : 0);
+        double now = tlm_now_s();
+        if (next > now) usleep((useconds_t)((next - now) * 1e6));
+    }
+    free(r.body);
+    conn_close(&c);
+    free(c.in);
+    return NULL;
+}
+
+static void mix_print(const char *name, double *v, size_t n, long errors, bool comma)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    printf("\"%s\": {\"n\": %zu, \"errors\": %ld, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+           "\"max_ms\": %.3f}%s",
+           name, n, errors, 1e3 * pct(v, n, 0.5), 1e3 * pct(v, n, 0.99), n ? 1e3 * v[n - 1] : 0.0,
+           comma ? ", " : "");
+}
+
+static int cmd_mix(const opts *o)
+{
+    if (!o->path || !o->body || !o->n_templates)
+        return usage("mix needs --get PATH, --body JSON (a cached workload) and --template");
+    int n = o->conns + 1;
+    mix_thread *ts = calloc((size_t)n, sizeof *ts);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    if (!ts || !th) return 2;
+    double t0 = tlm_now_s();
+    for (int i = 0; i < n; i++) {
+        ts[i].o = o;
+        ts[i].index = i < o->conns ? i : -1; /* the last one samples /metrics */
+        ts[i].t_measure = t0 + o->warmup;
+        ts[i].t_end = t0 + o->warmup + o->duration;
+        pthread_create(&th[i], NULL, mix_main, &ts[i]);
+    }
+    size_t tot[MX_N] = {0};
+    long err[MX_N] = {0};
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        for (int k = 0; k < MX_N; k++) {
+            tot[k] += ts[i].n[k];
+            err[k] += ts[i].errors[k];
+        }
+    }
+    double *all[MX_N], *hits = malloc((tot[MX_GET] + tot[MX_POST] + 1) * sizeof(double));
+    size_t nh = 0;
+    for (int k = 0; k < MX_N; k++) {
+        all[k] = malloc((tot[k] + 1) * sizeof(double));
+        size_t m = 0;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < ts[i].n[k]; j++) {
+                all[k][m++] = ts[i].lat[k][j];
+                if (k == MX_GET || k == MX_POST) hits[nh++] = ts[i].lat[k][j];
+            }
+    }
+    printf("{\"clients\": %d, \"seconds\": %.1f, \"hit_frac\": %.2f, \"pace_ms\": %g, ", o->conns,
+           o->duration, o->hit_frac, o->pace_ms);
+    mix_print("hit", hits, nh, err[MX_GET] + err[MX_POST], true);
+    for (int k = 0; k < MX_N; k++)
+        mix_print(mx_names[k], all[k], tot[k], err[k], k + 1 < MX_N);
+    printf("}\n");
+    for (int k = 0; k < MX_N; k++) {
+        free(all[k]);
+        for (int i = 0; i < n; i++)
+            free(ts[i].lat[k]);
+    }
+    free(hits);
+    free(ts);
+    free(th);
+    return 0;
+}
+
 /* ---- get: one GET, the body on stdout; port: a free loopback port ---- */
 
 static int cmd_get(const opts *o)
@@ -643,5 +800,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "hit")) return cmd_hit(&o);
     if (!strcmp(argv[1], "once")) return cmd_once(&o);
     if (!strcmp(argv[1], "batch")) return cmd_batch(&o);
-    return usage("unknown command (hit, once, batch, get, port)");
+    if (!strcmp(argv[1], "mix")) return cmd_mix(&o);
+    return usage("unknown command (hit, once, batch, mix, get, port)");
 }

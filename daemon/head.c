@@ -16,11 +16,13 @@ static bool tchar(unsigned char c)
 /* A request head (p, n) checked against RFC 9112: request line, version, field syntax,
  * framing (Content-Length, Transfer-Encoding) and Host. complete: n runs through the blank
  * line; otherwise only what is there is judged (a head that outgrew HEAD_MAX). Returns 0, or
- * the status to answer with *code and msg. */
-int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
-                    size_t cap)
+ * the status to answer with *code and msg; f (may be NULL) gets the body's framing and the
+ * target of a good complete head. */
+int http_head_parse(const char *p, size_t n, bool complete, http_frame *f, const char **code,
+                    char *msg, size_t cap)
 {
     *code = PROTO_CODE_BAD_REQUEST;
+    if (f) memset(f, 0, sizeof *f);
     const char *end = p + n;
     const char *eol = memchr(p, '\n', n);
     if (!eol) {
@@ -156,5 +158,18 @@ int http_head_check(const char *p, size_t n, bool complete, const char **code, c
         snprintf(msg, cap, n_host ? "more than one Host header" : "an HTTP/1.1 request needs Host");
         return 400;
     }
+    if (f) {
+        f->chunked = n_te > 0;
+        for (const char *c = cl; *c; c++)
+            f->length = f->length * 10 + (uint64_t)(*c - '0'); /* <= 19 digits: no overflow */
+        f->target = sp1 + 1;
+        f->target_len = (size_t)(sp2 - sp1 - 1);
+    }
     return 0;
+}
+
+int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
+                    size_t cap)
+{
+    return http_head_parse(p, n, complete, NULL, code, msg, cap);
 }

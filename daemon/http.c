@@ -5,23 +5,30 @@
  * once more: 0.9.75 needs that explicit run after a resume). NDJSON streams use a content
  * reader that suspends its connection whenever it has nothing to send.
  *
- * The front door: tlmd accepts connections itself (MHD runs with MHD_USE_NO_LISTEN_SOCKET).
- * A new connection waits in the door until its first request head is complete: the head is
- * read with MSG_PEEK (edge-triggered, so a trickle costs one wake-up per segment), checked
- * against RFC 9112 (request line, version, header syntax, Content-Length, Transfer-Encoding,
- * Host, sizes) and then handed to MHD with MHD_add_connection, which reads the same bytes
- * again. A bad head gets a JSON error (400, 414, 431, 505) and the connection is closed; a
- * head that does not arrive within header_timeout_s gets 408 (slowloris), a body still
- * arriving after body_timeout_s is cut off (the connection closed); more connections
- * than max_connections (sized from RLIMIT_NOFILE) or max_connections_per_ip are refused
- * with 503. MHD's own error pages (HTML) are therefore never the answer to a first request;
- * later requests on a kept-alive connection are parsed by MHD alone, and their framing
- * (duplicate Content-Length, Transfer-Encoding with Content-Length) is checked again when
- * their headers reach on_request. */
+ * The front door: tlmd accepts connections itself (MHD runs with MHD_USE_NO_LISTEN_SOCKET)
+ * and stays between the client and MHD for the connection's whole life. It reads what the
+ * client sends, checks every request head against RFC 9112 (request line, version, header
+ * syntax, Content-Length, Transfer-Encoding, Host, sizes: http_head_parse), follows the body's
+ * framing to the next head, and hands the requests to MHD through a socketpair (MHD gets the
+ * client's address with MHD_add_connection, for its per-address limit); MHD's answers come
+ * back through the socketpair and go out to the client. A chunked body reaches MHD re-framed
+ * (plain sizes, no extensions, no trailer fields), so MHD only ever parses bytes the door has
+ * judged and never answers with its own (HTML) error pages: a bad head or body gets the
+ * door's JSON error (400, 408, 413, 414, 431, 505) after MHD's answers to the requests before
+ * it, on the first request of a connection as on any later or pipelined one, and the
+ * connection ends. A head that does not arrive within header_timeout_s (from the accept, or
+ * from its first byte on a kept-alive connection) and a body still arriving after
+ * body_timeout_s get 408 (slowloris); connections over max_connections (sized from
+ * RLIMIT_NOFILE) or max_connections_per_ip are refused with 503. A client that shuts down its
+ * side still gets the answers to its whole requests (MHD reads the end after them); one that
+ * goes away closes MHD's side, which cancels its job. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ctype.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,16 +42,52 @@
 #include "daemon/tlmd.h"
 #include "proto/error.h"
 
-#define DOOR_LINGER_S 2.0 /* an answered connection is read and dropped for this long */
+#define DOOR_LINGER_S 2.0         /* an answered connection is read and dropped for this long */
+#define DOOR_BUF_MAX (256 * 1024) /* bytes held for MHD or for the client before reading stops */
+#define DOOR_IN_MAX (64 * 1024)   /* bytes read ahead from the client */
 
-/* A connection in the front door: not yet MHD's. */
+/* A growable byte queue: the bytes are p[off, len). */
+typedef struct dbuf {
+    char *p;
+    size_t off, len, cap;
+} dbuf;
+
+/* Where the door is in the client's byte stream. */
+enum door_state {
+    DS_HEAD,       /* a request head (or the empty lines before it) */
+    DS_BODY,       /* left bytes of a Content-Length body */
+    DS_CHUNK_LINE, /* a chunk-size line */
+    DS_CHUNK_DATA, /* left bytes of a chunk */
+    DS_CHUNK_END,  /* the CRLF after a chunk */
+    DS_TRAILER,    /* trailer fields, up to the empty line */
+    DS_DROP,       /* the connection is ending: what the client sends is read and dropped */
+};
+
+/* A client connection. The door reads it, checks every request head, and hands the requests
+ * to MHD through a socketpair (mfd is the door's end); MHD's answers come back through it. */
 typedef struct door_conn {
-    int fd;
+    int fd;  /* the client's socket; -1 once closed */
+    int mfd; /* the door's end of the socketpair to MHD; -1 before the first head, or closed */
     struct sockaddr_storage addr;
     socklen_t addr_len;
-    double deadline;
-    bool closing; /* answered: the rest is read and dropped until EOF or the deadline */
-    struct door_conn *prev, *next;
+    enum door_state state;
+    uint64_t left, body; /* bytes left of a body or chunk; a chunked body's bytes so far */
+    size_t trailer;      /* bytes of the trailer section so far */
+    int trailer_fields;
+    int route;               /* the current request's route (the metrics' label) */
+    dbuf in, to_mhd, to_cli; /* read from the client; for MHD; for the client */
+    unsigned n_fwd, n_done;  /* whole requests given to MHD / answered by it */
+    double deadline;         /* of the head or body being read, or of the linger; 0: none */
+    bool cli_eof;            /* the client shut down its side */
+    bool had_mhd, mhd_live;  /* MHD was given the connection / still holds it */
+    bool mhd_wr_shut;        /* MHD was told the client's end */
+    bool closing;            /* the door's last byte is sent: lingering until the client's EOF */
+    bool answered;           /* the door's own error was sent */
+    bool dead, woken;
+    int err_status, err_route; /* the door's error, waiting for MHD's earlier answers */
+    const char *err_code;
+    char err_msg[256];
+    struct door_conn *prev, *next, *wnext;
 } door_conn;
 
 struct http_server {
@@ -65,12 +108,17 @@ struct http_server {
     uv_timer_t door_timer;
     bool door_open; /* accepting */
     door_conn *door;
-    int n_door;
+    door_conn *dead;    /* freed at the end of the callback */
+    door_conn *woken;   /* to pump after MHD_run: an answer the door waits for is done */
+    door_conn *adding;  /* inside MHD_add_connection */
+    int n_door, n_head; /* client connections; of those, waiting for their first head */
     int max_conns;
     uint64_t refused; /* connections refused over a limit */
 };
 
 static void mhd_rearm(http_server *h);
+static void door_pump(http_server *h, struct door_conn *c);
+static void door_reap(http_server *h);
 
 static void run_mhd(http_server *h)
 {
@@ -82,6 +130,13 @@ static void run_mhd(http_server *h)
     } while (h->need_kick && h->mhd);
     h->in_mhd = false;
     mhd_rearm(h);
+    while (h->woken) {
+        door_conn *c = h->woken;
+        h->woken = c->wnext;
+        c->woken = false;
+        door_pump(h, c);
+    }
+    door_reap(h);
 }
 
 void http_kick(http_server *h)
@@ -272,132 +327,487 @@ static const char *reason(int status)
     }
 }
 
-static void door_unlink(http_server *h, door_conn *c)
+static char *dbuf_room(dbuf *b, size_t want)
 {
+    if (b->off == b->len) b->off = b->len = 0;
+    if (b->len + want + 1 > b->cap && b->off) {
+        memmove(b->p, b->p + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
+    if (b->len + want + 1 > b->cap) {
+        size_t cap = (b->len + want + 1) * 2;
+        char *q = realloc(b->p, cap < 4096 ? 4096 : cap);
+        if (!q) return NULL;
+        b->p = q;
+        b->cap = cap < 4096 ? 4096 : cap;
+    }
+    return b->p + b->len;
+}
+
+static int dbuf_add(dbuf *b, const void *d, size_t n)
+{
+    char *q = dbuf_room(b, n);
+    if (!q) return -1;
+    memcpy(q, d, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+static size_t dbuf_size(const dbuf *b)
+{
+    return b->len - b->off;
+}
+
+static void dbuf_eat(dbuf *b, size_t n)
+{
+    b->off += n;
+    if (b->off == b->len) b->off = b->len = 0;
+}
+
+/* MHD's end of the socketpair is closed with the connection; ours goes here. */
+static void door_close_mhd(http_server *h, door_conn *c)
+{
+    if (c->mfd < 0) return;
+    epoll_ctl(h->door_epfd, EPOLL_CTL_DEL, c->mfd, NULL);
+    close(c->mfd);
+    c->mfd = -1;
+}
+
+/* Freed once both the client's socket and MHD's connection are gone; after the callback
+ * that got here (two events of one epoll batch may name the same connection). */
+static void door_maybe_free(http_server *h, door_conn *c)
+{
+    if (c->fd >= 0 || c->mfd >= 0 || c->mhd_live || c->dead) return;
     if (c->prev)
         c->prev->next = c->next;
     else
         h->door = c->next;
     if (c->next) c->next->prev = c->prev;
-    h->n_door--;
+    c->dead = true;
+    c->next = h->dead;
+    h->dead = c;
 }
 
-static void door_close(http_server *h, door_conn *c)
+static void door_reap(http_server *h)
 {
-    epoll_ctl(h->door_epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    door_unlink(h, c);
-    free(c);
+    while (h->dead) {
+        door_conn *c = h->dead;
+        h->dead = c->next;
+        free(c->in.p);
+        free(c->to_mhd.p);
+        free(c->to_cli.p);
+        free(c);
+    }
 }
 
-/* Writes a JSON error with Connection: close (best effort: the socket is non-blocking and the
- * answer small), then lingers reading until EOF so the answer is not lost to a reset. */
-static void door_answer(http_server *h, door_conn *c, int status, const char *code, const char *msg)
+static void door_close_client(http_server *h, door_conn *c)
 {
-    json_t *b = proto_error_body(code, msg, "");
+    if (c->fd >= 0) {
+        epoll_ctl(h->door_epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->fd = -1;
+        h->n_door--;
+        if (!c->had_mhd) h->n_head--;
+    }
+    door_close_mhd(h, c); /* MHD sees the end: a job waiting for this client is cancelled */
+    door_maybe_free(h, c);
+}
+
+/* An answer from the door itself (status, a PROTO_CODE_*, why), sent after MHD's answers to
+ * the requests before it; then the connection ends (RFC 9112 9.6: after a request that
+ * cannot be framed, nothing after it can be trusted). */
+static void door_fail(door_conn *c, int status, const char *code, int route, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void door_fail(door_conn *c, int status, const char *code, int route, const char *fmt, ...)
+{
+    if (c->err_status || c->answered || c->state == DS_DROP) return;
+    c->err_status = status;
+    c->err_code = code;
+    c->err_route = route;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
+    c->state = DS_DROP;
+    c->deadline = 0;
+    dbuf_eat(&c->in, dbuf_size(&c->in));
+}
+
+static void door_append_error(http_server *h, door_conn *c)
+{
+    json_t *b = proto_error_body(c->err_code, c->err_msg, "");
     char *js = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
-    char out[2048];
+    char head[256];
     int n =
-        snprintf(out, sizeof out,
+        snprintf(head, sizeof head,
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nServer: tlmd/" TLMD_VERSION
-                 "\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s\n",
-                 status, reason(status), js ? strlen(js) + 1 : 1, js ? js : "");
+                 "\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                 c->err_status, reason(c->err_status), js ? strlen(js) + 1 : 1);
+    dbuf_add(&c->to_cli, head, (size_t)n);
+    if (js) dbuf_add(&c->to_cli, js, strlen(js));
+    dbuf_add(&c->to_cli, "\n", 1);
     free(js);
-    if (n > 0) {
-        ssize_t w = send(c->fd, out, (size_t)n < sizeof out ? (size_t)n : sizeof out - 1,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        (void)w;
-    }
-    shutdown(c->fd, SHUT_WR);
-    metrics_request(h->m, routes_label_count() - 1, status);
-    tlmd_log(LOG_DEBUG, "http_door", "status=%d code=%s detail=\"%s\"", status, code, msg);
-    c->closing = true;
-    c->deadline = tlmd_now() + DOOR_LINGER_S;
+    metrics_request(h->m, c->err_route, c->err_status);
+    tlmd_log(LOG_DEBUG, "http_door", "status=%d code=%s detail=\"%s\"", c->err_status, c->err_code,
+             c->err_msg);
+    c->err_status = 0;
+    c->answered = true;
 }
 
-/* Reads and drops what an answered connection still sends; closes it at EOF. */
-static void door_drain(http_server *h, door_conn *c)
+/* MHD gets a connection (one end of a socketpair, the client's address for its per-address
+ * limit) when the first request head is good. -1: the request is not forwarded. */
+static int door_hand_over(http_server *h, door_conn *c)
 {
-    char buf[4096];
-    for (;;) {
-        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (r > 0) continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        door_close(h, c);
-        return;
+    if (c->mfd >= 0) return 0;
+    if (c->had_mhd) { /* MHD ended the connection; what the client sent after is dropped */
+        c->state = DS_DROP;
+        dbuf_eat(&c->in, dbuf_size(&c->in));
+        return -1;
     }
-}
-
-/* The head so far: complete (hand over), bad (answer), or wait for more. hup: the client
- * has shut down its side (a head that is complete still gets its answer). */
-static void door_readable(http_server *h, door_conn *c, bool hup)
-{
-    if (c->closing) {
-        door_drain(h, c);
-        return;
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp)) {
+        door_fail(c, 503, PROTO_CODE_UNAVAILABLE, c->route, "out of file descriptors");
+        return -1;
     }
-    char buf[HEAD_MAX + 1];
-    ssize_t r = recv(c->fd, buf, HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (r <= 0) {
-        door_close(h, c); /* gone before a whole head: nothing to answer */
-        return;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+    if (epoll_ctl(h->door_epfd, EPOLL_CTL_ADD, sp[0], &ev)) {
+        close(sp[0]);
+        close(sp[1]);
+        door_fail(c, 503, PROTO_CODE_UNAVAILABLE, c->route, "out of memory");
+        return -1;
     }
-    size_t n = (size_t)r;
-    buf[n] = 0;
-    /* empty lines before the request line are allowed (RFC 9112 2.2) */
-    size_t lead = 0;
-    while (lead < n && (buf[lead] == '\r' || buf[lead] == '\n'))
-        lead++;
-    const char *p = buf + lead;
-    size_t m = n - lead;
-    const char *blank = NULL;
-    for (size_t i = 0; i + 1 < m && !blank; i++)
-        if (p[i] == '\n' &&
-            (p[i + 1] == '\n' || (p[i + 1] == '\r' && i + 2 < m && p[i + 2] == '\n')))
-            blank = p + i + 1;
-    if (lead >= HEAD_MAX) {
-        door_answer(h, c, 400, PROTO_CODE_BAD_REQUEST, "only empty lines, no request line");
-        return;
-    }
-    const char *code;
-    char msg[256];
-    int st;
-    if (blank) {
-        st = http_head_check(p, (size_t)(blank - p) + 1, true, &code, msg, sizeof msg);
-    } else if (n >= HEAD_MAX) {
-        st = http_head_check(p, m, false, &code, msg, sizeof msg);
-    } else {
-        /* incomplete: a request line or field already bad need not wait for the rest */
-        const char *eol = memchr(p, '\n', m);
-        if (hup) {
-            door_close(h, c); /* it will send no more: the head stays incomplete */
-            return;
-        }
-        if (!eol) return;
-        st = http_head_check(p, (size_t)(eol - p) + 1, true, &code, msg, sizeof msg);
-        if (st == 400 && strstr(msg, "needs Host")) st = 0; /* Host may still come */
-        if (!st) return;
-    }
-    if (st) {
-        door_answer(h, c, st, code, msg);
-        return;
-    }
-    /* a good head: MHD takes the connection and reads it again */
-    epoll_ctl(h->door_epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    door_unlink(h, c);
-    int fd = c->fd;
-    struct sockaddr_storage addr = c->addr;
-    socklen_t alen = c->addr_len;
-    free(c);
-    if (MHD_add_connection(h->mhd, fd, (struct sockaddr *)&addr, alen) != MHD_YES) {
-        /* MHD closed it: over its per-address limit, or out of memory */
+    c->mfd = sp[0];
+    c->had_mhd = true;
+    h->n_head--;
+    h->adding = c;
+    enum MHD_Result ok =
+        MHD_add_connection(h->mhd, sp[1], (struct sockaddr *)&c->addr, c->addr_len);
+    h->adding = NULL;
+    if (ok != MHD_YES) { /* over MHD's per-address limit, or out of memory; it closed sp[1] */
         h->refused++;
         tlmd_log(LOG_DEBUG, "http_refused", "reason=\"libmicrohttpd refused the connection: %s\"",
                  strerror(errno));
+        door_close_mhd(h, c);
+        c->had_mhd = false;
+        h->n_head++;
+        door_fail(c, 503, PROTO_CODE_UNAVAILABLE, c->route, "too many connections");
+        return -1;
     }
     http_kick(h);
+    return 0;
+}
+
+/* A chunk-size line (RFC 9112 7.1, without CRLF): the size; -1 if malformed. */
+static int64_t chunk_size(const char *p, size_t n)
+{
+    size_t i = 0;
+    uint64_t v = 0;
+    for (; i < n && isxdigit((unsigned char)p[i]); i++) {
+        if (v >> 59) return -1;
+        v = v * 16 + (uint64_t)(isdigit((unsigned char)p[i])
+                                    ? p[i] - '0'
+                                    : (tolower((unsigned char)p[i]) - 'a' + 10));
+    }
+    if (i == 0) return -1;
+    while (i < n && (p[i] == ' ' || p[i] == '\t'))
+        i++;
+    if (i < n && p[i] != ';') return -1;
+    for (; i < n; i++)
+        if (((unsigned char)p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f) return -1;
+    return (int64_t)v;
+}
+
+/* What the client sent (in) becomes what MHD reads (to_mhd), one request at a time: every
+ * head is checked as the first one is; a Content-Length body passes as it is; a chunked body
+ * passes re-framed (sizes in plain hex, no extensions, no trailer fields), so MHD reads only
+ * framing the door has judged. Returns whether anything moved. */
+static bool door_parse(http_server *h, door_conn *c)
+{
+    const tlmd_config *cfg = &h->env->cfg;
+    bool moved = false;
+    while (c->state != DS_DROP && dbuf_size(&c->to_mhd) < DOOR_BUF_MAX) {
+        char *p = c->in.p + c->in.off;
+        size_t n = dbuf_size(&c->in);
+        if (c->state == DS_HEAD) {
+            if (!n) return moved;
+            if (!c->deadline) c->deadline = tlmd_now() + cfg->header_timeout_s;
+            size_t lead = 0; /* empty lines before a request line are allowed (RFC 9112 2.2) */
+            while (lead < n && (p[lead] == '\r' || p[lead] == '\n'))
+                lead++;
+            if (lead) {
+                dbuf_eat(&c->in, lead);
+                moved = true;
+                continue;
+            }
+            size_t m = n < HEAD_MAX ? n : HEAD_MAX;
+            const char *blank = NULL;
+            for (size_t i = 0; i + 1 < m && !blank; i++)
+                if (p[i] == '\n' &&
+                    (p[i + 1] == '\n' || (p[i + 1] == '\r' && i + 2 < m && p[i + 2] == '\n')))
+                    blank = p + i + 1;
+            const char *code;
+            char msg[256];
+            http_frame f;
+            int st;
+            if (blank) {
+                st = http_head_parse(p, (size_t)(blank - p) + 1, true, &f, &code, msg, sizeof msg);
+            } else if (m >= HEAD_MAX) {
+                st = http_head_parse(p, m, false, NULL, &code, msg, sizeof msg);
+            } else {
+                /* incomplete: a request line already bad need not wait for the rest */
+                const char *eol = memchr(p, '\n', m);
+                if (!eol) return moved;
+                st = http_head_parse(p, (size_t)(eol - p) + 1, true, NULL, &code, msg, sizeof msg);
+                if (st == 400 && strstr(msg, "needs Host")) st = 0; /* Host may still come */
+                if (!st) return moved;
+            }
+            if (st) {
+                door_fail(c, st, code, routes_label_count() - 1, "%s", msg);
+                return true;
+            }
+            size_t head_len = (size_t)(blank - p) + (blank[0] == '\r' ? 2 : 1);
+            c->route = routes_label_of(f.target, f.target_len);
+            if (f.length > cfg->max_body) {
+                door_fail(c, 413, PROTO_CODE_BODY_TOO_LARGE, c->route,
+                          "the request body is larger than %zu bytes", cfg->max_body);
+                return true;
+            }
+            if (door_hand_over(h, c)) return true;
+            dbuf_add(&c->to_mhd, p, head_len);
+            dbuf_eat(&c->in, head_len);
+            moved = true;
+            c->body = 0;
+            if (f.chunked) {
+                c->state = DS_CHUNK_LINE;
+                c->deadline = tlmd_now() + cfg->body_timeout_s;
+            } else if (f.length) {
+                c->state = DS_BODY;
+                c->left = f.length;
+                c->deadline = tlmd_now() + cfg->body_timeout_s;
+            } else {
+                c->n_fwd++;
+                c->deadline = 0;
+            }
+        } else if (c->state == DS_BODY || c->state == DS_CHUNK_DATA) {
+            if (!n) return moved;
+            size_t k = n < c->left ? n : (size_t)c->left;
+            dbuf_add(&c->to_mhd, p, k);
+            dbuf_eat(&c->in, k);
+            c->left -= k;
+            moved = true;
+            if (c->left) continue;
+            if (c->state == DS_BODY) {
+                c->state = DS_HEAD;
+                c->n_fwd++;
+                c->deadline = 0;
+            } else {
+                c->state = DS_CHUNK_END;
+            }
+        } else if (c->state == DS_CHUNK_END) {
+            if (!n || (p[0] == '\r' && n < 2)) return moved;
+            size_t k = p[0] == '\n' ? 1 : p[0] == '\r' && p[1] == '\n' ? 2 : 0;
+            if (!k) {
+                door_fail(c, 400, PROTO_CODE_BAD_REQUEST, c->route,
+                          "a chunk is longer than its size says");
+                return true;
+            }
+            dbuf_eat(&c->in, k);
+            dbuf_add(&c->to_mhd, "\r\n", 2);
+            c->state = DS_CHUNK_LINE;
+            moved = true;
+        } else { /* DS_CHUNK_LINE, DS_TRAILER: a line at a time */
+            const char *eol = memchr(p, '\n', n < HEAD_MAX ? n : HEAD_MAX);
+            if (!eol) {
+                if (n < (c->state == DS_TRAILER ? HEAD_MAX - c->trailer : 1024)) return moved;
+                door_fail(c, c->state == DS_TRAILER ? 431 : 400,
+                          c->state == DS_TRAILER ? PROTO_CODE_HEADERS_TOO_LARGE
+                                                 : PROTO_CODE_BAD_REQUEST,
+                          c->route, "a chunk-size or trailer line is too long");
+                return true;
+            }
+            size_t ll = (size_t)(eol - p);
+            size_t used = ll + 1;
+            if (ll && p[ll - 1] == '\r') ll--;
+            if (c->state == DS_CHUNK_LINE) {
+                int64_t sz = chunk_size(p, ll);
+                if (sz < 0) {
+                    door_fail(c, 400, PROTO_CODE_BAD_REQUEST, c->route,
+                              "a chunk does not start with its size in hex (RFC 9112 7.1)");
+                    return true;
+                }
+                if (c->body + (uint64_t)sz > cfg->max_body) {
+                    door_fail(c, 413, PROTO_CODE_BODY_TOO_LARGE, c->route,
+                              "the request body is larger than %zu bytes", cfg->max_body);
+                    return true;
+                }
+                dbuf_eat(&c->in, used);
+                moved = true;
+                if (sz == 0) {
+                    c->state = DS_TRAILER;
+                    c->trailer = 0;
+                    c->trailer_fields = 0;
+                } else {
+                    char line[32];
+                    int k = snprintf(line, sizeof line, "%llx\r\n", (unsigned long long)sz);
+                    dbuf_add(&c->to_mhd, line, (size_t)k);
+                    c->body += (uint64_t)sz;
+                    c->left = (uint64_t)sz;
+                    c->state = DS_CHUNK_DATA;
+                }
+            } else if (ll == 0) { /* the end of the trailer section: the request is whole */
+                dbuf_eat(&c->in, used);
+                dbuf_add(&c->to_mhd, "0\r\n\r\n", 5);
+                c->state = DS_HEAD;
+                c->n_fwd++;
+                c->deadline = 0;
+                moved = true;
+            } else { /* a trailer field: judged as a header line, not passed on */
+                const char *colon = memchr(p, ':', ll);
+                bool ok = colon && colon != p;
+                for (const char *q = p; ok && q < colon; q++)
+                    ok = (unsigned char)*q > 0x20 && (unsigned char)*q < 0x7f &&
+                         !strchr("\"(),/:;<=>?@[\\]{}", *q);
+                for (const char *q = colon ? colon + 1 : p; ok && q < p + ll; q++)
+                    ok = ((unsigned char)*q >= 0x20 || *q == '\t') && *q != 0x7f;
+                c->trailer += used;
+                if (!ok || ++c->trailer_fields > FIELDS_MAX || c->trailer > HEAD_MAX) {
+                    door_fail(c, ok ? 431 : 400,
+                              ok ? PROTO_CODE_HEADERS_TOO_LARGE : PROTO_CODE_BAD_REQUEST, c->route,
+                              ok ? "the trailer section is too large"
+                                 : "a malformed trailer field");
+                    return true;
+                }
+                dbuf_eat(&c->in, used);
+                moved = true;
+            }
+        }
+    }
+    return moved;
+}
+
+/* Moves bytes as far as they go: client -> door -> MHD and MHD -> client; answers with the
+ * door's error when its turn comes; ends the connection when nothing more will be said. */
+static void door_pump(http_server *h, door_conn *c)
+{
+    char scratch[16384];
+    size_t dropped = 0; /* bytes read and dropped by this call: a bound, so a client that
+                         * keeps sending after its answer cannot hold the loop */
+    /* each pass moves what the socket buffers hold; it ends when nothing moves (a socket
+     * would block, a buffer is full), since no new bytes can come from MHD meanwhile */
+    for (int round = 0; round < 4096 && !c->dead; round++) {
+        bool more = false;
+        /* the client's bytes (dropped once the door has decided to end the connection) */
+        while (c->fd >= 0 && !c->cli_eof) {
+            bool drop = c->state == DS_DROP || c->closing;
+            if (!drop && dbuf_size(&c->in) >= DOOR_IN_MAX) break;
+            if (drop && dropped >= (1u << 20)) break;
+            char *dst = drop ? scratch : dbuf_room(&c->in, 16384);
+            if (!dst) break;
+            ssize_t r = recv(c->fd, dst, drop ? sizeof scratch : 16384, MSG_DONTWAIT);
+            if (r > 0) {
+                if (!drop) {
+                    c->in.len += (size_t)r;
+                    c->in.p[c->in.len] = 0;
+                } else {
+                    dropped += (size_t)r;
+                }
+                more = true;
+            } else if (r == 0) {
+                c->cli_eof = true;
+                more = true;
+            } else if (errno == EINTR) {
+                continue;
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                break;
+            } else {
+                door_close_client(h, c);
+                return;
+            }
+        }
+        if (!c->closing && door_parse(h, c)) more = true;
+        /* the requests, to MHD */
+        while (c->mfd >= 0 && dbuf_size(&c->to_mhd)) {
+            ssize_t w = send(c->mfd, c->to_mhd.p + c->to_mhd.off, dbuf_size(&c->to_mhd),
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) {
+                dbuf_eat(&c->to_mhd, (size_t)w);
+                more = true;
+            } else if (w < 0 && errno == EINTR) {
+                continue;
+            } else {
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) /* MHD closed it */
+                    dbuf_eat(&c->to_mhd, dbuf_size(&c->to_mhd));
+                break;
+            }
+        }
+        /* MHD's answers, to the client */
+        bool drained = false;
+        while (c->mfd >= 0 && dbuf_size(&c->to_cli) < DOOR_BUF_MAX) {
+            char *dst = dbuf_room(&c->to_cli, 65536);
+            if (!dst) break;
+            ssize_t r = recv(c->mfd, dst, 65536, MSG_DONTWAIT);
+            if (r > 0) {
+                c->to_cli.len += (size_t)r;
+                more = true;
+            } else if (r < 0 && errno == EINTR) {
+                continue;
+            } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                drained = true;
+                break;
+            } else { /* MHD ended the connection; its last answer said so */
+                door_close_mhd(h, c);
+                c->err_status = 0;
+                if (c->state != DS_DROP) c->state = DS_DROP;
+                more = true;
+            }
+        }
+        /* the door's own answer, once MHD has answered every request before it */
+        if (c->err_status && (c->mfd < 0 || (drained && c->n_done >= c->n_fwd))) {
+            door_append_error(h, c);
+            door_close_mhd(h, c);
+            more = true;
+        }
+        /* a client that shut its side down: MHD reads the end after the last whole request */
+        if (c->cli_eof && c->mfd >= 0 && !c->mhd_wr_shut && !dbuf_size(&c->to_mhd) &&
+            !c->err_status) {
+            shutdown(c->mfd, SHUT_WR);
+            c->mhd_wr_shut = true;
+        }
+        while (c->fd >= 0 && dbuf_size(&c->to_cli)) {
+            ssize_t w = send(c->fd, c->to_cli.p + c->to_cli.off, dbuf_size(&c->to_cli),
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) {
+                dbuf_eat(&c->to_cli, (size_t)w);
+                more = true;
+            } else if (w < 0 && errno == EINTR) {
+                continue;
+            } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                break;
+            } else {
+                door_close_client(h, c);
+                return;
+            }
+        }
+        /* nothing more will be said to the client: end it, reading until its EOF so the last
+         * answer is not lost to a reset */
+        if (c->fd >= 0 && c->mfd < 0 && !c->err_status && !dbuf_size(&c->to_cli) &&
+            (c->had_mhd || c->answered || c->cli_eof)) {
+            if (c->cli_eof) {
+                door_close_client(h, c);
+                return;
+            }
+            if (!c->closing) {
+                shutdown(c->fd, SHUT_WR);
+                c->closing = true;
+                c->deadline = tlmd_now() + DOOR_LINGER_S;
+                more = true;
+            }
+        }
+        if (!more) break;
+    }
 }
 
 static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
@@ -419,7 +829,8 @@ static void on_door_events(uv_poll_t *p, int status, int events)
     int n;
     while ((n = epoll_wait(h->door_epfd, ev, 64, 0)) > 0)
         for (int i = 0; i < n; i++)
-            door_readable(h, ev[i].data.ptr, ev[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+            door_pump(h, ev[i].data.ptr);
+    door_reap(h);
 }
 
 static void on_listen(uv_poll_t *p, int status, int events)
@@ -433,7 +844,7 @@ static void on_listen(uv_poll_t *p, int status, int events)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
                 tlmd_log(LOG_WARN, "http_accept", "error=\"%s\"", strerror(errno));
-            return;
+            break;
         }
         door_conn *c = calloc(1, sizeof *c);
         if (!c) {
@@ -442,54 +853,85 @@ static void on_listen(uv_poll_t *p, int status, int events)
         }
         *c = probe;
         c->fd = fd;
+        c->mfd = -1;
+        c->state = DS_HEAD;
+        c->route = routes_label_count() - 1;
+        /* the first head's deadline counts from the accept (a client that sends nothing) */
         c->deadline = tlmd_now() + h->env->cfg.header_timeout_s;
+        int one = 1; /* the door writes answers in pieces: no Nagle delay between them */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->next = h->door;
         if (h->door) h->door->prev = c;
         h->door = c;
         h->n_door++;
+        h->n_head++;
         int same = 0;
         for (door_conn *o = c->next; o && same < h->env->cfg.max_connections_per_ip; o = o->next)
-            same += same_ip(&o->addr, &c->addr);
-        unsigned total = (unsigned)h->n_door + http_connections(h);
-        if (same >= h->env->cfg.max_connections_per_ip || total > (unsigned)h->max_conns) {
+            same += o->fd >= 0 && same_ip(&o->addr, &c->addr);
+        if (same >= h->env->cfg.max_connections_per_ip || h->n_door > h->max_conns) {
             h->refused++;
-            door_answer(h, c, 503, PROTO_CODE_UNAVAILABLE,
-                        same >= h->env->cfg.max_connections_per_ip
-                            ? "too many connections from this address are waiting"
-                            : "too many connections");
+            door_fail(c, 503, PROTO_CODE_UNAVAILABLE, c->route,
+                      same >= h->env->cfg.max_connections_per_ip
+                          ? "too many connections from this address"
+                          : "too many connections");
         }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                                 .data.ptr = c};
         if (epoll_ctl(h->door_epfd, EPOLL_CTL_ADD, fd, &ev)) {
-            door_close(h, c);
+            door_close_client(h, c);
             continue;
         }
-        if (!c->closing) door_readable(h, c, false); /* the head may already be there */
+        door_pump(h, c); /* the head may already be there */
     }
+    door_reap(h);
 }
 
-/* Once a second: heads that did not arrive in time get 408; answered connections that
- * linger past their deadline are closed. */
+/* Four times a second: heads and bodies that did not arrive in time get 408; answered
+ * connections that linger past their deadline are closed. */
 static void on_door_timer(uv_timer_t *t)
 {
     http_server *h = t->data;
     double now = tlmd_now();
+    const tlmd_config *cfg = &h->env->cfg;
     for (door_conn *c = h->door, *next; c; c = next) {
         next = c->next;
-        if (now < c->deadline) continue;
+        if (c->fd < 0 || !c->deadline || now < c->deadline) continue;
         if (c->closing) {
-            door_close(h, c);
-        } else {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request head did not arrive within %g s",
-                     h->env->cfg.header_timeout_s);
-            door_answer(h, c, 408, PROTO_CODE_REQUEST_TIMEOUT, msg);
+            door_close_client(h, c);
+            continue;
         }
+        if (c->state == DS_HEAD)
+            door_fail(c, 408, PROTO_CODE_REQUEST_TIMEOUT, routes_label_count() - 1,
+                      "the request head did not arrive within %g s", cfg->header_timeout_s);
+        else
+            door_fail(c, 408, PROTO_CODE_REQUEST_TIMEOUT, c->route,
+                      "the request body did not arrive within %g s", cfg->body_timeout_s);
+        door_pump(h, c);
     }
+    door_reap(h);
+}
+
+/* MHD's connections start inside MHD_add_connection (door_hand_over) and end in MHD_run or
+ * MHD_stop_daemon: the door connection is freed only after that. */
+static void on_mhd_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                              enum MHD_ConnectionNotificationCode toe)
+{
+    http_server *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = h->adding;
+        if (h->adding) h->adding->mhd_live = true;
+        return;
+    }
+    door_conn *c = *socket_context;
+    *socket_context = NULL;
+    if (!c) return;
+    c->mhd_live = false;
+    door_maybe_free(h, c);
 }
 
 unsigned http_door_connections(const http_server *h)
 {
-    return h ? (unsigned)h->n_door : 0;
+    return h ? (unsigned)h->n_head : 0;
 }
 
 uint64_t http_refused(const http_server *h)
@@ -511,7 +953,8 @@ static int conn_limit(const tlmd_config *cfg)
         }
         nofile = rl.rlim_cur == RLIM_INFINITY ? 1048576 : rl.rlim_cur;
     }
-    long room = (long)nofile - 256;
+    /* a connection MHD serves takes three descriptors: the client's and a socketpair */
+    long room = ((long)nofile - 256) / 3;
     if (room < 16) room = 16;
     if (cfg->max_connections > 0 && cfg->max_connections < room) return cfg->max_connections;
     return room > 1000000 ? 1000000 : (int)room;
@@ -603,15 +1046,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size) {
-        if (tlmd_now() - r->t_begin > h->env->cfg.body_timeout_s) {
-            /* a body that trickles in is cut off: MHD 0.9.75 takes no response in the middle
-             * of a body, so the connection is closed without one (a body that stops
-             * altogether is closed by MHD after idle_timeout_s) */
-            tlmd_log(LOG_INFO, "http_body_timeout", "url=\"%.200s\" received=%zu limit_s=%g",
-                     r->url, r->len, h->env->cfg.body_timeout_s);
-            metrics_request(h->m, r->route, 408);
-            return MHD_NO;
-        }
         if (!r->pending_status && !r->too_large) {
             if (r->len + *upload_size > h->env->cfg.max_body) {
                 r->too_large = true;
@@ -657,9 +1091,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     http_server *h = cls;
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        door_conn *c = ci ? ci->socket_context : NULL;
+        if (c) {
+            c->n_done++;
+            if (c->err_status && !c->woken) { /* the door's error may go now */
+                c->woken = true;
+                c->wnext = h->woken;
+                h->woken = c;
+            }
+        }
+    }
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && r->status)
+        metrics_answer_seconds(h->m, r->route, tlmd_now() - r->t_begin);
     if (r->detach) r->detach(r);
     if (r->prev)
         r->prev->next = r->next;
@@ -734,12 +1183,15 @@ bool http_socket_activated(const http_server *h)
 void http_quiesce(http_server *h)
 {
     if (!h || !h->mhd || !h->door_open) return;
-    h->door_open = false; /* stop accepting; heads still in the door are dropped */
+    h->door_open = false; /* stop accepting; first heads still in the door are dropped */
     uv_poll_stop(&h->listen_poll);
     close(h->listen_fd);
     h->listen_fd = -1;
-    while (h->door)
-        door_close(h, h->door);
+    for (door_conn *c = h->door, *next; c; c = next) {
+        next = c->next;
+        if (!c->had_mhd) door_close_client(h, c);
+    }
+    door_reap(h);
 }
 
 void http_free(http_server *h)
@@ -798,11 +1250,12 @@ int http_start(http_server *s, const http_handlers *hd, tlm_error *err)
         MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)cfg->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * HEAD_MAX + 65536),
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_mhd_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(4 * HEAD_MAX + 65536), MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_END);
     if (!s->mhd) {
         if (s->listen_fd_activated < 0) close(s->listen_fd);
         s->listen_fd = -1;
@@ -860,8 +1313,19 @@ void http_stop(http_server *s)
                 MHD_resume_connection(r->conn);
             }
         }
-    MHD_run(s->mhd);
+    /* the answers go out through the door: MHD writes them, the door passes them on */
+    for (int i = 0; i < 3; i++) {
+        MHD_run(s->mhd);
+        for (door_conn *c = s->door, *next; c; c = next) {
+            next = c->next;
+            door_pump(s, c);
+        }
+    }
     http_quiesce(s);
+    for (door_conn *c = s->door, *next; c; c = next) {
+        next = c->next;
+        door_close_client(s, c);
+    }
     uv_poll_stop(&s->mhd_poll);
     uv_close((uv_handle_t *)&s->mhd_poll, noop_close);
     uv_close((uv_handle_t *)&s->mhd_timer, noop_close);
@@ -871,4 +1335,5 @@ void http_stop(http_server *s)
     close(s->door_epfd);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
+    door_reap(s);
 }

@@ -51,7 +51,9 @@ static struct {
     pool *cp; /* the compile pool */
     jobs *js;
     routes *rt;
-    uv_timer_t watchdog, shutdown_timer;
+    uv_timer_t watchdog, shutdown_timer, touch_timer;
+    pool_work touch_w; /* writes the uses of cached kernels (store_touch_flush) */
+    bool touch_busy;
     bool stopped;
     double shutdown_started;
 } srv;
@@ -140,7 +142,8 @@ static const char usage[] =
     "with the same keys (listen, store, weights, serve_untrained, device, token_file, log_level,\n"
     "log_file) and max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s,\n"
     "grace_s, store_max_bytes, decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
-    "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers.\n"
+    "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers,\n"
+    "compile_nice (10: the compile pool's nice value, below the loop's).\n"
     "Cluster tier (README \"Running a cluster\"): --redis / TLMD_REDIS / redis, and\n"
     "--redis-password-file / TLMD_REDIS_PASSWORD_FILE / redis_password_file; config keys\n"
     "redis_namespace (tlmd), redis_ttl_s (604800, 0: none), redis_max_blob_bytes (64 MiB),\n"
@@ -182,6 +185,7 @@ static void config_defaults(tlmd_config *c)
     c->body_timeout_s = 60;
     c->idle_timeout_s = 30;
     c->compile_workers = 4;
+    c->compile_nice = 10;
     l2_config_defaults(&c->l2);
 }
 
@@ -294,6 +298,7 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
     NUM("body_timeout_s", 0.1, 86400, c->body_timeout_s = d)
     NUM("idle_timeout_s", 1, 86400, c->idle_timeout_s = d)
     NUM("compile_workers", 1, 256, c->compile_workers = (int)d)
+    NUM("compile_nice", 0, 19, c->compile_nice = (int)d)
     NUM("redis_ttl_s", 0, 1e9, c->l2.ttl_s = d)
     NUM("redis_max_blob_bytes", 1024, 1e12, c->l2.max_blob_bytes = (int64_t)d)
     NUM("redis_timeout_ms", 1, 60000, c->l2.timeout_ms = (int)d)
@@ -645,6 +650,28 @@ static void on_watchdog(uv_timer_t *t)
 static void close_cb(uv_handle_t *h) {}
 static void sig_stop(void);
 
+/* Cache hits record their use in memory (defer_touch: a hit never takes the store's write
+ * lock); once a second the uses go to the file on the compile pool, where the writers are. */
+static void touch_work(pool_work *w)
+{
+    tlm_error e;
+    tlm_err_clear(&e);
+    if (store_touch_flush(srv.env.st, &e)) tlmd_log(LOG_WARN, "store_touch", "error=\"%s\"", e.msg);
+}
+
+static void touch_done(pool_work *w)
+{
+    srv.touch_busy = false;
+}
+
+static void on_touch_timer(uv_timer_t *t)
+{
+    if (srv.touch_busy || !store_touch_pending(srv.env.st)) return;
+    srv.touch_busy = true;
+    srv.touch_w = (pool_work){.work = touch_work, .done = touch_done};
+    pool_submit(srv.cp, &srv.touch_w);
+}
+
 static uv_timer_t hard_stop;
 
 /* Compiles already running on the pool cannot be interrupted. When they outlast a second
@@ -668,6 +695,7 @@ static void finish_stop(void)
     drain_queue(&srv.inbox);
     uv_close((uv_handle_t *)&srv.shutdown_timer, close_cb);
     uv_close((uv_handle_t *)&srv.watchdog, close_cb);
+    uv_close((uv_handle_t *)&srv.touch_timer, close_cb);
     sig_stop(); /* before the async handle goes: it posts through it */
     uv_close((uv_handle_t *)&srv.inbox.async, close_cb);
     tlmd_log(LOG_INFO, "stopped", "flights_left=%d", jobs_flights_in_flight(srv.js));
@@ -890,7 +918,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc;
-    store_opts so = {.max_bytes = c->store_max_bytes, .busy_timeout_ms = 10000};
+    store_opts so = {
+        .max_bytes = c->store_max_bytes, .busy_timeout_ms = 10000, .defer_touch = true};
     env->st = store_open(c->store_path, &so, &err);
     if (!env->st) {
         tlmd_log(LOG_ERROR, "store", "path=\"%s\" error=\"%s\"", c->store_path, err.msg);
@@ -923,6 +952,7 @@ int main(int argc, char **argv)
     srv.inbox.async.data = &srv.inbox;
     uv_timer_init(env->loop, &srv.watchdog);
     uv_timer_init(env->loop, &srv.shutdown_timer);
+    uv_timer_init(env->loop, &srv.touch_timer);
 
     /* The modules, each handed what it talks to. */
     rc = 0;
@@ -932,7 +962,7 @@ int main(int argc, char **argv)
     srv.inbox.h = srv.h;
     if (!rc && env->model) rc = dec_start(env, srv.m, &srv.inbox, &srv.d, &err);
     if (!rc) {
-        srv.cp = pool_new(env->loop, c->compile_workers);
+        srv.cp = pool_new(env->loop, c->compile_workers, c->compile_nice);
         srv.js = srv.cp ? jobs_new(env, srv.d, srv.m, srv.h, srv.cp) : NULL;
         srv.rt = srv.js ? routes_new(env, &srv.status, srv.js, srv.d, srv.m) : NULL;
         if (!srv.rt) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
@@ -950,6 +980,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uint64_t wd_usec = 0;
+    uv_timer_start(&srv.touch_timer, on_touch_timer, 1000, 1000);
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
         uv_timer_start(&srv.watchdog, on_watchdog, 0, wd_usec / 2000);
     srv.status.ready = true;

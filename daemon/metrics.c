@@ -15,6 +15,9 @@ static const int batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128};
 #define N_BATCH (int)(sizeof batch_le / sizeof batch_le[0])
 static const double compile_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define N_COMPILE (int)(sizeof compile_le / sizeof compile_le[0])
+static const double answer_le[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025,
+                                   0.05,   0.1,   0.25,  1,     10};
+#define N_ANSWER (int)(sizeof answer_le / sizeof answer_le[0])
 
 struct metrics {
     const char *const *labels;
@@ -25,6 +28,8 @@ struct metrics {
         uint64_t n;
     } reqs[MAX_SERIES];
     int n_reqs;
+    uint64_t (*answer)[N_ANSWER + 1]; /* per route: headers read to answer sent, by bucket */
+    double *answer_sum;
     /* any thread: atomics */
     uint64_t batch_bucket[N_BATCH + 1], batch_count, batch_sum, batch_max;
     uint64_t compile_bucket[N_COMPILE + 1], compile_count, compile_sum_us;
@@ -40,12 +45,31 @@ metrics *metrics_new(const char *const *labels, int n_labels)
     if (!m) return NULL;
     m->labels = labels;
     m->n_labels = n_labels;
+    m->answer = calloc((size_t)n_labels, sizeof *m->answer);
+    m->answer_sum = calloc((size_t)n_labels, sizeof *m->answer_sum);
+    if (!m->answer || !m->answer_sum) {
+        metrics_free(m);
+        return NULL;
+    }
     return m;
 }
 
 void metrics_free(metrics *m)
 {
+    if (!m) return;
+    free(m->answer);
+    free(m->answer_sum);
     free(m);
+}
+
+void metrics_answer_seconds(metrics *m, int route, double s)
+{
+    if (route < 0 || route >= m->n_labels) return;
+    int b = 0;
+    while (b < N_ANSWER && s > answer_le[b])
+        b++;
+    m->answer[route][b]++;
+    m->answer_sum[route] += s;
 }
 
 void metrics_request(metrics *m, int route, int status)
@@ -251,5 +275,28 @@ char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stat
     out(&b, "tlmd_compile_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     out(&b, "tlmd_compile_seconds_sum %.6f\ntlmd_compile_seconds_count %llu\n",
         (double)GET(m->compile_sum_us) / 1e6, (unsigned long long)GET(m->compile_count));
+    out(&b, "# HELP tlmd_http_answer_seconds From a request's head read to its answer written "
+            "(streams: to their end), by route.\n"
+            "# TYPE tlmd_http_answer_seconds histogram\n");
+    for (int r = 0; r < m->n_labels; r++) {
+        uint64_t c = 0;
+        for (int i = 0; i <= N_ANSWER; i++)
+            c += m->answer[r][i];
+        if (!c) continue;
+        cum = 0;
+        for (int i = 0; i <= N_ANSWER; i++) {
+            cum += m->answer[r][i];
+            if (i < N_ANSWER)
+                out(&b, "tlmd_http_answer_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
+                    m->labels[r], answer_le[i], (unsigned long long)cum);
+            else
+                out(&b, "tlmd_http_answer_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n",
+                    m->labels[r], (unsigned long long)cum);
+        }
+        out(&b, "tlmd_http_answer_seconds_sum{route=\"%s\"} %.6f\n", m->labels[r],
+            m->answer_sum[r]);
+        out(&b, "tlmd_http_answer_seconds_count{route=\"%s\"} %llu\n", m->labels[r],
+            (unsigned long long)cum);
+    }
     return b.p;
 }

@@ -6,6 +6,8 @@
  * drained whole per wake-up; while work is pending that handle is referenced, so the loop
  * does not end under a running compile (as with uv_queue_work). */
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "daemon/tlmd.h"
 
@@ -20,12 +22,17 @@ struct pool {
     int pending;                      /* loop thread: submitted, done not yet called */
     int running;                      /* under mu */
     int n_threads;
+    int nice;
     pthread_t *threads;
 };
 
 static void *pool_main(void *arg)
 {
     pool *p = arg;
+    /* Below the loop and the read pool: on a machine whose cores the compilers (cc, the
+     * measurement runners: they inherit it) fill, a cache hit still gets a core at once.
+     * Linux keeps a nice value per thread. */
+    if (p->nice) setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->todo_head && !p->stop)
@@ -66,11 +73,12 @@ static void on_done(uv_async_t *a)
     }
 }
 
-pool *pool_new(uv_loop_t *loop, int n_threads)
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->loop = loop;
+    p->nice = nice;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads || uv_async_init(loop, &p->async, on_done)) {
         free(p->threads);

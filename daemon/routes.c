@@ -145,6 +145,19 @@ static int route_of(const char *url, const char **arg, size_t *arg_len)
     return R_UNKNOWN;
 }
 
+int routes_label_of(const char *tgt, size_t len)
+{
+    char path[512];
+    const char *q = memchr(tgt, '?', len);
+    size_t n = q ? (size_t)(q - tgt) : len;
+    if (n >= sizeof path) return R_UNKNOWN;
+    memcpy(path, tgt, n);
+    path[n] = 0;
+    const char *arg;
+    size_t arg_len;
+    return route_of(path, &arg, &arg_len);
+}
+
 /* Whether method is one of list ("GET, DELETE"); HEAD counts as GET. */
 static bool method_in(const char *method, const char *list)
 {
@@ -613,9 +626,9 @@ static void cm_done(uv_work_t *w, int status)
                     json_object_set_new(workers, x->worker, json_integer(c + 1));
                 }
             }
-            json_t *o = json_pack("{s:o, s:o, s:i, s:f, s:b}", "results", res, "workers", workers,
-                                  "candidates", op->n, "wall_s", op->wall_s, "complete",
-                                  op->rc == 0);
+            json_t *o =
+                json_pack("{s:o, s:o, s:i, s:f, s:b}", "results", res, "workers", workers,
+                          "candidates", op->n, "wall_s", op->wall_s, "complete", op->rc == 0);
             if (op->rc) json_object_set_new(o, "message", json_string(op->err.msg));
             http_reply_json(r, 200, o);
         }
@@ -656,8 +669,8 @@ static void do_cluster_measure(routes *rt, http_req *r)
         bad = "workload", why = "required: a workload object";
     else if (!json_is_array(sc) || json_array_size(sc) == 0 || json_array_size(sc) > MEASURE_MAX)
         bad = "schedules", why = "required: an array of 1..4096 schedule strings";
-    else if (dl && !(json_is_number(dl) && json_number_value(dl) > 0 &&
-                     json_number_value(dl) <= 86400))
+    else if (dl &&
+             !(json_is_number(dl) && json_number_value(dl) > 0 && json_number_value(dl) <= 86400))
         bad = "deadline_s", why = "a number of seconds in (0, 86400]";
     for (size_t i = 0; !bad && i < json_array_size(sc); i++)
         if (!json_is_string(json_array_get(sc, i)))
@@ -705,8 +718,8 @@ static void do_cluster_measure(routes *rt, http_req *r)
         char f[128];
         snprintf(f, sizeof f, "%s%s%.80s", field, e.field[0] ? "." : "", e.field);
         cmop_free(op);
-        http_reply_error(r, e.code == TLM_EUNSUPPORTED ? 422 : 400, PROTO_CODE_INVALID_FIELD,
-                         e.msg, !strcmp(field, "target") ? "target" : f);
+        http_reply_error(r, e.code == TLM_EUNSUPPORTED ? 422 : 400, PROTO_CODE_INVALID_FIELD, e.msg,
+                         !strcmp(field, "target") ? "target" : f);
         return;
     }
     r->op = op;

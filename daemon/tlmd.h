@@ -89,6 +89,7 @@ typedef struct tlmd_config {
     int max_connections_per_ip;
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     int compile_workers; /* threads of the compile pool (jobs.c) */
+    int compile_nice;    /* their nice value (and their compilers' and runners'): hits first */
     l2_config l2;        /* the cluster tier (l2.h): redis, redis_* keys */
 } tlmd_config;
 
@@ -96,8 +97,8 @@ typedef struct tlmd_config {
 typedef struct tlmd_env {
     tlmd_config cfg;
     uv_loop_t *loop;
-    store *st; /* thread-safe: every thread gets its own connection */
-    l2 *l2;    /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
+    store *st;   /* thread-safe: every thread gets its own connection */
+    l2 *l2;      /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
     cluster *cl; /* distributed measurement (cluster.h); local-only without --redis */
     /* The schedules served: with a model, generate decodes with it ("tlm"); without one
      * (--weights none, a missing default file, untrained weights without --serve-untrained)
@@ -144,6 +145,7 @@ typedef struct metrics_gauges {
 metrics *metrics_new(const char *const *labels, int n_labels);
 void metrics_free(metrics *m);
 void metrics_request(metrics *m, int route, int status); /* loop thread */
+void metrics_answer_seconds(metrics *m, int route, double s); /* loop thread */
 void metrics_batch(metrics *m, int size);
 void metrics_compile_seconds(metrics *m, double s);
 void metrics_cache(metrics *m, bool hit);
@@ -235,7 +237,8 @@ typedef struct pool_work {
     struct pool_work *next; /* pool-private */
     bool posted;            /* pool-private */
 } pool_work;
-pool *pool_new(uv_loop_t *loop, int n_threads);
+/* n_threads at nice value nice (0: as the process; the children they start inherit it). */
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice);
 void pool_submit(pool *p, pool_work *w);
 int pool_queued(pool *p); /* waiting for a thread (any thread) */
 /* From inside a running work(): w->done runs on the loop thread, before the running work's
@@ -256,6 +259,15 @@ void pool_free(pool *p);
  * *code (a PROTO_CODE_*) and msg saying why. */
 int http_head_check(const char *p, size_t n, bool complete, const char **code, char *msg,
                     size_t cap);
+/* The same, and how the body of a good complete head is framed (RFC 9112 6.3). */
+typedef struct http_frame {
+    bool chunked;       /* Transfer-Encoding: chunked */
+    uint64_t length;    /* Content-Length (0 without one) */
+    const char *target; /* the request target, inside the head */
+    size_t target_len;
+} http_frame;
+int http_head_parse(const char *p, size_t n, bool complete, http_frame *f, const char **code,
+                    char *msg, size_t cap);
 
 /* ---- decoder.c ---- */
 typedef struct dec dec;
@@ -336,6 +348,7 @@ void routes_begin(void *rt, http_req *r);    /* http_handlers.begin */
 void routes_dispatch(void *rt, http_req *r); /* http_handlers.dispatch */
 /* The route labels (metrics), one per route index, "unknown" last. */
 int routes_label_count(void);
+int routes_label_of(const char *target, size_t len); /* the route of a request target */
 const char *const *routes_labels(void);
 
 #endif

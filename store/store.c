@@ -69,7 +69,8 @@ static const char *const SQL[ST__COUNT] = {
     /* The blob is the last column so the fixed-index reads below stay shared with ST_META. */
     [ST_GET] = "SELECT " KERNEL_COLS ", binary FROM kernels WHERE key = ?1",
     [ST_META] = "SELECT " KERNEL_COLS " FROM kernels WHERE key = ?1",
-    [ST_TOUCH] = "UPDATE kernels SET hits = hits + 1, last_used_at = ?2 WHERE key = ?1",
+    [ST_TOUCH] = "UPDATE kernels SET hits = hits + ?3, last_used_at = max(last_used_at, ?2) "
+                 "WHERE key = ?1",
     [ST_DELETE] = "DELETE FROM kernels WHERE key = ?1",
     [ST_DELETE_ROW] = "DELETE FROM kernels WHERE key = ?1 AND rowid = ?2 AND created_at = ?3",
     /* Both read only the covering index kernels_lru, never the rows with their blobs. */
@@ -202,7 +203,17 @@ struct store {
     store *next;       /* in g_live */
     _Atomic int64_t last_stamp;
     _Atomic uint64_t hits, misses, evictions, corrupt;
+    /* uses recorded by store_kernel_get with defer_touch, not yet written; under tmu */
+    pthread_mutex_t tmu;
+    struct touch {
+        char key[65];
+        uint32_t n;
+        int64_t last;
+    } * touches;
+    size_t n_touch;
 };
+
+#define TOUCH_MAX 4096 /* keys recorded between flushes; past that a use is written at once */
 
 typedef struct tl_slot {
     uint64_t store_id;
@@ -643,6 +654,7 @@ store *store_open(const char *path, const store_opts *opts, tlm_error *err)
     }
     if (opts) st->opts = *opts;
     if (st->opts.busy_timeout_ms == 0) st->opts.busy_timeout_ms = 10000;
+    pthread_mutex_init(&st->tmu, NULL);
 
     pthread_mutex_lock(&g_mu);
     st->id = g_next_id++;
@@ -684,6 +696,7 @@ fail:
 void store_close(store *st)
 {
     if (!st) return;
+    if (st->n_touch) store_touch_flush(st, NULL);
     store_conn *mine = tl_lookup(st);
     if (mine) {
         /* TRUNCATE leaves an empty WAL behind: the file alone is the whole database. Busy (a
@@ -705,6 +718,8 @@ void store_close(store *st)
         conn_close(c);
         c = next;
     }
+    free(st->touches);
+    pthread_mutex_destroy(&st->tmu);
     free(st->path);
     free(st);
 }
@@ -871,6 +886,8 @@ int store_kernel_put(store *st, const store_kernel *k, tlm_error *err)
     char sha[65];
     if (store_sha256_hex(k->binary, k->binary_size, sha) != 0)
         return tlm_err_set(err, TLM_EIO, "binary", "SHA-256 failed");
+    if (st->opts.defer_touch && store_touch_pending(st))
+        store_touch_flush(st, NULL); /* eviction below orders by the latest uses */
     store_conn *c = store_conn_get(st, err);
     if (!c) return err ? err->code : TLM_EIO;
     sqlite3_stmt *s = NULL;
@@ -972,6 +989,70 @@ static int write_one(store_conn *c, sqlite3_stmt *s, const char *what, tlm_error
     return tx_commit(c, err);
 }
 
+/* A use of key at now, in memory; false when the table is full (write it at once). */
+static bool touch_record(store *st, const char *key, int64_t now)
+{
+    bool ok = true;
+    pthread_mutex_lock(&st->tmu);
+    size_t i = 0;
+    while (i < st->n_touch && strcmp(st->touches[i].key, key))
+        i++;
+    if (i == st->n_touch) {
+        if (!st->touches) st->touches = malloc(TOUCH_MAX * sizeof *st->touches);
+        if (!st->touches || st->n_touch == TOUCH_MAX) {
+            ok = false;
+        } else {
+            snprintf(st->touches[i].key, sizeof st->touches[i].key, "%s", key);
+            st->touches[i].n = 0;
+            st->touches[i].last = 0;
+            st->n_touch++;
+        }
+    }
+    if (ok) {
+        st->touches[i].n++;
+        if (now > st->touches[i].last) st->touches[i].last = now;
+    }
+    pthread_mutex_unlock(&st->tmu);
+    return ok;
+}
+
+size_t store_touch_pending(store *st)
+{
+    pthread_mutex_lock(&st->tmu);
+    size_t n = st->n_touch;
+    pthread_mutex_unlock(&st->tmu);
+    return n;
+}
+
+int store_touch_flush(store *st, tlm_error *err)
+{
+    pthread_mutex_lock(&st->tmu);
+    size_t n = st->n_touch;
+    struct touch *t = NULL;
+    if (n && (t = malloc(n * sizeof *t))) {
+        memcpy(t, st->touches, n * sizeof *t);
+        st->n_touch = 0;
+    }
+    pthread_mutex_unlock(&st->tmu);
+    if (!t) return n ? tlm_err_set(err, TLM_ENOMEM, "store", "out of memory") : 0;
+    store_conn *c = store_conn_get(st, err);
+    int rc = c ? tx_begin(c, err) : (err ? err->code : TLM_EIO);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        sqlite3_stmt *s = NULL;
+        if ((rc = stmt_get(c, ST_TOUCH, &s, err))) break;
+        sqlite3_bind_text(s, 1, t[i].key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, t[i].last);
+        sqlite3_bind_int64(s, 3, t[i].n);
+        rc = stmt_exec(c, s, "recording kernel uses", err);
+    }
+    if (c && rc == 0)
+        rc = tx_commit(c, err);
+    else if (c)
+        tx_rollback(c);
+    free(t); /* on an error the uses are lost: they only order eviction and count hits */
+    return rc;
+}
+
 int store_kernel_get(store *st, const char *key, store_kernel *out, tlm_error *err)
 {
     int64_t rowid = 0;
@@ -1003,9 +1084,11 @@ int store_kernel_get(store *st, const char *key, store_kernel *out, tlm_error *e
     }
 
     int64_t now = stamp_now(st);
-    if ((rc = stmt_get(c, ST_TOUCH, &s, err)) == 0) {
+    if (!(st->opts.defer_touch && touch_record(st, key, now)) &&
+        (rc = stmt_get(c, ST_TOUCH, &s, err)) == 0) {
         sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 2, now);
+        sqlite3_bind_int64(s, 3, 1);
         rc = write_one(c, s, "recording a kernel use", err);
     }
     if (rc) {
@@ -1021,7 +1104,16 @@ int store_kernel_get(store *st, const char *key, store_kernel *out, tlm_error *e
 int store_kernel_meta(store *st, const char *key, store_kernel *out, tlm_error *err)
 {
     int64_t rowid;
-    return kernel_read(st, key, false, out, &rowid, err);
+    int rc = kernel_read(st, key, false, out, &rowid, err);
+    if (rc || !st->opts.defer_touch) return rc;
+    pthread_mutex_lock(&st->tmu);
+    for (size_t i = 0; i < st->n_touch; i++)
+        if (!strcmp(st->touches[i].key, key)) {
+            out->hits += st->touches[i].n;
+            if (st->touches[i].last > out->last_used_at) out->last_used_at = st->touches[i].last;
+        }
+    pthread_mutex_unlock(&st->tmu);
+    return 0;
 }
 
 int store_kernel_delete(store *st, const char *key, tlm_error *err)
@@ -1454,11 +1546,12 @@ int store_tuner_replace(store *st, const char *scope, const char *target,
     for (size_t i = 0; q == SQLITE_OK && i < n_edges; i++) {
         int64_t a = edges[i].parent, b = edges[i].child;
         if (a < 1 || b < 1 || (size_t)a > n_nodes || (size_t)b > n_nodes) continue;
-        q = sqlite3_prepare_v2(c->db,
-                               "INSERT INTO tuner_edges (workload_hash, target_hash, parent, child, "
-                               "kind, payload, score, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-                               "?7, ?8)",
-                               -1, &s, NULL);
+        q = sqlite3_prepare_v2(
+            c->db,
+            "INSERT INTO tuner_edges (workload_hash, target_hash, parent, child, "
+            "kind, payload, score, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+            "?7, ?8)",
+            -1, &s, NULL);
         if (q != SQLITE_OK) break;
         sqlite3_bind_text(s, 1, scope, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);

@@ -45,6 +45,11 @@ typedef struct store_conn store_conn;
 typedef struct store_opts {
     int64_t max_bytes;   /* bound on binary+source bytes of all kernels; 0 = unbounded */
     int busy_timeout_ms; /* how long a writer waits for the lock; 0 = 10000 */
+    /* store_kernel_get records a use (hits, last_used_at) in memory instead of writing it:
+     * a hit then never takes the write lock (never waits behind a writer or a checkpoint).
+     * The uses reach the file with store_touch_flush, before every store_kernel_put (so
+     * eviction sees them) and at store_close; store_kernel_meta counts them already. */
+    bool defer_touch;
 } store_opts;
 
 /* A cached kernel. As input of store_kernel_put the caller owns every pointer, and
@@ -159,6 +164,10 @@ int store_kernel_put(store *st, const store_kernel *k, tlm_error *err);
  * TLM_ENOTFOUND on a miss, including a corrupt row (which is deleted). TLM_EINVAL when key
  * is not 64 hex digits. */
 int store_kernel_get(store *st, const char *key, store_kernel *out, tlm_error *err);
+/* Writes the uses store_kernel_get recorded in memory (defer_touch), in one transaction.
+ * store_touch_pending: how many keys wait (any thread). */
+int store_touch_flush(store *st, tlm_error *err);
+size_t store_touch_pending(store *st);
 
 /* Everything but the blob (binary NULL, binary_size set); no verification, and it neither
  * counts as a hit or miss nor changes the LRU order. TLM_ENOTFOUND when absent. */
@@ -193,6 +202,13 @@ int store_measurements_page(store *st, int64_t after_id, int n, store_measuremen
  * *added (may be NULL) is false. Importing a file twice adds nothing the second time. */
 int store_measurement_import(store *st, const store_measurement *m, bool *added, tlm_error *err);
 void store_measurements_free(store_measurement *ms, size_t count);
+/* One "tlm-records/1" line (a JSON object, json_t from jansson) into *m, whose strings point
+ * into o (which must outlive m); the canonical workload, when present, into *wl_text (the
+ * caller frees it). Returns NULL, or the name of the field that is missing or invalid. */
+#define STORE_RECORDS_FORMAT "tlm-records/1"
+struct json_t;
+const char *store_measurement_from_json(const struct json_t *o, store_measurement *m,
+                                        char **wl_text);
 
 /* The storable records j->recs[from, to) of a pipeline job (measured candidates and build
  * failures; pl_record_storable) as measurements, with the job's workload, target, toolchain

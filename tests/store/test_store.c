@@ -1109,9 +1109,14 @@ Test(store, measurements_page_through_and_import_merges_duplicates)
     for (int i = 0; i < 25; i++) {
         char sched[32];
         snprintf(sched, sizeof sched, "s-%d", i);
-        store_measurement m = {.workload_hash = i % 2 ? "wa" : "wb", .target_hash = "t",
-                               .schedule = sched, .status = "ok", .median_s = 1e-3 * (i + 1),
-                               .gflops = NAN, .rel_err = NAN, .min_s = NAN};
+        store_measurement m = {.workload_hash = i % 2 ? "wa" : "wb",
+                               .target_hash = "t",
+                               .schedule = sched,
+                               .status = "ok",
+                               .median_s = 1e-3 * (i + 1),
+                               .gflops = NAN,
+                               .rel_err = NAN,
+                               .min_s = NAN};
         cr_assert_eq(store_measurement_add(st, &m, NULL, &e), 0, "%s", e.msg);
     }
     /* pages of 10 cover every record once, oldest first */
@@ -1136,9 +1141,15 @@ Test(store, measurements_page_through_and_import_merges_duplicates)
     cr_assert_eq(pages, 3);
 
     /* an imported record keeps its time and host; the same record again changes nothing */
-    store_measurement imp = {.workload_hash = "wc", .target_hash = "t", .schedule = "x",
-                             .status = "ok", .median_s = 2e-3, .gflops = NAN, .rel_err = NAN,
-                             .min_s = NAN, .host_id = "feedfacecafebeef",
+    store_measurement imp = {.workload_hash = "wc",
+                             .target_hash = "t",
+                             .schedule = "x",
+                             .status = "ok",
+                             .median_s = 2e-3,
+                             .gflops = NAN,
+                             .rel_err = NAN,
+                             .min_s = NAN,
+                             .host_id = "feedfacecafebeef",
                              .created_at = 1700000000000000};
     bool added = false;
     cr_assert_eq(store_measurement_import(st, &imp, &added, &e), 0, "%s", e.msg);
@@ -1161,5 +1172,60 @@ Test(store, measurements_page_through_and_import_merges_duplicates)
     store_measurements_free(ms, n);
     cr_assert_eq(store_measurements_page(st, 0, 0, &ms, &n, &e), TLM_EINVAL);
     store_close(st);
+    tmp_remove(&t);
+}
+
+/* With defer_touch a hit never takes the write lock: it is served while another writer holds
+ * it (issue 15: a hit waited behind compile inserts and checkpoints), its use shows in meta at
+ * once and reaches the file with store_touch_flush. Without it the same hit waits out the
+ * busy timeout and fails. No timing is asserted. */
+Test(store, deferred_touch_hits_do_not_wait_for_writers)
+{
+    tmp t;
+    tmp_make(&t);
+    for (int defer = 0; defer < 2; defer++) {
+        store_opts o = {.busy_timeout_ms = 50, .defer_touch = defer};
+        tlm_error e = {0};
+        store *st = store_open(t.path, &o, &e);
+        cr_assert_not_null(st, "%s", e.msg);
+        store_kernel k;
+        mk_kernel(&k, 40 + defer, 1000, 100);
+        cr_assert_eq(store_kernel_put(st, &k, &e), 0, "%s", e.msg);
+        int64_t hits0 = 0;
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT hits FROM kernels WHERE key = '%s'", k.key);
+        hits0 = raw_int(t.path, sql);
+        /* another connection holds the write lock */
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open_v2(t.path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+        store_kernel g;
+        int rc = store_kernel_get(st, k.key, &g, &e);
+        if (!defer) {
+            cr_assert_neq(rc, 0, "a hit that writes its use should have waited for the lock");
+        } else {
+            cr_assert_eq(rc, 0, "%s", e.msg);
+            cr_assert_eq(g.binary_size, k.binary_size);
+            store_kernel_free(&g);
+            cr_assert_eq(store_touch_pending(st), 1);
+            store_kernel m;
+            cr_assert_eq(store_kernel_meta(st, k.key, &m, &e), 0, "%s", e.msg);
+            cr_assert_eq(m.hits, hits0 + 1, "meta counts the use not yet written");
+            store_kernel_free(&m);
+        }
+        cr_assert_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        if (defer) {
+            cr_assert_eq(store_touch_flush(st, &e), 0, "%s", e.msg);
+            cr_assert_eq(store_touch_pending(st), 0);
+            cr_assert_eq(raw_int(t.path, sql), hits0 + 1);
+            /* and store_close writes what is left */
+            cr_assert_eq(store_kernel_get(st, k.key, &g, &e), 0, "%s", e.msg);
+            store_kernel_free(&g);
+        }
+        store_close(st);
+        if (defer) cr_assert_eq(raw_int(t.path, sql), hits0 + 2);
+        store_kernel_free(&k);
+    }
     tmp_remove(&t);
 }

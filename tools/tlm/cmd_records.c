@@ -22,7 +22,7 @@
 #include "store/store.h"
 #include "tools/tlm/cli.h"
 
-#define RECORDS_FORMAT "tlm-records/1"
+#define RECORDS_FORMAT STORE_RECORDS_FORMAT
 
 static const char records_usage[] =
     "usage: tlm records export --store FILE [-o FILE|-] [--status ok]\n"
@@ -43,17 +43,16 @@ static json_t *str(const char *s)
 static json_t *record_json(const store_measurement *m)
 {
     json_t *wl = m->workload_json ? json_loads(m->workload_json, 0, NULL) : NULL;
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:i, s:o, s:o, "
-                     "s:o, s:o, s:o, s:o, s:o, s:I}",
-                     "format", RECORDS_FORMAT, "workload_hash", m->workload_hash, "target_hash",
-                     m->target_hash, "target", str(m->target_name), "workload",
-                     wl ? wl : json_null(), "sketch", str(m->sketch), "schedule", m->schedule,
-                     "sentence", str(m->sentence), "status", m->status, "median_s",
-                     num(m->median_s), "min_s", num(m->min_s), "n_samples", m->n_samples,
-                     "gflops", num(m->gflops), "rel_err", num(m->rel_err), "toolchain",
-                     str(m->toolchain_id), "model_id", str(m->model_id), "schedule_source",
-                     str(m->schedule_source), "host_id", str(m->host_id), "detail",
-                     str(m->detail), "created_at", (json_int_t)m->created_at);
+    return json_pack(
+        "{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:s, s:o, s:o, s:i, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:o, s:I}",
+        "format", RECORDS_FORMAT, "workload_hash", m->workload_hash, "target_hash", m->target_hash,
+        "target", str(m->target_name), "workload", wl ? wl : json_null(), "sketch", str(m->sketch),
+        "schedule", m->schedule, "sentence", str(m->sentence), "status", m->status, "median_s",
+        num(m->median_s), "min_s", num(m->min_s), "n_samples", m->n_samples, "gflops",
+        num(m->gflops), "rel_err", num(m->rel_err), "toolchain", str(m->toolchain_id), "model_id",
+        str(m->model_id), "schedule_source", str(m->schedule_source), "host_id", str(m->host_id),
+        "detail", str(m->detail), "created_at", (json_int_t)m->created_at);
 }
 
 static int do_export(const char *store_path, const char *out_path, const char *status)
@@ -109,60 +108,6 @@ static int do_export(const char *store_path, const char *out_path, const char *s
     return CLI_OK;
 }
 
-static const char *opt_str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static double opt_num(const json_t *o, const char *k)
-{
-    const json_t *v = json_object_get(o, k);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-/* One line into *m (pointers into o, which must outlive m); the field at fault otherwise. */
-static const char *record_from_json(const json_t *o, store_measurement *m, char **wl_text)
-{
-    memset(m, 0, sizeof *m);
-    *wl_text = NULL;
-    if (!json_is_object(o)) return "(the line is not a JSON object)";
-    const char *fmt = opt_str(o, "format");
-    if (!fmt || strcmp(fmt, RECORDS_FORMAT)) return "format";
-    static const char *const req[] = {"workload_hash", "target_hash", "schedule", "status"};
-    for (int i = 0; i < 4; i++) {
-        const char *v = opt_str(o, req[i]);
-        if (!v || !*v) return req[i];
-    }
-    m->workload_hash = (char *)opt_str(o, "workload_hash");
-    m->target_hash = (char *)opt_str(o, "target_hash");
-    m->schedule = (char *)opt_str(o, "schedule");
-    m->status = (char *)opt_str(o, "status");
-    if (strlen(m->workload_hash) != 64 || strlen(m->target_hash) != 64) return "workload_hash";
-    m->sketch = (char *)opt_str(o, "sketch");
-    m->target_name = (char *)opt_str(o, "target");
-    m->sentence = (char *)opt_str(o, "sentence");
-    m->toolchain_id = (char *)opt_str(o, "toolchain");
-    m->model_id = (char *)opt_str(o, "model_id");
-    m->schedule_source = (char *)opt_str(o, "schedule_source");
-    m->host_id = (char *)opt_str(o, "host_id");
-    m->detail = (char *)opt_str(o, "detail");
-    m->median_s = opt_num(o, "median_s");
-    m->min_s = opt_num(o, "min_s");
-    m->gflops = opt_num(o, "gflops");
-    m->rel_err = opt_num(o, "rel_err");
-    double ns = opt_num(o, "n_samples");
-    m->n_samples = isfinite(ns) && ns > 0 && ns < 1e9 ? (int)ns : 0;
-    const json_t *at = json_object_get(o, "created_at");
-    if (!json_is_integer(at) || json_integer_value(at) <= 0) return "created_at";
-    m->created_at = json_integer_value(at);
-    const json_t *wl = json_object_get(o, "workload");
-    if (json_is_object(wl)) {
-        *wl_text = json_dumps(wl, JSON_COMPACT | JSON_SORT_KEYS);
-        m->workload_json = *wl_text;
-    }
-    return NULL;
-}
-
 static int do_import(const char *store_path, char **files, int n_files)
 {
     tlm_error err;
@@ -196,10 +141,10 @@ static int do_import(const char *store_path, char **files, int n_files)
             json_t *o = json_loadb(line, (size_t)len, 0, &je);
             store_measurement m;
             char *wl_text = NULL;
-            const char *bad = o ? record_from_json(o, &m, &wl_text) : "(not JSON)";
+            const char *bad = o ? store_measurement_from_json(o, &m, &wl_text) : "(not JSON)";
             if (bad) {
-                fprintf(stderr, "tlm: %s:%ld: %s: missing or invalid; line skipped\n", path,
-                        lineno, bad);
+                fprintf(stderr, "tlm: %s:%ld: %s: missing or invalid; line skipped\n", path, lineno,
+                        bad);
                 rejected++;
             } else {
                 bool was_added = false;
@@ -220,9 +165,9 @@ static int do_import(const char *store_path, char **files, int n_files)
         if (f != stdin) fclose(f);
     }
     store_close(st);
-    json_t *sum = json_pack("{s:I, s:I, s:I, s:I}", "read", (json_int_t)read, "added",
-                            (json_int_t)added, "duplicates", (json_int_t)dups, "rejected",
-                            (json_int_t)rejected);
+    json_t *sum =
+        json_pack("{s:I, s:I, s:I, s:I}", "read", (json_int_t)read, "added", (json_int_t)added,
+                  "duplicates", (json_int_t)dups, "rejected", (json_int_t)rejected);
     cli_print_json(sum);
     json_decref(sum);
     if (rc == CLI_OK && rejected) rc = CLI_FAIL;
