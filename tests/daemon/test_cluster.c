@@ -57,8 +57,9 @@ static void redis_start_on(redis *r, int port)
     snprintf(ps, sizeof ps, "%d", port);
     char log[300];
     snprintf(log, sizeof log, "%s/redis.log", r->dir);
-    const char *argv[] = {"/usr/bin/redis-server", "--port", ps, "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no", "--dir", r->dir, NULL};
+    const char *argv[] = {
+        "/usr/bin/redis-server", "--port", ps,      "--bind", "127.0.0.1", "--save", "",
+        "--appendonly",          "no",     "--dir", r->dir,   NULL};
     char bin[256];
     FILE *w = popen("command -v redis-server", "r");
     if (w && fgets(bin, sizeof bin, w)) {
@@ -218,9 +219,8 @@ static void *client_main(void *arg)
     c->status = (int)r.status;
     if (r.status == 200) {
         json_t *j = body_json(&r);
-        const char *s =
-            json_string_value(json_object_get(json_array_get(json_object_get(j, "kernels"), 0),
-                                              "binary_sha256"));
+        const char *s = json_string_value(
+            json_object_get(json_array_get(json_object_get(j, "kernels"), 0), "binary_sha256"));
         snprintf(c->sha, sizeof c->sha, "%s", s ? s : "");
         json_decref(j);
     }
@@ -256,8 +256,8 @@ Test(cluster, concurrent_misses_on_one_key_compile_once)
         compiles += metric(&d[i], "tlmd_compiles_total");
         waits += metric(&d[i], "tlmd_l2_lease_waits_total") + metric(&d[i], "tlmd_l2_hits_total");
     }
-    cr_expect_eq(compiles, 1, "%d concurrent clients on %d daemons compiled %g times",
-                 NODES * PER, NODES, compiles);
+    cr_expect_eq(compiles, 1, "%d concurrent clients on %d daemons compiled %g times", NODES * PER,
+                 NODES, compiles);
     cr_expect(waits >= NODES - 1, "the other daemons waited for or hit the one compile");
     for (int i = 0; i < NODES; i++)
         teardown(&d[i]);
@@ -471,8 +471,9 @@ static char *measure_body(int n, int seed)
     char *sc = schedules(MWL, n, seed);
     size_t cap = strlen(sc) + 512;
     char *b = malloc(cap);
-    snprintf(b, cap, "{\"target\": \"cpu\", \"workload\": %s, \"schedules\": %s, \"deadline_s\": 600}",
-             MWL, sc);
+    snprintf(b, cap,
+             "{\"target\": \"cpu\", \"workload\": %s, \"schedules\": %s, \"deadline_s\": 600}", MWL,
+             sc);
     free(sc);
     return b;
 }
@@ -521,7 +522,8 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
     const char *bad = "{\"target\": \"cpu\", \"workload\": {}}";
     resp r = http(&a, "POST", "/v1/cluster/measure", bad, strlen(bad), json_hdr);
     cr_expect_eq(r.status, 400);
-    cr_expect(strstr(r.body.p, "\"field\": \"schedules\"") || strstr(r.body.p, "\"field\":\"schedules\""),
+    cr_expect(strstr(r.body.p, "\"field\": \"schedules\"") ||
+                  strstr(r.body.p, "\"field\":\"schedules\""),
               "%s", r.body.p);
     resp_free(&r);
     json_decref(c.answer);
