@@ -215,16 +215,9 @@ typedef struct {
 static void *client_main(void *arg)
 {
     client *c = arg;
-    resp r = post(c->d, c->body);
-    c->status = (int)r.status;
-    if (r.status == 200) {
-        json_t *j = body_json(&r);
-        const char *s = json_string_value(
-            json_object_get(json_array_get(json_object_get(j, "kernels"), 0), "binary_sha256"));
-        snprintf(c->sha, sizeof c->sha, "%s", s ? s : "");
-        json_decref(j);
-    }
-    resp_free(&r);
+    json_t *k = compile1(c->d, c->body, &c->status);
+    snprintf(c->sha, sizeof c->sha, "%s", kstr(k, "binary_sha256"));
+    json_decref(k);
     return NULL;
 }
 
