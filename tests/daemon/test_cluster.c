@@ -94,13 +94,19 @@ static void redis_kill(redis *r)
     }
 }
 
+/* Removes a temporary directory and what it holds (best effort). */
+static void rm_rf(const char *dir)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {
+    }
+}
+
 static void redis_stop(redis *r)
 {
     redis_kill(r);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-    if (system(cmd)) {
-    }
+    rm_rf(r->dir);
 }
 
 /* A daemon on r with d's store; weights: a weight file to share (NULL: none); extra: more
@@ -117,6 +123,29 @@ static void start_node(tlmd *d, const redis *r, const char *weights, const char 
         args[n++] = extra[i];
     args[n] = NULL;
     start_with(d, NULL, false, args, NULL);
+}
+
+/* redis-server on a free port, then each daemon of the NULL-terminated list on it, without
+ * weights or extra arguments. */
+static void cluster_start(redis *rs, ...)
+{
+    redis_start(rs);
+    va_list ap;
+    va_start(ap, rs);
+    for (tlmd *d; (d = va_arg(ap, tlmd *));)
+        start_node(d, rs, NULL, NULL);
+    va_end(ap);
+}
+
+/* Tears down each daemon of the NULL-terminated list, then the redis-server. */
+static void cluster_stop(redis *rs, ...)
+{
+    va_list ap;
+    va_start(ap, rs);
+    for (tlmd *d; (d = va_arg(ap, tlmd *));)
+        teardown(d);
+    va_end(ap);
+    redis_stop(rs);
 }
 
 /* A config file in d's directory (written before start_node's setup_dir: the caller passes
@@ -311,13 +340,8 @@ Test(cluster, lease_holder_killed_mid_compile_another_completes)
         cr_log_warn("daemon a had finished before it was killed; only the answer was checked");
     }
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfgdir);
-    if (system(cmd)) {
-    }
+    cluster_stop(&rs, &a, &b, NULL);
+    rm_rf(cfgdir);
 }
 
 static bool ready(const tlmd *d)
@@ -332,10 +356,8 @@ Test(cluster, redis_killed_mid_run_daemons_serve_from_l1_and_reconnect)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     char w1[512], w2[512], w3[512];
     snprintf(w1, sizeof w1, REQ_FMT, 32, 48, 24);
     snprintf(w2, sizeof w2, REQ_FMT, 40, 40, 40);
@@ -374,19 +396,15 @@ Test(cluster, redis_killed_mid_run_daemons_serve_from_l1_and_reconnect)
     cr_expect_eq(st, 200);
     cr_expect_str_eq(kstr(k, "cache_tier"), "l2", "after the reconnect L2 serves again");
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, corrupt_blob_in_redis_is_a_miss_and_deleted)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     char body[512];
     snprintf(body, sizeof body, REQ_FMT, 56, 24, 32);
     int st;
@@ -416,10 +434,7 @@ Test(cluster, corrupt_blob_in_redis_is_a_miss_and_deleted)
     json_decref(k);
     json_decref(kb);
     json_decref(kc);
-    teardown(&a);
-    teardown(&b);
-    teardown(&c);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, &c, NULL);
 }
 
 /* n sampled schedules of the workload on cpu, as a JSON array text (tlm space --sample). */
@@ -486,10 +501,8 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     enum { N = 12 };
     mclient c = {.d = &a, .body = measure_body(N, 11)};
     measure_main(&c);
@@ -521,19 +534,15 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
     resp_free(&r);
     json_decref(c.answer);
     free(c.body);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     const char *body = "{\"target\": \"cpu\", \"mode\": \"tune\", \"budget\": {\"trials\": 16}, "
                        "\"workloads\": [{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, "
                        "\"K\": 16}}]}";
@@ -556,9 +565,7 @@ Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
     cr_expect_str_eq(kstr(k, "schedule_source"), "tuned");
     cr_expect_str_eq(kstr(k, "cache_tier"), "l2");
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
@@ -608,14 +615,8 @@ Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
     cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements"), N);
     json_decref(mc.answer);
     free(mc.body);
-    teardown(&a);
-    teardown(&b);
-    teardown(&c);
-    redis_stop(&rs);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfgdir);
-    if (system(cmd)) {
-    }
+    cluster_stop(&rs, &a, &b, &c, NULL);
+    rm_rf(cfgdir);
 }
 
 /* exit status of tlmd with args (it must stop on its own) and its stderr's first line. */
@@ -650,10 +651,7 @@ static int run_tlmd(const char *const *args, char *err, size_t cap)
             break;
         }
     if (f) fclose(f);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
+    rm_rf(dir);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
