@@ -35,18 +35,7 @@ else
     tmp=$(mktemp -d /tmp/tlm-e2e-XXXXXX)
     keep=0
 fi
-pid=""
-stop_daemon() {
-    [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 300); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-}
+. bench/lib_daemon.sh # daemon_wait, stop_daemon, $pid
 cleanup() {
     stop_daemon
     [ $keep = 1 ] || rm -rf "$tmp"
@@ -64,10 +53,7 @@ start_daemon() {
     UV_THREADPOOL_SIZE=2 build/tlmd --listen "127.0.0.1:$port" --store "$1" \
         --weights none >>"$tmp/tlmd.out" 2>&1 &
     pid=$!
-    for _ in $(seq 1 300); do
-        build/tlmc --server "http://127.0.0.1:$port" health >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
+    daemon_wait 300 build/tlmc --server "http://127.0.0.1:$port" health && return 0
     echo "e2e.sh: tlmd did not start:" >&2
     tail -20 "$tmp/tlmd.out" >&2
     exit 1

@@ -35,19 +35,8 @@ for f in "$TLM" "$TLMD" "$LOAD"; do
 done
 
 tmp=$(mktemp -d /tmp/tlmd-bench-XXXXXX)
-pid=""
+. bench/lib_daemon.sh # daemon_wait, stop_daemon, $pid
 port=""
-stop_daemon() {
-    [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 300); do # up to 30 s, then SIGKILL
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-}
 cleanup() {
     stop_daemon
     rm -rf "$tmp"
@@ -64,11 +53,7 @@ start_daemon() {
         "$TLMD" --listen "127.0.0.1:$port" --store "$1" --weights "$tmp/tlm.bin" --serve-untrained \
             --log-level info --log-file "$tmp/tlmd.log" >>"$tmp/tlmd.out" 2>&1 &
         pid=$!
-        for _ in $(seq 1 600); do
-            "$LOAD" get --port "$port" --get /readyz >/dev/null 2>&1 && return 0
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
+        daemon_wait 600 "$LOAD" get --port "$port" --get /readyz && return 0
         stop_daemon # port taken meanwhile, or a slow start: try another port
     done
     echo "server.sh: tlmd did not start; its output:" >&2

@@ -747,47 +747,18 @@ void l2_free(l2 *l)
 
 /* ---- metrics ---- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static void out(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(sbuf *b, const char *fmt, ...)
+static void counter(metrics_text *b, const char *name, const char *help, uint64_t v)
 {
-    if (!b->p) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        char *q = realloc(b->p, b->cap * 2 + (size_t)n);
-        if (!q) {
-            free(b->p);
-            b->p = NULL;
-            return;
-        }
-        b->p = q;
-        b->cap = b->cap * 2 + (size_t)n;
-    }
-}
-
-static void counter(sbuf *b, const char *name, const char *help, uint64_t v)
-{
-    out(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-        (unsigned long long)v);
+    metrics_text_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+                        (unsigned long long)v);
 }
 
 char *l2_metrics_render(const l2 *lc)
 {
     l2 *l = (l2 *)lc;
-    sbuf b = {malloc(4096), 0, 4096};
-    out(&b,
+    metrics_text b = {malloc(4096), 0, 4096};
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_l2_enabled Whether a Redis cluster tier is configured (--redis).\n"
         "# TYPE tlmd_l2_enabled gauge\ntlmd_l2_enabled %d\n"
         "# HELP tlmd_l2_up Whether the last Redis call worked.\n"
@@ -813,18 +784,10 @@ char *l2_metrics_render(const l2 *lc)
             l ? GET(l->put_skipped) : 0);
     for (int i = 0; i < L2_C_COUNT; i++)
         counter(&b, cnames[i][0], cnames[i][1], l ? GET(l->cnt[i]) : 0);
-    out(&b, "# HELP tlmd_l2_command_seconds Latency of Redis commands.\n"
-            "# TYPE tlmd_l2_command_seconds histogram\n");
-    uint64_t cum = 0;
-    for (int i = 0; i < N_LAT; i++) {
-        cum += l ? GET(l->lat_bucket[i]) : 0;
-        out(&b, "tlmd_l2_command_seconds_bucket{le=\"%g\"} %llu\n", lat_le[i],
-            (unsigned long long)cum);
-    }
-    cum += l ? GET(l->lat_bucket[N_LAT]) : 0;
-    out(&b, "tlmd_l2_command_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    out(&b, "tlmd_l2_command_seconds_sum %.6f\ntlmd_l2_command_seconds_count %llu\n",
-        l ? (double)GET(l->lat_sum_us) / 1e6 : 0.0,
-        (unsigned long long)(l ? GET(l->lat_count) : 0));
+    metrics_text_printf(&b, "# HELP tlmd_l2_command_seconds Latency of Redis commands.\n"
+                            "# TYPE tlmd_l2_command_seconds histogram\n");
+    metrics_text_histogram(&b, "tlmd_l2_command_seconds", "", lat_le, N_LAT,
+                           l ? l->lat_bucket : NULL, l ? (double)GET(l->lat_sum_us) / 1e6 : 0.0, 6,
+                           l ? GET(l->lat_count) : 0);
     return b.p;
 }

@@ -11,7 +11,7 @@
 
 #define MAX_SERIES 256
 
-static const int batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128};
+static const double batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128};
 #define N_BATCH (int)(sizeof batch_le / sizeof batch_le[0])
 static const double compile_le[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define N_COMPILE (int)(sizeof compile_le / sizeof compile_le[0])
@@ -149,133 +149,143 @@ uint64_t metrics_records_total(const metrics *m)
     return GET(m->records);
 }
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static void out(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(sbuf *b, const char *fmt, ...)
+void metrics_text_printf(metrics_text *t, const char *fmt, ...)
 {
-    if (!b->p) return;
+    if (!t->p) return;
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
         va_end(ap);
         if (n < 0) return;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
             return;
         }
-        char *q = realloc(b->p, b->cap * 2 + (size_t)n);
+        char *q = realloc(t->p, t->cap * 2 + (size_t)n);
         if (!q) {
-            free(b->p);
-            b->p = NULL;
+            free(t->p);
+            t->p = NULL;
             return;
         }
-        b->p = q;
-        b->cap = b->cap * 2 + (size_t)n;
+        t->p = q;
+        t->cap = t->cap * 2 + (size_t)n;
     }
+}
+
+void metrics_text_histogram(metrics_text *t, const char *name, const char *labels, const double *le,
+                            int n, const uint64_t *bucket, double sum, int sum_decimals,
+                            uint64_t count)
+{
+    const char *sep = labels[0] ? "," : "";
+    uint64_t cum = 0;
+    for (int i = 0; i <= n; i++) {
+        cum += bucket ? GET(bucket[i]) : 0;
+        if (i < n)
+            metrics_text_printf(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, le[i],
+                                (unsigned long long)cum);
+        else
+            metrics_text_printf(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                                (unsigned long long)cum);
+    }
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    metrics_text_printf(t, "%s_sum%s%s%s %.*f\n%s_count%s%s%s %llu\n", name, open, labels, close,
+                        sum_decimals, sum, name, open, labels, close, (unsigned long long)count);
 }
 
 char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stats *ss)
 {
-    sbuf b = {malloc(8192), 0, 8192};
-    out(&b, "# HELP tlmd_http_requests_total HTTP requests answered, by route and status.\n"
+    metrics_text b = {malloc(8192), 0, 8192};
+    metrics_text_printf(
+        &b, "# HELP tlmd_http_requests_total HTTP requests answered, by route and status.\n"
             "# TYPE tlmd_http_requests_total counter\n");
     for (int i = 0; i < m->n_reqs; i++) {
         int r = m->reqs[i].route;
-        out(&b, "tlmd_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
-            r >= 0 && r < m->n_labels ? m->labels[r] : "unknown", m->reqs[i].status,
-            (unsigned long long)m->reqs[i].n);
+        metrics_text_printf(&b, "tlmd_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
+                            r >= 0 && r < m->n_labels ? m->labels[r] : "unknown", m->reqs[i].status,
+                            (unsigned long long)m->reqs[i].n);
     }
-    out(&b,
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_jobs_in_flight Compile jobs running.\n# TYPE tlmd_jobs_in_flight gauge\n"
         "tlmd_jobs_in_flight %d\n",
         g->jobs_in_flight);
-    out(&b,
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_flights_in_flight Distinct kernels being looked up or compiled.\n"
         "# TYPE tlmd_flights_in_flight gauge\ntlmd_flights_in_flight %d\n",
         g->flights_in_flight);
-    out(&b,
-        "# HELP tlmd_decoder_queue_depth Decodes queued or active in the decoder.\n"
-        "# TYPE tlmd_decoder_queue_depth gauge\ntlmd_decoder_queue_depth %d\n",
-        g->decoder_queue_depth);
-    out(&b,
+    metrics_text_printf(&b,
+                        "# HELP tlmd_decoder_queue_depth Decodes queued or active in the decoder.\n"
+                        "# TYPE tlmd_decoder_queue_depth gauge\ntlmd_decoder_queue_depth %d\n",
+                        g->decoder_queue_depth);
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_http_connections Open connections, by stage (head: waiting for the first "
         "request head in the front door; mhd: past it).\n"
         "# TYPE tlmd_http_connections gauge\ntlmd_http_connections{stage=\"head\"} %u\n"
         "tlmd_http_connections{stage=\"mhd\"} %u\n",
         g->connections_waiting_head, g->connections);
-    out(&b,
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_http_connections_refused_total Connections refused over max_connections "
         "or max_connections_per_ip.\n"
         "# TYPE tlmd_http_connections_refused_total counter\n"
         "tlmd_http_connections_refused_total %llu\n",
         (unsigned long long)g->connections_refused);
-    out(&b, "# HELP tlmd_decoder_batch_size Active sequences per decoder step.\n"
-            "# TYPE tlmd_decoder_batch_size histogram\n");
-    uint64_t cum = 0;
-    for (int i = 0; i < N_BATCH; i++) {
-        cum += GET(m->batch_bucket[i]);
-        out(&b, "tlmd_decoder_batch_size_bucket{le=\"%d\"} %llu\n", batch_le[i],
-            (unsigned long long)cum);
-    }
-    cum += GET(m->batch_bucket[N_BATCH]);
-    out(&b, "tlmd_decoder_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    out(&b, "tlmd_decoder_batch_size_sum %llu\ntlmd_decoder_batch_size_count %llu\n",
-        (unsigned long long)GET(m->batch_sum), (unsigned long long)GET(m->batch_count));
-    out(&b,
+    metrics_text_printf(&b, "# HELP tlmd_decoder_batch_size Active sequences per decoder step.\n"
+                            "# TYPE tlmd_decoder_batch_size histogram\n");
+    metrics_text_histogram(&b, "tlmd_decoder_batch_size", "", batch_le, N_BATCH, m->batch_bucket,
+                           (double)GET(m->batch_sum), 0, GET(m->batch_count));
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_decoder_batch_size_max Largest decoder batch so far.\n"
         "# TYPE tlmd_decoder_batch_size_max gauge\ntlmd_decoder_batch_size_max %llu\n",
         (unsigned long long)GET(m->batch_max));
-    out(&b,
-        "# HELP tlmd_cache_hits_total Compile lookups answered from the store.\n"
-        "# TYPE tlmd_cache_hits_total counter\ntlmd_cache_hits_total %llu\n",
-        (unsigned long long)GET(m->cache_hits));
-    out(&b,
-        "# HELP tlmd_cache_misses_total Compile lookups that had to compile.\n"
-        "# TYPE tlmd_cache_misses_total counter\ntlmd_cache_misses_total %llu\n",
-        (unsigned long long)GET(m->cache_misses));
-    out(&b,
+    metrics_text_printf(&b,
+                        "# HELP tlmd_cache_hits_total Compile lookups answered from the store.\n"
+                        "# TYPE tlmd_cache_hits_total counter\ntlmd_cache_hits_total %llu\n",
+                        (unsigned long long)GET(m->cache_hits));
+    metrics_text_printf(&b,
+                        "# HELP tlmd_cache_misses_total Compile lookups that had to compile.\n"
+                        "# TYPE tlmd_cache_misses_total counter\ntlmd_cache_misses_total %llu\n",
+                        (unsigned long long)GET(m->cache_misses));
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_cache_evictions_total Kernels evicted by the store's size bound.\n"
         "# TYPE tlmd_cache_evictions_total counter\ntlmd_cache_evictions_total %llu\n",
         (unsigned long long)(ss ? ss->evictions : 0));
-    out(&b,
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_cache_kernels Kernels in the store.\n# TYPE tlmd_cache_kernels gauge\n"
         "tlmd_cache_kernels %lld\n",
         (long long)(ss ? ss->kernels : 0));
-    out(&b,
-        "# HELP tlmd_cache_bytes Binary and source bytes in the store.\n"
-        "# TYPE tlmd_cache_bytes gauge\ntlmd_cache_bytes %lld\n",
-        (long long)(ss ? ss->bytes : 0));
-    out(&b,
-        "# HELP tlmd_compiles_total Kernels compiled (cache misses that built).\n"
-        "# TYPE tlmd_compiles_total counter\ntlmd_compiles_total %llu\n",
-        (unsigned long long)GET(m->compiles));
-    out(&b,
+    metrics_text_printf(&b,
+                        "# HELP tlmd_cache_bytes Binary and source bytes in the store.\n"
+                        "# TYPE tlmd_cache_bytes gauge\ntlmd_cache_bytes %lld\n",
+                        (long long)(ss ? ss->bytes : 0));
+    metrics_text_printf(&b,
+                        "# HELP tlmd_compiles_total Kernels compiled (cache misses that built).\n"
+                        "# TYPE tlmd_compiles_total counter\ntlmd_compiles_total %llu\n",
+                        (unsigned long long)GET(m->compiles));
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_single_flight_joins_total Tasks that joined an identical compile.\n"
         "# TYPE tlmd_single_flight_joins_total counter\ntlmd_single_flight_joins_total %llu\n",
         (unsigned long long)GET(m->sf_joins));
-    out(&b,
+    metrics_text_printf(
+        &b,
         "# HELP tlmd_measurement_records_total Candidate records (measured or failed to build) "
         "written to the store.\n"
         "# TYPE tlmd_measurement_records_total counter\ntlmd_measurement_records_total %llu\n",
         (unsigned long long)GET(m->records));
-    out(&b, "# HELP tlmd_compile_seconds Compiler time per kernel (all candidates).\n"
-            "# TYPE tlmd_compile_seconds histogram\n");
-    cum = 0;
-    for (int i = 0; i < N_COMPILE; i++) {
-        cum += GET(m->compile_bucket[i]);
-        out(&b, "tlmd_compile_seconds_bucket{le=\"%g\"} %llu\n", compile_le[i],
-            (unsigned long long)cum);
-    }
-    cum += GET(m->compile_bucket[N_COMPILE]);
-    out(&b, "tlmd_compile_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    out(&b, "tlmd_compile_seconds_sum %.6f\ntlmd_compile_seconds_count %llu\n",
-        (double)GET(m->compile_sum_us) / 1e6, (unsigned long long)GET(m->compile_count));
-    out(&b, "# HELP tlmd_http_answer_seconds From a request's head read to its answer written "
+    metrics_text_printf(&b,
+                        "# HELP tlmd_compile_seconds Compiler time per kernel (all candidates).\n"
+                        "# TYPE tlmd_compile_seconds histogram\n");
+    metrics_text_histogram(&b, "tlmd_compile_seconds", "", compile_le, N_COMPILE, m->compile_bucket,
+                           (double)GET(m->compile_sum_us) / 1e6, 6, GET(m->compile_count));
+    metrics_text_printf(
+        &b, "# HELP tlmd_http_answer_seconds From a request's head read to its answer written "
             "(streams: to their end), by route.\n"
             "# TYPE tlmd_http_answer_seconds histogram\n");
     for (int r = 0; r < m->n_labels; r++) {
@@ -283,20 +293,10 @@ char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stat
         for (int i = 0; i <= N_ANSWER; i++)
             c += m->answer[r][i];
         if (!c) continue;
-        cum = 0;
-        for (int i = 0; i <= N_ANSWER; i++) {
-            cum += m->answer[r][i];
-            if (i < N_ANSWER)
-                out(&b, "tlmd_http_answer_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                    m->labels[r], answer_le[i], (unsigned long long)cum);
-            else
-                out(&b, "tlmd_http_answer_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n",
-                    m->labels[r], (unsigned long long)cum);
-        }
-        out(&b, "tlmd_http_answer_seconds_sum{route=\"%s\"} %.6f\n", m->labels[r],
-            m->answer_sum[r]);
-        out(&b, "tlmd_http_answer_seconds_count{route=\"%s\"} %llu\n", m->labels[r],
-            (unsigned long long)cum);
+        char labels[256];
+        snprintf(labels, sizeof labels, "route=\"%s\"", m->labels[r]);
+        metrics_text_histogram(&b, "tlmd_http_answer_seconds", labels, answer_le, N_ANSWER,
+                               m->answer[r], m->answer_sum[r], 6, c);
     }
     return b.p;
 }

@@ -3,9 +3,12 @@
  * build from "workloads", a "graph" or a zoo "model" (fused and deduplicated here). Every
  * error names its field. Apart from routes.c so that the fuzzer (tests/fuzz/) runs the very
  * decoder the server runs. Any thread; env is only read. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/evp.h>
 
 #include "compiler/frontend/frontend.h"
 #include "daemon/tlmd.h"
@@ -36,32 +39,36 @@ static int bad(tlm_error *e, int code, const char *field, const char *msg)
 #define NET_WORKLOADS_FACTOR 16
 
 /* Standard base64 (padding optional, no whitespace) into a malloc'ed buffer; NULL when the
- * text is not base64. */
+ * text is not base64. The checks are ours, the decoding libcrypto's: EVP_DecodeBlock trims
+ * whitespace and reads '=' anywhere as zero bits, so the text is checked against the alphabet
+ * first, and its unpadded tail is padded here and decoded on its own (EVP_DecodeBlock counts
+ * padding as zero bytes; the tail's real length is its characters less one). */
 static uint8_t *b64_decode(const char *s, size_t len, size_t *out_len)
 {
     static const char alpha[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     while (len && s[len - 1] == '=')
         len--;
-    if (len % 4 == 1) return NULL;
+    /* strspn stops at a NUL, which JSON strings may hold; bodies are at most 1 GiB
+     * (max_body_bytes), so the length fits EVP_DecodeBlock's int */
+    if (len % 4 == 1 || len > INT_MAX || strspn(s, alpha) < len) return NULL;
+    size_t full = len / 4 * 4, tail = len % 4;
     uint8_t *out = malloc(len / 4 * 3 + 3);
     if (!out) return NULL;
-    size_t n = 0;
-    uint32_t acc = 0;
-    for (size_t i = 0; i < len; i++) {
-        const char *c = s[i] ? strchr(alpha, s[i]) : NULL;
-        if (!c) {
+    if (EVP_DecodeBlock(out, (const unsigned char *)s, (int)full) != (int)(full / 4 * 3)) {
+        free(out);
+        return NULL;
+    }
+    size_t n = full / 4 * 3;
+    if (tail) {
+        unsigned char last[4] = {'=', '=', '=', '='}, bytes[3];
+        memcpy(last, s + full, tail);
+        if (EVP_DecodeBlock(bytes, last, 4) != 3) {
             free(out);
             return NULL;
         }
-        acc = acc << 6 | (uint32_t)(c - alpha);
-        if (i % 4 == 3) {
-            out[n++] = (uint8_t)(acc >> 16), out[n++] = (uint8_t)(acc >> 8),
-            out[n++] = (uint8_t)acc;
-            acc = 0;
-        }
+        memcpy(out + n, bytes, tail - 1);
+        n += tail - 1;
     }
-    if (len % 4 == 2) out[n++] = (uint8_t)(acc >> 4);
-    if (len % 4 == 3) out[n++] = (uint8_t)(acc >> 10), out[n++] = (uint8_t)(acc >> 2);
     *out_len = n;
     return out;
 }
@@ -78,7 +85,6 @@ static int decode_onnx(const json_t *oj, fe_graph **g, tlm_error *e)
     free(bytes);
     return rc;
 }
-
 
 /* "graph" or "model" → fused, deduplicated subgraphs as the job's workloads, with their
  * occurrence counts, anchor names and the network's summary. Building and fusing a zoo model

@@ -144,7 +144,7 @@ typedef struct metrics_gauges {
 /* labels: the route label of each route index (kept, not copied). */
 metrics *metrics_new(const char *const *labels, int n_labels);
 void metrics_free(metrics *m);
-void metrics_request(metrics *m, int route, int status); /* loop thread */
+void metrics_request(metrics *m, int route, int status);      /* loop thread */
 void metrics_answer_seconds(metrics *m, int route, double s); /* loop thread */
 void metrics_batch(metrics *m, int size);
 void metrics_compile_seconds(metrics *m, double s);
@@ -159,6 +159,23 @@ uint64_t metrics_single_flight(const metrics *m);
 uint64_t metrics_records_total(const metrics *m);
 /* malloc'ed Prometheus text (loop thread) */
 char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stats *ss);
+
+/* Prometheus text grown in a malloc'ed buffer, shared by the /metrics renderers (metrics.c,
+ * l2.c). p is NULL once an allocation failed: the text is lost and later appends do nothing. */
+typedef struct metrics_text {
+    char *p;
+    size_t len, cap;
+} metrics_text;
+void metrics_text_printf(metrics_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* One histogram series, without its HELP/TYPE lines: name_bucket{labels,le="…"} (cumulative)
+ * for the n bounds le and +Inf, then name_sum{labels} and name_count{labels}. labels: "" for
+ * none, else e.g. route="compile". bucket: n + 1 per-bucket counts (the last is above le[n-1]),
+ * read with relaxed atomic loads, so counters fed by other threads are passed as they are; NULL:
+ * all zero. sum is printed with sum_decimals digits after the point (0 for integer sums). */
+void metrics_text_histogram(metrics_text *t, const char *name, const char *labels, const double *le,
+                            int n, const uint64_t *bucket, double sum, int sum_decimals,
+                            uint64_t count);
 
 /* ---- http.c ---- */
 typedef struct http_server http_server;

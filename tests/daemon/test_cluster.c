@@ -57,8 +57,9 @@ static void redis_start_on(redis *r, int port)
     snprintf(ps, sizeof ps, "%d", port);
     char log[300];
     snprintf(log, sizeof log, "%s/redis.log", r->dir);
-    const char *argv[] = {"/usr/bin/redis-server", "--port", ps, "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no", "--dir", r->dir, NULL};
+    const char *argv[] = {
+        "/usr/bin/redis-server", "--port", ps,      "--bind", "127.0.0.1", "--save", "",
+        "--appendonly",          "no",     "--dir", r->dir,   NULL};
     char bin[256];
     FILE *w = popen("command -v redis-server", "r");
     if (w && fgets(bin, sizeof bin, w)) {
@@ -93,13 +94,19 @@ static void redis_kill(redis *r)
     }
 }
 
+/* Removes a temporary directory and what it holds (best effort). */
+static void rm_rf(const char *dir)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {
+    }
+}
+
 static void redis_stop(redis *r)
 {
     redis_kill(r);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-    if (system(cmd)) {
-    }
+    rm_rf(r->dir);
 }
 
 /* A daemon on r with d's store; weights: a weight file to share (NULL: none); extra: more
@@ -116,6 +123,29 @@ static void start_node(tlmd *d, const redis *r, const char *weights, const char 
         args[n++] = extra[i];
     args[n] = NULL;
     start_with(d, NULL, false, args, NULL);
+}
+
+/* redis-server on a free port, then each daemon of the NULL-terminated list on it, without
+ * weights or extra arguments. */
+static void cluster_start(redis *rs, ...)
+{
+    redis_start(rs);
+    va_list ap;
+    va_start(ap, rs);
+    for (tlmd *d; (d = va_arg(ap, tlmd *));)
+        start_node(d, rs, NULL, NULL);
+    va_end(ap);
+}
+
+/* Tears down each daemon of the NULL-terminated list, then the redis-server. */
+static void cluster_stop(redis *rs, ...)
+{
+    va_list ap;
+    va_start(ap, rs);
+    for (tlmd *d; (d = va_arg(ap, tlmd *));)
+        teardown(d);
+    va_end(ap);
+    redis_stop(rs);
 }
 
 /* A config file in d's directory (written before start_node's setup_dir: the caller passes
@@ -214,17 +244,9 @@ typedef struct {
 static void *client_main(void *arg)
 {
     client *c = arg;
-    resp r = post(c->d, c->body);
-    c->status = (int)r.status;
-    if (r.status == 200) {
-        json_t *j = body_json(&r);
-        const char *s =
-            json_string_value(json_object_get(json_array_get(json_object_get(j, "kernels"), 0),
-                                              "binary_sha256"));
-        snprintf(c->sha, sizeof c->sha, "%s", s ? s : "");
-        json_decref(j);
-    }
-    resp_free(&r);
+    json_t *k = compile1(c->d, c->body, &c->status);
+    snprintf(c->sha, sizeof c->sha, "%s", kstr(k, "binary_sha256"));
+    json_decref(k);
     return NULL;
 }
 
@@ -256,8 +278,8 @@ Test(cluster, concurrent_misses_on_one_key_compile_once)
         compiles += metric(&d[i], "tlmd_compiles_total");
         waits += metric(&d[i], "tlmd_l2_lease_waits_total") + metric(&d[i], "tlmd_l2_hits_total");
     }
-    cr_expect_eq(compiles, 1, "%d concurrent clients on %d daemons compiled %g times",
-                 NODES * PER, NODES, compiles);
+    cr_expect_eq(compiles, 1, "%d concurrent clients on %d daemons compiled %g times", NODES * PER,
+                 NODES, compiles);
     cr_expect(waits >= NODES - 1, "the other daemons waited for or hit the one compile");
     for (int i = 0; i < NODES; i++)
         teardown(&d[i]);
@@ -318,13 +340,8 @@ Test(cluster, lease_holder_killed_mid_compile_another_completes)
         cr_log_warn("daemon a had finished before it was killed; only the answer was checked");
     }
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfgdir);
-    if (system(cmd)) {
-    }
+    cluster_stop(&rs, &a, &b, NULL);
+    rm_rf(cfgdir);
 }
 
 static bool ready(const tlmd *d)
@@ -339,10 +356,8 @@ Test(cluster, redis_killed_mid_run_daemons_serve_from_l1_and_reconnect)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     char w1[512], w2[512], w3[512];
     snprintf(w1, sizeof w1, REQ_FMT, 32, 48, 24);
     snprintf(w2, sizeof w2, REQ_FMT, 40, 40, 40);
@@ -381,19 +396,15 @@ Test(cluster, redis_killed_mid_run_daemons_serve_from_l1_and_reconnect)
     cr_expect_eq(st, 200);
     cr_expect_str_eq(kstr(k, "cache_tier"), "l2", "after the reconnect L2 serves again");
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, corrupt_blob_in_redis_is_a_miss_and_deleted)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     char body[512];
     snprintf(body, sizeof body, REQ_FMT, 56, 24, 32);
     int st;
@@ -423,10 +434,7 @@ Test(cluster, corrupt_blob_in_redis_is_a_miss_and_deleted)
     json_decref(k);
     json_decref(kb);
     json_decref(kc);
-    teardown(&a);
-    teardown(&b);
-    teardown(&c);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, &c, NULL);
 }
 
 /* n sampled schedules of the workload on cpu, as a JSON array text (tlm space --sample). */
@@ -471,8 +479,9 @@ static char *measure_body(int n, int seed)
     char *sc = schedules(MWL, n, seed);
     size_t cap = strlen(sc) + 512;
     char *b = malloc(cap);
-    snprintf(b, cap, "{\"target\": \"cpu\", \"workload\": %s, \"schedules\": %s, \"deadline_s\": 600}",
-             MWL, sc);
+    snprintf(b, cap,
+             "{\"target\": \"cpu\", \"workload\": %s, \"schedules\": %s, \"deadline_s\": 600}", MWL,
+             sc);
     free(sc);
     return b;
 }
@@ -492,10 +501,8 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     enum { N = 12 };
     mclient c = {.d = &a, .body = measure_body(N, 11)};
     measure_main(&c);
@@ -521,24 +528,21 @@ Test(cluster, distributed_measurement_is_split_and_recorded_by_the_requester)
     const char *bad = "{\"target\": \"cpu\", \"workload\": {}}";
     resp r = http(&a, "POST", "/v1/cluster/measure", bad, strlen(bad), json_hdr);
     cr_expect_eq(r.status, 400);
-    cr_expect(strstr(r.body.p, "\"field\": \"schedules\"") || strstr(r.body.p, "\"field\":\"schedules\""),
+    cr_expect(strstr(r.body.p, "\"field\": \"schedules\"") ||
+                  strstr(r.body.p, "\"field\":\"schedules\""),
               "%s", r.body.p);
     resp_free(&r);
     json_decref(c.answer);
     free(c.body);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
 {
     NEED_REDIS();
     redis rs;
-    redis_start(&rs);
     tlmd a, b;
-    start_node(&a, &rs, NULL, NULL);
-    start_node(&b, &rs, NULL, NULL);
+    cluster_start(&rs, &a, &b, NULL);
     const char *body = "{\"target\": \"cpu\", \"mode\": \"tune\", \"budget\": {\"trials\": 16}, "
                        "\"workloads\": [{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, "
                        "\"K\": 16}}]}";
@@ -561,9 +565,7 @@ Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
     cr_expect_str_eq(kstr(k, "schedule_source"), "tuned");
     cr_expect_str_eq(kstr(k, "cache_tier"), "l2");
     json_decref(k);
-    teardown(&a);
-    teardown(&b);
-    redis_stop(&rs);
+    cluster_stop(&rs, &a, &b, NULL);
 }
 
 Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
@@ -613,14 +615,8 @@ Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
     cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements"), N);
     json_decref(mc.answer);
     free(mc.body);
-    teardown(&a);
-    teardown(&b);
-    teardown(&c);
-    redis_stop(&rs);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cfgdir);
-    if (system(cmd)) {
-    }
+    cluster_stop(&rs, &a, &b, &c, NULL);
+    rm_rf(cfgdir);
 }
 
 /* exit status of tlmd with args (it must stop on its own) and its stderr's first line. */
@@ -655,10 +651,7 @@ static int run_tlmd(const char *const *args, char *err, size_t cap)
             break;
         }
     if (f) fclose(f);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
+    rm_rf(dir);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

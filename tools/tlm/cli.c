@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proto/error.h"
 #include "proto/workload.h"
@@ -95,6 +96,22 @@ char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *
         *len = n;
     }
     return buf;
+}
+
+int cli_write_file(const char *path, const void *data, size_t len, tlm_error *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", tmp, strerror(errno));
+    bool ok = fwrite(data, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", path, strerror(e));
+    }
+    return 0;
 }
 
 int cli_load_workload(const char *flag, const char *arg, ir_workload *w, tlm_error *err)

@@ -39,6 +39,10 @@ int cli_load_workload(const char *flag, const char *arg, ir_workload *w, tlm_err
  * (field = flag) on failure. */
 char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *err);
 
+/* Writes data to path through a temporary name and renames, so a reader never sees half a
+ * file; errors (TLM_EIO) name "-o", the output directory's flag. */
+int cli_write_file(const char *path, const void *data, size_t len, tlm_error *err);
+
 /* Prints err as one line and returns the exit status for its code (CLI_USAGE for bad input). */
 int cli_report(const tlm_error *err);
 

@@ -87,23 +87,6 @@ static int mkdir_p(const char *dir, tlm_error *err)
     return 0;
 }
 
-/* Writes through a temporary name and renames, so a reader never sees half a file. */
-static int write_file(const char *path, const void *data, size_t len, tlm_error *err)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", tmp, strerror(errno));
-    bool ok = fwrite(data, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", path, strerror(e));
-    }
-    return 0;
-}
-
 static json_t *real_or_null(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
@@ -196,7 +179,7 @@ static int add_given(pl_job *j, const char *text, tlm_error *err)
 static int write_artifact(const target *t, const drv_artifact *a, const char *bin_path,
                           json_t *meta, tlm_error *err)
 {
-    int rc = write_file(bin_path, a->binary, a->binary_size, err);
+    int rc = cli_write_file(bin_path, a->binary, a->binary_size, err);
     if (rc) return rc;
     bool cuda = t->kind == TARGET_CUDA;
     json_object_set_new(meta, "toolchain",
@@ -356,7 +339,7 @@ static int run_compile(int argc, char **argv)
     int brc = pl_finish(j, &err);
     const char *source = brc ? j->failed_source : j->art.source;
     tlm_error werr;
-    if (source && write_file(src_path, source, strlen(source), &werr) && !brc) {
+    if (source && cli_write_file(src_path, source, strlen(source), &werr) && !brc) {
         err = werr;
         brc = werr.code;
     }
@@ -398,7 +381,7 @@ static int run_compile(int argc, char **argv)
         meta_text[ml++] = '\n';
         meta_text[ml] = 0;
     }
-    int wrc = write_file(meta_path, meta_text, ml, &err);
+    int wrc = cli_write_file(meta_path, meta_text, ml, &err);
     free(meta_text);
     if (wrc) {
         rc = work_failed(&err);

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "compiler/driver/pipeline.h"
 #include "compiler/frontend/frontend.h"
@@ -32,22 +31,6 @@ static const char network_usage[] =
     "  compiles every unique subgraph of the network with the default schedule into DIR\n"
     "  (default ./tlm-out): NNN_<op>.so|.cubin, the sources and manifest.json with the\n"
     "  execution plan (proto/graph.md); --jobs N kernels at a time (default 2)\n";
-
-static int write_all(const char *path, const void *data, size_t len, tlm_error *err)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", tmp, strerror(errno));
-    bool ok = fwrite(data, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path)) {
-        int e = errno;
-        unlink(tmp);
-        return tlm_err_set(err, TLM_EIO, "-o", "cannot write \"%s\": %s", path, strerror(e));
-    }
-    return 0;
-}
 
 typedef struct {
     const char *model, *graph, *onnx, *tg, *dir;
@@ -198,13 +181,13 @@ int cli_compile_network(int argc, char **argv)
         snprintf(bin, sizeof bin, "%03d_%s.%s", i, op, cuda ? "cubin" : "so");
         snprintf(src, sizeof src, "%03d_%s.%s", i, op, cuda ? "cu" : "c");
         snprintf(path, sizeof path, "%s/%s", a.dir, bin);
-        if (write_all(path, art->binary, art->binary_size, &err)) {
+        if (cli_write_file(path, art->binary, art->binary_size, &err)) {
             rc = CLI_FAIL;
             cli_report(&err);
             goto done;
         }
         snprintf(path, sizeof path, "%s/%s", a.dir, src);
-        if (write_all(path, art->source, strlen(art->source), &err)) {
+        if (cli_write_file(path, art->source, strlen(art->source), &err)) {
             rc = CLI_FAIL;
             cli_report(&err);
             goto done;
@@ -260,7 +243,7 @@ int cli_compile_network(int argc, char **argv)
     char *text = json_dumps(man, JSON_INDENT(1));
     char path[4300];
     snprintf(path, sizeof path, "%s/manifest.json", a.dir);
-    if (!text || write_all(path, text, strlen(text), &err)) {
+    if (!text || cli_write_file(path, text, strlen(text), &err)) {
         free(text);
         if (!text) tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
         rc = CLI_FAIL;

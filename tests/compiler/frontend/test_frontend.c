@@ -4,19 +4,7 @@
 #include <string.h>
 
 #include "compiler/frontend/frontend.h"
-
-/* JSON in tests is written with ' for " to stay readable. */
-static json_t *J(const char *text)
-{
-    char *s = strdup(text);
-    for (char *p = s; *p; p++)
-        if (*p == '\'') *p = '"';
-    json_error_t je;
-    json_t *j = json_loads(s, JSON_DECODE_ANY, &je);
-    cr_assert(j, "test JSON does not parse: %s: %s", je.text, s);
-    free(s);
-    return j;
-}
+#include "tests/common/graph_text.h"
 
 static int from_text(const char *text, fe_graph **g, tlm_error *err)
 {

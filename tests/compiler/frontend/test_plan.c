@@ -4,18 +4,7 @@
 #include <string.h>
 
 #include "compiler/frontend/frontend.h"
-
-static json_t *J(const char *text)
-{
-    char *s = strdup(text);
-    for (char *p = s; *p; p++)
-        if (*p == '\'') *p = '"';
-    json_error_t je;
-    json_t *j = json_loads(s, 0, &je);
-    cr_assert(j, "test JSON does not parse: %s: %s", je.text, s);
-    free(s);
-    return j;
-}
+#include "tests/common/graph_text.h"
 
 typedef struct {
     fe_graph *g;
@@ -34,12 +23,7 @@ static planned plan_graph(fe_graph *g)
 
 static planned plan_text(const char *text)
 {
-    json_t *j = J(text);
-    fe_graph *g;
-    tlm_error err = {0};
-    cr_assert_eq(fe_graph_from_json(j, &g, &err), 0, "%s: %s", err.field, err.msg);
-    json_decref(j);
-    return plan_graph(g);
+    return plan_graph(graph_from_text(text));
 }
 
 static void planned_free(planned *r)

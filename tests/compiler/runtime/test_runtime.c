@@ -10,28 +10,12 @@
 #include <unistd.h>
 
 #include "compiler/runtime/runtime.h"
+#include "tests/common/graph_text.h"
 #include "tests/common/plan_dir.h"
-
-static json_t *J(const char *text)
-{
-    char *s = strdup(text);
-    for (char *p = s; *p; p++)
-        if (*p == '\'') *p = '"';
-    json_error_t je;
-    json_t *j = json_loads(s, 0, &je);
-    cr_assert(j, "test JSON does not parse: %s: %s", je.text, s);
-    free(s);
-    return j;
-}
 
 static char *compile_graph(const char *graph_text)
 {
-    json_t *gj = J(graph_text);
-    fe_graph *g;
-    tlm_error err = {0};
-    cr_assert_eq(fe_graph_from_json(gj, &g, &err), 0, "%s: %s", err.field, err.msg);
-    json_decref(gj);
-    return plan_dir_compile(g);
+    return plan_dir_compile(graph_from_text(graph_text));
 }
 
 static void remove_dir(char *dir)
