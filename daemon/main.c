@@ -134,7 +134,9 @@ static const char usage[] =
     "generate requests decode with the model (\"schedule_source\": \"tlm\"); otherwise tlmd\n"
     "serves the rule-of-thumb schedule (\"default\"): with --weights none, when the default\n"
     "file " TLM_WEIGHTS_DEFAULT_PATH " is missing (a warning), or when the weights are untrained\n"
-    "(unless --serve-untrained). An explicit --weights FILE that cannot be read is an error.\n"
+    "(unless --serve-untrained), or when their MANIFEST holds them back (\"serve = default\":\n"
+    "they lost to the rule of thumb on the held-out evaluation). An explicit --weights FILE\n"
+    "that cannot be read is an error.\n"
     "--device: where the model decodes; auto takes the GPU when the driver and a device are\n"
     "present, else the CPU (GET /v1/version says which and why); cuda without a GPU is an error.\n"
     "Environment: TLMD_LISTEN, TLMD_STORE, TLMD_WEIGHTS, TLMD_SERVE_UNTRAINED, TLMD_DEVICE,\n"
@@ -517,20 +519,31 @@ static int setup_weights(tlmd_config *c)
     srv.env.weights_cfg = m->cfg;
     srv.env.weights_params = m->n_params;
     srv.env.weights_trained = trained;
-    if (srv.env.weights_trained || c->serve_untrained) {
+    bool held_back = trained && tlm_weights_held_back(c->weights);
+    if ((srv.env.weights_trained && !held_back) || c->serve_untrained) {
         srv.model = m;
         srv.env.model = m;
         snprintf(srv.env.model_id, sizeof srv.env.model_id, "%s", srv.env.weights_sha);
         snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason, "%s",
-                 srv.env.weights_trained
-                     ? "trained weights"
-                     : "untrained weights, served because of --serve-untrained");
+                 srv.env.weights_trained && !held_back ? "trained weights"
+                 : held_back ? "trained weights held back by their MANIFEST (serve = default), "
+                               "served because of --serve-untrained"
+                             : "untrained weights, served because of --serve-untrained");
         tlmd_log(srv.env.weights_trained ? LOG_INFO : LOG_WARN, "weights",
                  "path=\"%s\" model_id=%.16s trained=%s schedules=tlm", c->weights,
                  srv.env.model_id, srv.env.weights_trained ? "true" : "false");
         return 0;
     }
     tlm_model_free(m);
+    if (held_back) {
+        snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
+                 "the weights %s are trained but their MANIFEST holds them back (serve = default: "
+                 "they lose to the rule-of-thumb schedules on the held-out evaluation); "
+                 "--serve-untrained serves them anyway",
+                 c->weights);
+        tlmd_log(LOG_WARN, "weights_held_back", "path=\"%s\" schedules=default", c->weights);
+        return 0;
+    }
     snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
              "the weights %s are not trained (no MANIFEST next to them says trained = true for "
              "this file); --serve-untrained serves them anyway",

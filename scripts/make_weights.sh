@@ -8,7 +8,8 @@
 # build and OpenBLAS thread count give the same bytes), and writes DIR/tlm.bin (default
 # model_weights/) and DIR/MANIFEST: the vocabulary version and hash, the weights' SHA-256
 # (which is what makes tlmd and `tlm model info` call them trained), the data's hash, size
-# and measurement count, the commands, and the training summary. The checkpoint lives in
+# and measurement count, the commands, the training summary, and whether tlmd should serve
+# them (serve = default until the held-out evaluation says they beat the rule of thumb). The checkpoint lives in
 # var/weights/ so an interrupted run resumes (--fresh starts over).
 set -eu
 cd "$(dirname "$0")/.."
@@ -64,6 +65,9 @@ lang_version=$(sed -n 's/^#define LANG_VERSION \([0-9]*\).*/\1/p' compiler/lang/
     echo "# tlmd and \`tlm model info\` call the weights trained only while sha256 below is the file's."
     echo "trained = true"
     echo "sha256 = $sha"
+    echo "# serve = default keeps tlmd on the rule-of-thumb schedules: set serve = tlm (WEIGHTS_SERVE=tlm)"
+    echo "# only once bench/eval.sh shows the one pass at >= 1.0x the default on the held-out slice."
+    echo "serve = ${WEIGHTS_SERVE:-default}"
     echo "lang_version = $lang_version"
     echo "vocab_hash = $vocab"
     echo "data = ${data[*]}"

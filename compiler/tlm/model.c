@@ -469,12 +469,12 @@ static char *manifest_trim(char *s)
     return s;
 }
 
-bool tlm_weights_trained(const char *path, char sha_hex[65])
+/* Reads the MANIFEST beside path: trained = true, its sha256, and serve = default. */
+static void manifest_read(const char *path, bool *trained, char *sha, bool *held_back)
 {
-    char sha[65];
-    if (tlm_sha256_file_hex(path, sha)) sha[0] = 0;
-    if (sha_hex) memcpy(sha_hex, sha, sizeof sha);
-    if (!sha[0]) return false;
+    *trained = false;
+    *held_back = false;
+    sha[0] = 0;
     char dir[1024], mpath[1100];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -484,19 +484,44 @@ bool tlm_weights_trained(const char *path, char sha_hex[65])
         snprintf(dir, sizeof dir, ".");
     snprintf(mpath, sizeof mpath, "%s/MANIFEST", dir);
     FILE *f = fopen(mpath, "r");
-    if (!f) return false;
+    if (!f) return;
     char line[512];
-    bool trained = false, sha_ok = false;
     while (fgets(line, sizeof line, f)) {
         char *s = manifest_trim(line);
-        if (!strncmp(s, "trained", 7)) {
-            s = manifest_trim(s + 7);
-            if (*s == '=' || *s == ':') trained = !strcmp(manifest_trim(s + 1), "true");
-        } else if (!strncmp(s, "sha256", 6)) {
-            s = manifest_trim(s + 6);
-            if (*s == '=' || *s == ':') sha_ok = !strcasecmp(manifest_trim(s + 1), sha);
-        }
+        const char *key = !strncmp(s, "trained", 7) ? "trained"
+                          : !strncmp(s, "sha256", 6) ? "sha256"
+                          : !strncmp(s, "serve", 5)  ? "serve"
+                                                     : NULL;
+        if (!key) continue;
+        s = manifest_trim(s + strlen(key));
+        if (*s != '=' && *s != ':') continue;
+        char *v = manifest_trim(s + 1);
+        if (!strcmp(key, "trained"))
+            *trained = !strcmp(v, "true");
+        else if (!strcmp(key, "sha256"))
+            snprintf(sha, 65, "%.64s", v);
+        else
+            *held_back = !strcmp(v, "default");
     }
     fclose(f);
-    return trained && sha_ok;
+}
+
+bool tlm_weights_trained(const char *path, char sha_hex[65])
+{
+    char sha[65];
+    if (tlm_sha256_file_hex(path, sha)) sha[0] = 0;
+    if (sha_hex) memcpy(sha_hex, sha, sizeof sha);
+    if (!sha[0]) return false;
+    bool trained, held;
+    char msha[65];
+    manifest_read(path, &trained, msha, &held);
+    return trained && !strcasecmp(msha, sha);
+}
+
+bool tlm_weights_held_back(const char *path)
+{
+    bool trained, held;
+    char msha[65];
+    manifest_read(path, &trained, msha, &held);
+    return held;
 }

@@ -128,6 +128,10 @@ int tlm_model_save(const tlm_model *m, const char *path, tlm_error *err);
  * freshly initialised model has none. sha_hex (may be NULL) receives the file's SHA-256
  * (hex, "" when unreadable). Any thread. */
 bool tlm_weights_trained(const char *path, char sha_hex[65]);
+/* Whether that MANIFEST holds trained weights back from serving ("serve = default": they
+ * lost to the rule-of-thumb schedules on the held-out evaluation), so a server keeps the
+ * default schedules. Any thread. */
+bool tlm_weights_held_back(const char *path);
 
 /* ---- KV cache: one per sequence ---- */
 

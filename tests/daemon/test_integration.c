@@ -1158,6 +1158,22 @@ Test(daemon, untrained_weights_serve_default_unless_serve_untrained)
     cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
     cr_assert_str_eq(jstr(k, "cache"), "hit", "the same weights and mode as step 2: same key");
     json_decref(k);
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+
+    /* 5. trained, but the MANIFEST holds them back (serve = default: they lost to the rule of
+     * thumb on the held-out evaluation): the default schedules, saying why */
+    snprintf(man, sizeof man, "trained = true\nsha256 = %s\nserve = default\n", sha);
+    write_manifest(&d, man);
+    start(&d, NULL);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "default");
+    cr_assert(json_is_true(json_object_get(v, "weights_trained")));
+    cr_assert(strstr(jstr(v, "schedules_reason"), "serve = default"), "%s",
+              jstr(v, "schedules_reason"));
+    json_decref(v);
+    k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "default");
+    json_decref(k);
     teardown(&d);
 }
 

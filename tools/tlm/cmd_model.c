@@ -17,7 +17,7 @@ static const char model_usage[] =
     "  init writes a randomly initialised GPT-2 whose vocabulary is the tensor language's\n"
     "  (its size and hash are recorded in the file); info prints a file's header as JSON, with\n"
     "  \"trained\": true only when the MANIFEST beside the file says trained = true and names\n"
-    "  the file's SHA-256.\n";
+    "  the file's SHA-256; \"served\": trained and not held back (MANIFEST serve = default).\n";
 
 static int init(int argc, char **argv)
 {
@@ -85,9 +85,10 @@ static int info(int argc, char **argv)
     bool trained = tlm_weights_trained(argv[1], sha);
     printf("{\"path\": \"%s\", \"params\": %zu, \"layers\": %d, \"heads\": %d, \"dim\": %d, "
            "\"ctx\": %d, \"vocab\": %d, \"vocab_hash\": \"%s\", \"sha256\": \"%s\", "
-           "\"trained\": %s, \"matches_language\": %s}\n",
+           "\"trained\": %s, \"served\": %s, \"matches_language\": %s}\n",
            argv[1], m->n_params, m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.n_ctx,
            m->cfg.vocab_size, hex, sha, trained ? "true" : "false",
+           trained && !tlm_weights_held_back(argv[1]) ? "true" : "false",
            m->cfg.vocab_size == lang_vocab_size() && !memcmp(vh, m->vocab_hash, 32) ? "true"
                                                                                      : "false");
     tlm_model_free(m);
