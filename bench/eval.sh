@@ -42,4 +42,4 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 else
     echo "eval.sh: no PyTorch for /usr/bin/python3 (bench/setup.sh installs it); no peer column" >&2
 fi
-python3 bench/report_eval.py
+/usr/bin/python3 bench/report_eval.py
