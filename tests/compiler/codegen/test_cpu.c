@@ -359,6 +359,7 @@ Test(codegen_cpu, window_sketch_odd_widths_strides_avx2)
 static void check_vector_axes(const char *wl, const char *tg, int min_axes)
 {
     built b = build(wl, tg);
+    cr_assert_eq(b.sp->sketch, SKETCH_CPU_TILE, "%s", wl);
     int64_t vals[SPACE_MAX_VALUES];
     space_sched none;
     memset(&none, 0, sizeof none);
@@ -388,7 +389,8 @@ Test(codegen_cpu, every_vector_axis)
         "{\"op\":\"dense\",\"shape\":{\"M\":19,\"N\":23,\"K\":11},\"epilogue\":[\"bias_add\"]}",
         "{\"op\":\"batch_matmul\",\"shape\":{\"B\":5,\"M\":9,\"N\":13,\"K\":7},"
         "\"transpose_b\":true}",
-        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":9,\"H\":10,\"W\":13,"
+        /* a plane too large for CPU_WINDOW's stack buffers keeps depthwise on CPU_TILE */
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":300,\"W\":301,"
         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
     };
     static const int min_axes[] = {3, 3, 2, 3, 3}; /* n = 1 or 2 never carries vectors */
@@ -402,19 +404,20 @@ Test(codegen_cpu, every_vector_axis)
  * and register tiles that never touch the border run without bound checks. */
 Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
 {
-    const char *wl = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":21,"
-                     "\"W\":37,\"KH\":5,\"KW\":5},\"pad\":[2,2]}";
+    /* planes too large for CPU_WINDOW (whose own padding is tested above): CPU_TILE's path */
+    const char *wl = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":300,"
+                     "\"W\":307,\"KH\":5,\"KW\":5},\"pad\":[2,2]}";
     const char *tg[] = {"cpu", "cpu:avx2"};
     for (int i = 0; i < 2; i++) {
         built b = build(wl, tg[i]);
+        cr_assert_eq(b.sp->sketch, SKETCH_CPU_TILE);
         space_sched s;
         space_default(b.sp, &s);
         cr_expect_eq(space_get(b.sp, &s, SLOT_PACK, -1), 0, "a depthwise input is not reused");
         tlm_error err;
         cg_kernel k;
         cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-        cr_expect(strstr(k.source, "tlm_vload_range(&X[") != NULL, "%s: no masked row load",
-                  tg[i]);
+        cr_expect(strstr(k.source, "tlm_vload_range(&X[") != NULL, "%s: no masked row load", tg[i]);
         cr_expect(strstr(k.source, ") >= 0 && (") != NULL, "%s: no interior test", tg[i]);
         cg_kernel_free(&k);
         check_schedule(&b, &s, wl);
@@ -422,10 +425,11 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
         free(b.sp);
     }
     /* a max pool pads with -inf: the masked-off lanes are filled, not zeroed */
-    const char *pool = "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":11,\"W\":19,"
+    const char *pool = "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":300,\"W\":309,"
                        "\"KH\":3,\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}";
     for (int i = 0; i < 2; i++) {
         built b = build(pool, tg[i]);
+        cr_assert_eq(b.sp->sketch, SKETCH_CPU_TILE);
         space_sched s;
         space_default(b.sp, &s);
         tlm_error err;
@@ -580,7 +584,8 @@ static void *gen_many(void *arg)
         cg_kernel k;
         tlm_error e;
         if (cg_generate(j->sp, j->s, NULL, &k, &e)) return NULL;
-        if (!j->src) j->src = k.source;
+        if (!j->src)
+            j->src = k.source;
         else {
             if (strcmp(j->src, k.source) != 0) {
                 cg_kernel_free(&k);
@@ -616,7 +621,8 @@ Test(codegen_cpu, concurrent_generation_is_independent)
         space_default(&sp[i], &s[i]);
         jobs[i] = (gen_job){&sp[i], &s[i], NULL};
     }
-    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, gen_many, &jobs[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, gen_many, &jobs[i]);
     for (int i = 0; i < 4; i++) {
         void *r;
         pthread_join(th[i], &r);
@@ -634,8 +640,7 @@ Test(codegen_cpu, every_sketch_has_one_route_and_a_token)
     for (int s = 0; s < SKETCH_COUNT; s++) {
         bool cpu = space_sketch_target((space_sketch)s) == TARGET_CPU;
         cr_expect_eq(cg_cpu_has_route((space_sketch)s), cpu, "sketch %s", space_sketch_name(s));
-        cr_expect_eq(cg_cuda_has_route((space_sketch)s), !cpu, "sketch %s",
-                     space_sketch_name(s));
+        cr_expect_eq(cg_cuda_has_route((space_sketch)s), !cpu, "sketch %s", space_sketch_name(s));
         char tok[64];
         snprintf(tok, sizeof tok, "sketch:%s", space_sketch_name((space_sketch)s));
         cr_expect_geq(lang_token_id(tok), 0, "no vocabulary token %s", tok);
