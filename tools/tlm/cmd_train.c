@@ -54,6 +54,8 @@ static const char train_usage[] =
     "data:\n"
     "  --top K             best schedules per group (default 2)\n"
     "  --alpha A           weight (best/time)^A (default 4)\n"
+    "  --margin M          the default schedule stays the label unless the best measured\n"
+    "                      beats it by more than M (default 0: the fastest is the label)\n"
     "  --target NAME       only records of this target name (default: all)\n"
     "  --val-pct P         groups held out for validation, by workload hash (default 10)\n"
     "optimisation:\n"
@@ -73,6 +75,7 @@ static const char train_usage[] =
 typedef struct {
     char *sched;
     double s;
+    bool is_default; /* schedule_source "default" */
 } tr_meas;
 
 typedef struct {
@@ -104,7 +107,7 @@ typedef struct {
     const char *out, *init, *target, *checkpoint, *log;
     uint64_t layers, heads, dim, ctx, top, steps, pretrain, batch, warmup, seed, eval_every,
         ckpt_every, val_pct, until;
-    double alpha, lr, wd;
+    double alpha, lr, wd, margin;
     bool resume, quiet;
 } tr_args;
 
@@ -181,7 +184,9 @@ static int read_records(const char *path, const tr_args *a, tr_data *d, tlm_erro
             if (!g || g->n == g->cap) {
                 rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
             } else {
+                const char *src = json_string_value(json_object_get(r, "schedule_source"));
                 g->m[g->n].sched = strdup(sc);
+                g->m[g->n].is_default = src && !strcmp(src, "default");
                 g->m[g->n++].s = s;
                 d->ok++;
             }
@@ -284,6 +289,19 @@ static int build_examples(tr_data *d, const tr_args *a, tlm_error *err)
             continue;
         }
         g->val = fnv1a(g->whash) % 100 < a->val_pct;
+        /* Near-ties are noise on a busy machine: unless the fastest beats the default by more
+         * than --margin, the default (its best time) leads the ranking, so the model learns to
+         * leave the rule of thumb only where the measurements clearly say so. */
+        if (a->margin > 0) {
+            int di = -1;
+            for (int k = 0; k < g->n && di < 0; k++)
+                if (g->m[k].is_default) di = k;
+            if (di > 0 && g->m[0].s * (1 + a->margin) >= g->m[di].s) {
+                tr_meas dm = g->m[di];
+                memmove(&g->m[1], &g->m[0], (size_t)di * sizeof *g->m);
+                g->m[0] = dm;
+            }
+        }
         g->first_ex = d->n_ex;
         int taken = 0;
         for (int k = 0; k < g->n && taken < (int)a->top; k++) {
@@ -296,7 +314,7 @@ static int build_examples(tr_data *d, const tr_args *a, tlm_error *err)
             for (int q = 0; q < k && !dup; q++) dup = !strcmp(g->m[q].sched, g->m[k].sched);
             if (dup) continue;
             if (!taken) g->best = s;
-            float wgt = (float)pow(g->m[0].s / g->m[k].s, a->alpha);
+            float wgt = (float)fmin(1.0, pow(g->m[0].s / g->m[k].s, a->alpha));
             int rc = add_example(d, g->sp, &s, wgt, gi);
             if (rc) return tlm_err_set(err, rc, "", "cannot encode a schedule of %s", g->whash);
             taken++;
@@ -450,7 +468,10 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
         struct {
             const char *flag;
             double *dst;
-        } f[] = {{"--alpha", &a->alpha}, {"--lr", &a->lr}, {"--weight-decay", &a->wd}};
+        } f[] = {{"--alpha", &a->alpha},
+                 {"--lr", &a->lr},
+                 {"--weight-decay", &a->wd},
+                 {"--margin", &a->margin}};
         bool found = false;
         for (size_t q = 0; q < sizeof u / sizeof u[0] && !found; q++)
             if (!strcmp(k, u[q].flag)) found = true, rc = cli_parse_u64(k, v, u[q].max, u[q].dst, err);
