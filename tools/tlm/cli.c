@@ -1,3 +1,5 @@
+#include "compiler/lang/lang.h"
+#include "compiler/tlm/tlm.h"
 #include "tools/tlm/cli.h"
 
 #include <errno.h>
@@ -164,4 +166,14 @@ uint64_t cli_seed_state(uint64_t seed)
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     x ^= x >> 31;
     return x ? x : 1;
+}
+
+int cli_load_weights(const char *flag, const char *path, struct tlm_model **out, tlm_error *err)
+{
+    uint8_t vh[32];
+    lang_vocab_hash(vh);
+    if (!tlm_model_load(path, lang_vocab_size(), vh, out, err)) return 0;
+    err->code = TLM_EINVAL;
+    snprintf(err->field, sizeof err->field, "%s", flag);
+    return err->code;
 }

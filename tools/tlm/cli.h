@@ -43,6 +43,11 @@ char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *
  * file; errors (TLM_EIO) name "-o", the output directory's flag. */
 int cli_write_file(const char *path, const void *data, size_t len, tlm_error *err);
 
+/* Loads a weight file for the tensor language's vocabulary (size and hash checked); on failure
+ * err names `flag` with TLM_EINVAL (bad input) and *out is NULL. */
+struct tlm_model;
+int cli_load_weights(const char *flag, const char *path, struct tlm_model **out, tlm_error *err);
+
 /* Prints err as one line and returns the exit status for its code (CLI_USAGE for bad input). */
 int cli_report(const tlm_error *err);
 

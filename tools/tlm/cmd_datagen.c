@@ -58,15 +58,24 @@ typedef struct {
 } zoo_aug;
 
 static const zoo_aug augs[] = {
-    {"resnet50", {1, 224, 0}},        {"resnet50", {1, 160, 0}},
-    {"resnet50", {2, 112, 0}},        {"mobilenet_v2", {1, 224, 0}},
-    {"mobilenet_v2", {1, 160, 0}},    {"mobilenet_v2", {4, 96, 0}},
-    {"efficientnet_b0", {1, 224, 0}}, {"efficientnet_b0", {1, 128, 0}},
-    {"bert_base", {1, 0, 128}},       {"bert_base", {1, 0, 50}},
-    {"bert_base", {2, 0, 200}},       {"bert_base", {1, 0, 384}},
-    {"gpt2", {1, 0, 64}},             {"gpt2", {1, 0, 300}},
-    {"gpt2", {8, 0, 1}},              {"llama_7b", {1, 0, 16}},
-    {"llama_7b", {1, 0, 1}},          {"llama_7b", {1, 0, 33}},
+    {"resnet50", {1, 224, 0}},
+    {"resnet50", {1, 160, 0}},
+    {"resnet50", {2, 112, 0}},
+    {"mobilenet_v2", {1, 224, 0}},
+    {"mobilenet_v2", {1, 160, 0}},
+    {"mobilenet_v2", {4, 96, 0}},
+    {"efficientnet_b0", {1, 224, 0}},
+    {"efficientnet_b0", {1, 128, 0}},
+    {"bert_base", {1, 0, 128}},
+    {"bert_base", {1, 0, 50}},
+    {"bert_base", {2, 0, 200}},
+    {"bert_base", {1, 0, 384}},
+    {"gpt2", {1, 0, 64}},
+    {"gpt2", {1, 0, 300}},
+    {"gpt2", {8, 0, 1}},
+    {"llama_7b", {1, 0, 16}},
+    {"llama_7b", {1, 0, 1}},
+    {"llama_7b", {1, 0, 33}},
 };
 #define N_AUGS ((int)(sizeof augs / sizeof augs[0]))
 
@@ -156,9 +165,10 @@ static int suite_tasks(const char *path, dg_tasks *ts, tlm_error *err)
     if (!doc)
         return tlm_err_set(err, TLM_EINVAL, "--suite", "%s: line %d: %s", path, je.line, je.text);
     json_t *arr = json_is_array(doc) ? doc : json_object_get(doc, "workloads");
-    int rc = json_is_array(arr) ? 0
-                                : tlm_err_set(err, TLM_EINVAL, "--suite",
-                                              "%s: expected an array or {\"workloads\": [...]}", path);
+    int rc = json_is_array(arr)
+                 ? 0
+                 : tlm_err_set(err, TLM_EINVAL, "--suite",
+                               "%s: expected an array or {\"workloads\": [...]}", path);
     size_t i;
     json_t *it;
     json_array_foreach(arr, i, it)
@@ -226,7 +236,8 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
             char *end = NULL;
             a->max_gflop = strtod(v, &end);
             if (!end || *end || !(a->max_gflop > 0))
-                rc = tlm_err_set(err, TLM_EINVAL, "--max-gflop", "expected a number > 0, got '%s'", v);
+                rc = tlm_err_set(err, TLM_EINVAL, "--max-gflop", "expected a number > 0, got '%s'",
+                                 v);
         } else {
             fputs(datagen_usage, stderr);
             return cli_usage_error("datagen: unknown option '%s'", k);
@@ -257,14 +268,14 @@ static void on_records(const pl_job *j, int from, int to, void *user)
 /* Measurements the store already holds for this workload on this target under today's
  * sketch (any status: a schedule that failed is a label too). Records of a sketch the space no
  * longer picks for the workload are stale: the trainer cannot use them, so they do not count. */
-static int measured(store *st, const char *wh, const char *th, const char *sketch,
-                    tlm_error *err)
+static int measured(store *st, const char *wh, const char *th, const char *sketch, tlm_error *err)
 {
     store_measurement *ms = NULL;
     size_t n = 0;
     if (store_measurements_list(st, wh, th, 100000, &ms, &n, err)) return -1;
     int have = 0;
-    for (size_t i = 0; i < n; i++) have += ms[i].sketch && !strcmp(ms[i].sketch, sketch);
+    for (size_t i = 0; i < n; i++)
+        have += ms[i].sketch && !strcmp(ms[i].sketch, sketch);
     store_measurements_free(ms, n);
     return have;
 }
@@ -316,10 +327,9 @@ static int run_datagen(int argc, char **argv)
     if (a.list) {
         json_t *arr = json_array();
         for (int i = 0; i < ts.n; i++)
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:f}", "name", ts.v[i].name,
-                                                 "op", ir_op_get(ts.v[i].wl.op)->name,
-                                                 "workload_hash", ts.v[i].hash, "gflop",
-                                                 ts.v[i].gflop));
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:f}", "name", ts.v[i].name, "op",
+                                                 ir_op_get(ts.v[i].wl.op)->name, "workload_hash",
+                                                 ts.v[i].hash, "gflop", ts.v[i].gflop));
         json_t *r = json_pack("{s:i, s:i, s:i, s:o}", "tasks", ts.n, "excluded", excluded,
                               "too_large", large, "list", arr);
         int out = cli_print_json(r);
@@ -328,15 +338,9 @@ static int run_datagen(int argc, char **argv)
         return out;
     }
     tlm_model *model = NULL;
-    if (a.weights) {
-        uint8_t vh[32];
-        lang_vocab_hash(vh);
-        if (tlm_model_load(a.weights, lang_vocab_size(), vh, &model, &err)) {
-            free(ts.v);
-            err.code = TLM_EINVAL;
-            snprintf(err.field, sizeof err.field, "--weights");
-            return cli_report(&err);
-        }
+    if (a.weights && cli_load_weights("--weights", a.weights, &model, &err)) {
+        free(ts.v);
+        return cli_report(&err);
     }
     dg_ctx ctx = {0};
     ctx.st = store_open(a.store, NULL, &err);
@@ -394,10 +398,10 @@ static int run_datagen(int argc, char **argv)
         tune_stats_free(&s);
         pl_job_free(&j);
     }
-    json_t *r = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "target", t.name,
-                          "tasks", ts.n, "tuned", done, "skipped", skipped, "failed", failed,
-                          "excluded", excluded, "too_large", large, "measurements", ctx.stored,
-                          "elapsed_s", tlm_now_s() - t0);
+    json_t *r =
+        json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "target", t.name, "tasks", ts.n,
+                  "tuned", done, "skipped", skipped, "failed", failed, "excluded", excluded,
+                  "too_large", large, "measurements", ctx.stored, "elapsed_s", tlm_now_s() - t0);
     int out = cli_print_json(r);
     json_decref(r);
     store_close(ctx.st);

@@ -142,8 +142,7 @@ static json_t *ms_or_null(double s)
 }
 
 /* Adds s unless an identical candidate is there; returns its index or a negative code. */
-static int add_unique(pl_job *j, const space_sched *s, pl_source src, double score,
-                      tlm_error *err)
+static int add_unique(pl_job *j, const space_sched *s, pl_source src, double score, tlm_error *err)
 {
     uint64_t h = tune_sched_hash(s);
     for (int i = 0; i < j->n_cands; i++)
@@ -213,8 +212,10 @@ static json_t *eval_one(const ev_args *a, const char *name, const ir_workload *w
         rc = c ? tlm_select_generate(m, j.sp, a->topk, c, &n, err) : TLM_ENOMEM;
         for (int k = 0; !rc && k < n; k++) {
             int ic = add_unique(&j, &c[k].sched, PL_SRC_TOPK, c[k].score, err);
-            if (ic < 0) rc = ic;
-            else ic_top[n_top++] = ic;
+            if (ic < 0)
+                rc = ic;
+            else
+                ic_top[n_top++] = ic;
         }
         free(c);
     }
@@ -224,7 +225,8 @@ static json_t *eval_one(const ev_args *a, const char *name, const ir_workload *w
         return NULL;
     }
     int *idx = malloc((size_t)(j.n_cands + 1) * sizeof *idx);
-    for (int i = 0; i < j.n_cands; i++) idx[i] = i;
+    for (int i = 0; i < j.n_cands; i++)
+        idx[i] = i;
     rc = idx ? pl_evaluate_batch(&j, idx, j.n_cands, true, 2, NULL, err) : TLM_ENOMEM;
     free(idx);
     if (rc) {
@@ -335,15 +337,7 @@ static int run_eval(int argc, char **argv)
     target t;
     if (target_parse(a.tg, &t, &err)) return cli_report(&err);
     tlm_model *m = NULL;
-    if (a.weights) {
-        uint8_t vh[32];
-        lang_vocab_hash(vh);
-        if (tlm_model_load(a.weights, lang_vocab_size(), vh, &m, &err)) {
-            err.code = TLM_EINVAL;
-            snprintf(err.field, sizeof err.field, "--weights");
-            return cli_report(&err);
-        }
-    }
+    if (a.weights && cli_load_weights("--weights", a.weights, &m, &err)) return cli_report(&err);
     size_t len = 0;
     char *text = cli_read_file("--suite", a.suite, &len, &err);
     json_error_t je;
@@ -354,7 +348,8 @@ static int run_eval(int argc, char **argv)
         json_decref(doc);
         tlm_model_free(m);
         if (!err.msg[0])
-            tlm_err_set(&err, TLM_EINVAL, "--suite", "%s: expected {\"workloads\": [...]}", a.suite);
+            tlm_err_set(&err, TLM_EINVAL, "--suite", "%s: expected {\"workloads\": [...]}",
+                        a.suite);
         return cli_report(&err);
     }
     /* lines already measured (resume) */
@@ -374,8 +369,8 @@ static int run_eval(int argc, char **argv)
     }
     tune_register();
     FILE *out = a.jsonl ? fopen(a.jsonl, "a") : NULL;
-    int rc = a.jsonl && !out ? tlm_err_set(&err, TLM_EINVAL, "--jsonl", "cannot open %s", a.jsonl)
-                             : 0;
+    int rc =
+        a.jsonl && !out ? tlm_err_set(&err, TLM_EINVAL, "--jsonl", "cannot open %s", a.jsonl) : 0;
     size_t i;
     json_t *it;
     json_array_foreach(wls, i, it)
@@ -386,7 +381,8 @@ static int run_eval(int argc, char **argv)
         bool done = false;
         size_t q;
         json_t *l;
-        json_array_foreach(lines, q, l) done = done || !strcmp(json_string_value(json_object_get(l, "name")) ?: "", name);
+        json_array_foreach(lines, q, l) done =
+            done || !strcmp(json_string_value(json_object_get(l, "name")) ?: "", name);
         if (done) continue;
         ir_workload w;
         if (proto_workload_decode(json_object_get(it, "workload"), &w, &err)) {

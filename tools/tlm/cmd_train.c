@@ -122,8 +122,7 @@ typedef struct {
 
 /* ---- records ---- */
 
-static tr_group *group_for(tr_data *d, const char *wh, const char *tg, const char *sk,
-                           json_t *wl)
+static tr_group *group_for(tr_data *d, const char *wh, const char *tg, const char *sk, json_t *wl)
 {
     for (int i = d->n - 1; i >= 0; i--)
         if (!strcmp(d->g[i].whash, wh) && !strcmp(d->g[i].target, tg) &&
@@ -207,7 +206,8 @@ static int cmp_meas(const void *x, const void *y)
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
     return h;
 }
 
@@ -311,7 +311,8 @@ static int build_examples(tr_data *d, const tr_args *a, tlm_error *err)
                 continue;
             }
             bool dup = false;
-            for (int q = 0; q < k && !dup; q++) dup = !strcmp(g->m[q].sched, g->m[k].sched);
+            for (int q = 0; q < k && !dup; q++)
+                dup = !strcmp(g->m[q].sched, g->m[k].sched);
             if (dup) continue;
             if (!taken) g->best = s;
             float wgt = (float)fmin(1.0, pow(g->m[0].s / g->m[k].s, a->alpha));
@@ -370,7 +371,8 @@ static int val_loss(tlm_trainer *tr, const tr_data *d, const int *val, int n_val
         double wl = 0;
         for (int k = 0; k < m; k++) {
             to_example(&d->ex[val[i + k]], &xs[k]);
-            for (int t = 0; t < xs[k].n; t++) wl += xs[k].loss_mask[t] ? xs[k].weight : 0;
+            for (int t = 0; t < xs[k].n; t++)
+                wl += xs[k].loss_mask[t] ? xs[k].weight : 0;
         }
         double l = 0;
         rc = tlm_trainer_eval(tr, xs, m, &l, NULL, err);
@@ -474,7 +476,8 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
                  {"--margin", &a->margin}};
         bool found = false;
         for (size_t q = 0; q < sizeof u / sizeof u[0] && !found; q++)
-            if (!strcmp(k, u[q].flag)) found = true, rc = cli_parse_u64(k, v, u[q].max, u[q].dst, err);
+            if (!strcmp(k, u[q].flag))
+                found = true, rc = cli_parse_u64(k, v, u[q].max, u[q].dst, err);
         for (size_t q = 0; q < sizeof f / sizeof f[0] && !found; q++)
             if (!strcmp(k, f[q].flag)) {
                 found = true;
@@ -517,7 +520,8 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
 static void data_free(tr_data *d)
 {
     for (int i = 0; i < d->n; i++) {
-        for (int k = 0; k < d->g[i].n; k++) free(d->g[i].m[k].sched);
+        for (int k = 0; k < d->g[i].n; k++)
+            free(d->g[i].m[k].sched);
         free(d->g[i].m);
         json_decref(d->g[i].workload);
         free(d->g[i].sp);
@@ -544,7 +548,8 @@ static int run_train(int argc, char **argv)
     double t0 = tlm_now_s();
     tr_data d = {0};
     int rc = 0;
-    for (int i = 0; i < a.n_records && !rc; i++) rc = read_records(a.records[i], &a, &d, &err);
+    for (int i = 0; i < a.n_records && !rc; i++)
+        rc = read_records(a.records[i], &a, &d, &err);
     if (!rc) rc = build_examples(&d, &a, &err);
     int *train = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *train);
     int *val = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *val);
@@ -568,9 +573,7 @@ static int run_train(int argc, char **argv)
     uint8_t vh[32];
     lang_vocab_hash(vh);
     if (!rc && strcmp(a.init, "random")) {
-        if (tlm_model_load(a.init, lang_vocab_size(), vh, &m, &err)) {
-            err.code = TLM_EINVAL;
-            snprintf(err.field, sizeof err.field, "--init");
+        if (cli_load_weights("--init", a.init, &m, &err)) {
             rc = err.code;
         } else if (m->cfg.n_ctx < d.max_len) {
             rc = tlm_err_set(&err, TLM_EINVAL, "--init",
@@ -581,11 +584,11 @@ static int run_train(int argc, char **argv)
         int T = a.ctx ? (int)a.ctx : (d.max_len + 63) / 64 * 64 + 64;
         if (T > LANG_MAX_SENTENCE) T = LANG_MAX_SENTENCE;
         if (T < d.max_len)
-            rc = tlm_err_set(&err, TLM_EINVAL, "--ctx", "%d positions; the data has sentences of %d",
-                             T, d.max_len);
+            rc = tlm_err_set(&err, TLM_EINVAL, "--ctx",
+                             "%d positions; the data has sentences of %d", T, d.max_len);
         tlm_config cfg = {(int)a.layers, (int)a.heads, (int)a.dim, T, lang_vocab_size()};
-        if (!rc && (tlm_config_check(&cfg, &err) ||
-                    tlm_model_init_random(&cfg, vh, a.seed, &m, &err)))
+        if (!rc &&
+            (tlm_config_check(&cfg, &err) || tlm_model_init_random(&cfg, vh, a.seed, &m, &err)))
             rc = err.code;
     }
     tlm_train_opts o;
@@ -673,9 +676,9 @@ static int run_train(int argc, char **argv)
             progress(log, a.quiet,
                      json_pack("{s:i, s:s, s:f, s:f, s:o, s:f, s:f, s:f}", "step", step + 1,
                                "phase", step < (int)a.pretrain ? "pretrain" : "finetune", "loss",
-                               st.loss, "loss_ema", loss_ema,
-                               "val_loss", ev && isfinite(last_val) ? json_real(last_val) : json_null(),
-                               "lr", st.lr, "grad_norm", st.grad_norm, "rows_per_s",
+                               st.loss, "loss_ema", loss_ema, "val_loss",
+                               ev && isfinite(last_val) ? json_real(last_val) : json_null(), "lr",
+                               st.lr, "grad_norm", st.grad_norm, "rows_per_s",
                                el > 0 ? rows / el : 0.0));
         }
         if (a.checkpoint && ((a.ckpt_every && (step + 1) % (int)a.ckpt_every == 0) || last) &&
@@ -699,11 +702,10 @@ static int run_train(int argc, char **argv)
             "s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:i}",
             "out", a.out, "records_read", (json_int_t)d.read, "records_ok", (json_int_t)d.ok,
             "records_stale", (json_int_t)d.stale, "records_skipped", (json_int_t)d.skipped,
-            "groups_train", g_train, "groups_val", g_val, "examples_train", n_train,
-            "examples_val", n_val, "max_len", d.max_len, "steps", (int)a.steps, "params",
-            (int)m->n_params, "tokens_trained", (json_int_t)tokens, "rows", (json_int_t)rows,
-            "prepare_s", prep_s, "train_s", train_s, "rows_per_s",
-            train_s > 0 ? rows / train_s : 0.0, "loss_ema",
+            "groups_train", g_train, "groups_val", g_val, "examples_train", n_train, "examples_val",
+            n_val, "max_len", d.max_len, "steps", (int)a.steps, "params", (int)m->n_params,
+            "tokens_trained", (json_int_t)tokens, "rows", (json_int_t)rows, "prepare_s", prep_s,
+            "train_s", train_s, "rows_per_s", train_s > 0 ? rows / train_s : 0.0, "loss_ema",
             isfinite(loss_ema) ? json_real(loss_ema) : json_null(), "val_loss",
             isfinite(last_val) ? json_real(last_val) : json_null(), "val_exact",
             isfinite(exact) ? json_real(exact) : json_null(), "val_slots",

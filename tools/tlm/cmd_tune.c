@@ -157,15 +157,15 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
         return cli_usage_error("tune: give exactly one of --workload or --model");
     if (!a->tg) return cli_usage_error("tune: --target is required (see tlm tune --help)");
     if (a->trials < 1) return cli_usage_error("tune: --trials must be at least 1");
-    if (a->batch < 1 || a->batch > 256)
-        return cli_usage_error("tune: --batch must be in 1..256");
+    if (a->batch < 1 || a->batch > 256) return cli_usage_error("tune: --batch must be in 1..256");
     return 0;
 }
 
 static int write_curve(const char *path, const double *curve, int n, tlm_error *err)
 {
     json_t *arr = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(arr, ms(curve[i]));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, ms(curve[i]));
     int rc = json_dump_file(arr, path, JSON_COMPACT);
     json_decref(arr);
     return rc ? tlm_err_set(err, TLM_EIO, "--curve", "cannot write \"%s\"", path) : 0;
@@ -230,8 +230,9 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
         tlm_candidate c;
         int n = 0;
         rc = tlm_select_generate(model, j.sp, 1, &c, &n, &err);
-        if (!rc) rc = n == 1 ? pl_add_candidate(&j, &c.sched, PL_SRC_TLM, c.score, &err)
-                             : tlm_err_set(&err, TLM_ERUNTIME, "", "the model wrote no schedule");
+        if (!rc)
+            rc = n == 1 ? pl_add_candidate(&j, &c.sched, PL_SRC_TLM, c.score, &err)
+                        : tlm_err_set(&err, TLM_ERUNTIME, "", "the model wrote no schedule");
     } else if (!rc) {
         space_default(j.sp, &s);
         rc = pl_add_candidate(&j, &s, PL_SRC_DEFAULT, NAN, &err);
@@ -316,20 +317,18 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
     } else {
         json_t *r = json_pack(
             "{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:i, s:i, s:s, s:s, s:s, s:o, s:f, s:f, s:i, s:o}",
-            "workload_hash", j.whash, "target", t->name, "sketch",
-            space_sketch_name(j.sp->sketch), "best_ms", ms(s.best_s), "default_ms",
-            ms(s.default_s), "first_ms", ms(s.first_s), "trials", s.trials, "ok", s.ok, "rounds",
-            s.rounds, "schedule", j.art.schedule, "schedule_source", pl_source_name(j.source),
-            "strategy", o.strategy == TUNE_RANDOM ? "random" : "evolutionary",
-            "speedup_vs_default",
+            "workload_hash", j.whash, "target", t->name, "sketch", space_sketch_name(j.sp->sketch),
+            "best_ms", ms(s.best_s), "default_ms", ms(s.default_s), "first_ms", ms(s.first_s),
+            "trials", s.trials, "ok", s.ok, "rounds", s.rounds, "schedule", j.art.schedule,
+            "schedule_source", pl_source_name(j.source), "strategy",
+            o.strategy == TUNE_RANDOM ? "random" : "evolutionary", "speedup_vs_default",
             isfinite(s.default_s) && isfinite(s.best_s) ? json_real(s.default_s / s.best_s)
                                                         : json_null(),
             "elapsed_s", s.elapsed_s, "model_s", s.model_s, "records", ctx->stored, "best_at",
             best_at(&s));
         /* the chosen kernel's time in the final second look (twice the samples) */
         json_object_set_new(r, "confirmed_ms", ms(s.confirmed_s));
-        if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err))
-            out = cli_report(&err);
+        if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err)) out = cli_report(&err);
         if (out == CLI_OK) out = cli_print_json(r);
         json_decref(r);
     }
@@ -353,8 +352,7 @@ static void on_task(int task, const tune_task *t, int total, void *user)
             isfinite(t->first_s) ? t->first_s * 1e3 : NAN);
 }
 
-static int tune_network(const tune_args *a, const target *t, const tlm_model *model,
-                        tune_ctx *ctx)
+static int tune_network(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
 {
     tlm_error err;
     tlm_err_clear(&err);
@@ -396,21 +394,22 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
             total += tk->trials;
             wb += tk->weight * (isfinite(tk->best_s) ? tk->best_s : NAN);
             wf += tk->weight * (isfinite(tk->first_s) ? tk->first_s : NAN);
-            json_array_append_new(
-                arr, json_pack("{s:i, s:s, s:I, s:s, s:i, s:o, s:o, s:s}", "index", i, "name",
-                               fu.sub[i].name, "occurrences", (json_int_t)fu.sub[i].count,
-                               "workload_hash", jobs[i].whash, "trials", tk->trials, "best_ms",
-                               ms(tk->best_s), "first_ms", ms(tk->first_s), "schedule",
-                               jobs[i].art.schedule));
+            json_array_append_new(arr, json_pack("{s:i, s:s, s:I, s:s, s:i, s:o, s:o, s:s}",
+                                                 "index", i, "name", fu.sub[i].name, "occurrences",
+                                                 (json_int_t)fu.sub[i].count, "workload_hash",
+                                                 jobs[i].whash, "trials", tk->trials, "best_ms",
+                                                 ms(tk->best_s), "first_ms", ms(tk->first_s),
+                                                 "schedule", jobs[i].art.schedule));
         }
         json_t *r = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:f, s:i, s:o}", "model", a->model,
-                              "target", t->name, "subgraphs", fu.n, "trials", total,
-                              "weighted_ms", ms(wb), "weighted_first_ms", ms(wf), "elapsed_s",
-                              tlm_now_s() - t0, "records", ctx->stored, "tasks", arr);
+                              "target", t->name, "subgraphs", fu.n, "trials", total, "weighted_ms",
+                              ms(wb), "weighted_first_ms", ms(wf), "elapsed_s", tlm_now_s() - t0,
+                              "records", ctx->stored, "tasks", arr);
         out = cli_print_json(r);
         json_decref(r);
     }
-    for (int i = 0; i < prepared; i++) pl_job_free(&jobs[i]);
+    for (int i = 0; i < prepared; i++)
+        pl_job_free(&jobs[i]);
     free(jobs);
     free(tasks);
     fe_fused_free(&fu);
@@ -434,15 +433,8 @@ static int run_tune(int argc, char **argv)
     }
     tune_register();
     tlm_model *model = NULL;
-    if (a.weights) {
-        uint8_t vh[32];
-        lang_vocab_hash(vh);
-        if (tlm_model_load(a.weights, lang_vocab_size(), vh, &model, &err)) {
-            err.code = TLM_EINVAL;
-            snprintf(err.field, sizeof err.field, "--weights");
-            return cli_report(&err);
-        }
-    }
+    if (a.weights && cli_load_weights("--weights", a.weights, &model, &err))
+        return cli_report(&err);
     tune_ctx ctx = {.quiet = a.quiet};
     if (a.store) {
         ctx.st = store_open(a.store, NULL, &err);
@@ -454,9 +446,9 @@ static int run_tune(int argc, char **argv)
         }
     }
     int rc = strat == TUNE_HTAM ? (a.wl ? htam_one(&a, &t, model, &ctx)
-                                         : cli_usage_error("tune: --strategy htam takes --workload"))
-             : a.wl ? tune_one(&a, &t, model, &ctx)
-                    : tune_network(&a, &t, model, &ctx);
+                                        : cli_usage_error("tune: --strategy htam takes --workload"))
+             : a.wl             ? tune_one(&a, &t, model, &ctx)
+                                : tune_network(&a, &t, model, &ctx);
     store_close(ctx.st);
     tlm_model_free(model);
     return rc;
