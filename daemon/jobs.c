@@ -71,6 +71,9 @@ typedef struct job {
     struct tgroup *group; /* tune over several kernels: their shared search (until started) */
     json_t *answer; /* the final answer (without binaries), or the error body */
     int err_status;
+    /* started while max_jobs jobs were in flight: served only from the cache (or by joining
+     * a compile already under way); a kernel that needs a compile of its own answers 429 */
+    bool over_limit;
     struct job *next;
 } job;
 
@@ -85,7 +88,9 @@ typedef struct flight {
     pl_job pj; /* the pipeline's job (a miss) */
     int rc;
     tlm_error err;
+    int status; /* the HTTP status of a failure when not the error's own (429) */
     bool hit;
+    bool probe_only; /* every waiter is over the limit: look up, never compile */
     store_kernel sk; /* the kernel (hit: from the store; miss: what was inserted) */
     dec_item dec;
     const char *selection; /* pj.selection of a miss (static) */
@@ -331,6 +336,8 @@ static void job_finish(job *j, job_state st, const tlm_error *err, int status)
         if (status == 503 || !err)
             j->answer = proto_error_body(PROTO_CODE_UNAVAILABLE, err ? err->msg : "cancelled",
                                          err ? err->field : "");
+        else if (status == 429)
+            j->answer = proto_error_body(PROTO_CODE_QUEUE_FULL, err->msg, "");
         else
             j->answer = proto_error_from_tlm(err, &hs);
         j->err_status = status ? status : hs;
@@ -483,7 +490,7 @@ static void task_done(ktask *t, flight *f, bool shared)
     job *j = t->j;
     if (j->state == JOB_RUNNING) {
         if (f->rc) {
-            job_finish(j, JOB_FAILED, &f->err, 0);
+            job_finish(j, JOB_FAILED, &f->err, f->status);
         } else {
             bool hit = f->hit;
             t->kernel = kernel_json(f, t, hit, shared);
@@ -714,6 +721,17 @@ static void lookup_after(uv_work_t *w, int status)
         return;
     }
     if (flight_dropped(f)) return;
+    if (f->probe_only) {
+        /* a miss for jobs over the limit: no compile starts for them */
+        f->rc = tlm_err_set(&f->err, TLM_EUNSUPPORTED, "",
+                            "%d jobs are in flight (the limit) and this kernel is not cached; "
+                            "retry later",
+                            f->js->env->cfg.max_jobs);
+        f->status = 429;
+        f->t_looked_up = tlmd_now();
+        flight_finish(f);
+        return;
+    }
     if (f->l2_wait) {
         l2_wait_arm(f);
         return;
@@ -1019,6 +1037,8 @@ static void start_task(job *j, ktask *t)
     /* a cancelled flight may already have skipped its compile: a new task starts afresh */
     for (flight *f = js->flights; f; f = f->next)
         if (!strcmp(f->key, t->key) && !__atomic_load_n(&f->cancelled, __ATOMIC_ACQUIRE)) {
+            /* a job within the limit may compile what a probe looked up */
+            if (!j->over_limit) f->probe_only = false;
             t->next_waiter = f->waiters;
             f->waiters = t;
             t->f = f;
@@ -1062,6 +1082,7 @@ static void start_task(job *j, ktask *t)
         }
     }
     f->pj.chosen = -1;
+    f->probe_only = j->over_limit;
     f->t_start = tlmd_now();
     f->waiters = t;
     t->f = f;
@@ -1091,6 +1112,7 @@ void job_start(jobs *js, http_req *r, job_params *p)
     p->model = NULL;
     p->plan = NULL;
     j->kt = kt;
+    j->over_limit = js->in_flight >= js->env->cfg.max_jobs;
     snprintf(j->id, sizeof j->id, "j%llu-%s", (unsigned long long)++js->next_job_id, js->epoch);
     j->t_start = tlmd_now();
     j->created_wall = tlmd_wall();
@@ -1149,9 +1171,9 @@ void job_start(jobs *js, http_req *r, job_params *p)
     js->in_flight++;
     jobs_remember(j);
     tlmd_log(LOG_INFO, "job_start",
-             "job=%s target=%s kernels=%d mode=%s effective_mode=%s stream=%s", j->id,
+             "job=%s target=%s kernels=%d mode=%s effective_mode=%s stream=%s%s", j->id,
              j->p.tgt.name, j->p.n, j->p.mode_name, pl_mode_name(j->p.mode),
-             j->p.stream ? "true" : "false");
+             j->p.stream ? "true" : "false", j->over_limit ? " over_limit=cache_only" : "");
     if (j->p.stream) {
         http_stream_start(r);
         json_t *ev = json_pack("{s:s, s:s, s:i, s:o}", "event", "accepted", "job", j->id, "kernels",
@@ -1161,7 +1183,7 @@ void job_start(jobs *js, http_req *r, job_params *p)
     } else {
         http_suspend(r);
     }
-    if (j->p.mode == PL_MODE_TUNE && j->p.n > 1) {
+    if (j->p.mode == PL_MODE_TUNE && j->p.n > 1 && !j->over_limit) {
         tgroup *g = calloc(1, sizeof *g);
         flight **list = g ? calloc((size_t)j->p.n, sizeof *list) : NULL;
         if (list) {

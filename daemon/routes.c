@@ -282,14 +282,8 @@ static void do_compile(routes *rt, http_req *r)
         http_reply_tlm_error(r, &e);
         return;
     }
-    if (jobs_in_flight(rt->js) >= rt->env->cfg.max_jobs) {
-        job_params_free(&p);
-        char msg[128];
-        snprintf(msg, sizeof msg, "%d jobs are in flight (the limit); retry later",
-                 jobs_in_flight(rt->js));
-        http_reply_error(r, 429, PROTO_CODE_QUEUE_FULL, msg, "");
-        return;
-    }
+    /* At max_jobs the job still starts, limited to the cache: hits are answered and only a
+     * kernel that needs a compile of its own gets 429 (jobs.c, over_limit). */
     job_start(rt->js, r, &p);
 }
 
