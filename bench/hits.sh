@@ -90,6 +90,17 @@ def buckets(path, route):
     return b
 
 
+def loop_busy(path):
+    """tlmd_loop_busy_seconds buckets: {le: cumulative count}."""
+    pat = re.compile(r'^tlmd_loop_busy_seconds_bucket\{le="([^"]+)"\} (\d+)$')
+    b = {}
+    for line in open(path):
+        g = pat.match(line.strip())
+        if g:
+            b[g.group(1)] = int(g.group(2))
+    return b
+
+
 def server_pct(route, p):
     """The bucket bound (ms) under which fraction p of the run's answers on route fell."""
     b0, b1 = buckets(m0, route), buckets(m1, route)
@@ -106,6 +117,12 @@ def server_pct(route, p):
 if "tlmd_http_answer_seconds" in open(m1).read():
     m["server_get"] = {"p50_le_ms": server_pct("/v1/kernels/{key}", 0.5),
                        "p99_le_ms": server_pct("/v1/kernels/{key}", 0.99)}
+b0, b1 = loop_busy(m0), loop_busy(m1)
+if b1:
+    total = b1["+Inf"] - b0.get("+Inf", 0)
+    over = {le: total - (b1[le] - b0.get(le, 0)) for le in b1 if le != "+Inf"}
+    m["loop_turns"] = {"n": total, "over_2ms": over.get("0.002"), "over_5ms": over.get("0.005"),
+                       "over_10ms": over.get("0.01"), "over_25ms": over.get("0.025")}
 m.update(label=label, loadavg_before=load0, loadavg_after=load1, cores=os.cpu_count(),
          model=model, model_done_during_run=model_done == "yes", tlmd=tlmd)
 print(json.dumps(m))

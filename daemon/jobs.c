@@ -715,6 +715,7 @@ static void l2_wait_arm(flight *f)
 static void lookup_after(uv_work_t *w, int status)
 {
     flight *f = w->data;
+    if (f->hit && !f->rc) hot_put(f->js->env->hot, &f->sk);
     if (f->hit || f->rc) {
         f->t_looked_up = tlmd_now();
         flight_finish(f);
@@ -893,6 +894,21 @@ static void compile_work(pool_work *w)
     compile_store(f);
 }
 
+/* Loop: a kernel just stored goes to the hot cache, and a tuned one also under the key
+ * generate requests look up (it replaces what was served there). */
+static void hot_note_compiled(flight *f)
+{
+    if (f->rc || !f->sk.binary) return;
+    hot_put(f->js->env->hot, &f->sk);
+    if (f->gen_key[0]) {
+        char key[65];
+        memcpy(key, f->sk.key, sizeof key);
+        memcpy(f->sk.key, f->gen_key, sizeof key);
+        hot_put(f->js->env->hot, &f->sk);
+        memcpy(f->sk.key, key, sizeof key);
+    }
+}
+
 static void compile_after(pool_work *w)
 {
     flight *f = w->data;
@@ -901,6 +917,7 @@ static void compile_after(pool_work *w)
              "compile_s=%.3f measure_s=%.3f",
              f->key, f->rc, f->rc ? "-" : pl_source_name(f->pj.source), f->pj.n_cands, f->n_records,
              f->decode_s, f->codegen_s, f->compile_s, f->measure_s);
+    hot_note_compiled(f);
     flight_finish(f);
 }
 
@@ -1090,6 +1107,14 @@ static void start_task(job *j, ktask *t)
     f->next = js->flights;
     js->flights = f;
     js->n_flights++;
+    /* a hot kernel (hot.c) is a hit in this turn of the loop: no store read, no thread */
+    const store_kernel *hk = f->group ? NULL : hot_get(js->env->hot, f->key);
+    if (hk && store_kernel_note_use(js->env->st, f->key) && store_kernel_copy(&f->sk, hk) == 0) {
+        f->hit = true;
+        f->t_looked_up = tlmd_now();
+        flight_finish(f);
+        return;
+    }
     f->w.data = f;
     uv_queue_work(js->env->loop, &f->w, lookup_work, lookup_after);
 }

@@ -52,6 +52,8 @@ static struct {
     jobs *js;
     routes *rt;
     uv_timer_t watchdog, shutdown_timer, touch_timer;
+    uv_prepare_t turn; /* before each poll: the loop's busy time per turn, for /metrics */
+    uint64_t turn_t, turn_idle;
     pool_work touch_w; /* writes the uses of cached kernels (store_touch_flush) */
     bool touch_busy;
     bool stopped;
@@ -143,9 +145,11 @@ static const char usage[] =
     "TLMD_CONFIG, TLMD_TOKEN_FILE, TLMD_LOG_LEVEL, TLMD_LOG_FILE. Config file: key = value lines\n"
     "with the same keys (listen, store, weights, serve_untrained, device, token_file, log_level,\n"
     "log_file) and max_body_bytes, max_jobs, max_workloads, max_candidates, job_timeout_s,\n"
-    "grace_s, store_max_bytes, decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
+    "grace_s, store_max_bytes, hot_cache_bytes (64 MiB of kernels answered from memory on the\n"
+    "event loop; 0: off), decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
     "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers,\n"
-    "compile_nice (10: the compile pool's nice value, below the loop's).\n"
+    "compile_nice (10: the compile pool's nice value, below the loop's), compile_sched (idle:\n"
+    "the compile pool and its compilers run SCHED_IDLE, so a hit preempts them at once; normal).\n"
     "Cluster tier (README \"Running a cluster\"): --redis / TLMD_REDIS / redis, and\n"
     "--redis-password-file / TLMD_REDIS_PASSWORD_FILE / redis_password_file; config keys\n"
     "redis_namespace (tlmd), redis_ttl_s (604800, 0: none), redis_max_blob_bytes (64 MiB),\n"
@@ -188,6 +192,8 @@ static void config_defaults(tlmd_config *c)
     c->idle_timeout_s = 30;
     c->compile_workers = 4;
     c->compile_nice = 10;
+    c->compile_idle = true;
+    c->hot_cache_bytes = (size_t)64 << 20;
     l2_config_defaults(&c->l2);
 }
 
@@ -272,6 +278,12 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
             return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected auto, cpu or cuda[:N]", v);
         return copy_str(c->device, sizeof c->device, key, v, err);
     }
+    if (!strcmp(key, "compile_sched")) {
+        if (strcmp(v, "idle") && strcmp(v, "normal"))
+            return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected idle or normal", v);
+        c->compile_idle = !strcmp(v, "idle");
+        return 0;
+    }
     if (!strcmp(key, "log_level")) {
         int l = tlmd_log_level_parse(v);
         if (l < 0)
@@ -293,6 +305,7 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
     NUM("job_timeout_s", 0.01, 86400, c->job_timeout_s = d)
     NUM("grace_s", 0, 3600, c->grace_s = d)
     NUM("store_max_bytes", 0, 1e15, c->store_max_bytes = (int64_t)d)
+    NUM("hot_cache_bytes", 0, 1e12, c->hot_cache_bytes = (size_t)d)
     NUM("decoder_slots", 1, 4096, c->decoder_slots = (int)d)
     NUM("max_connections", 0, 1000000, c->max_connections = (int)d)
     NUM("max_connections_per_ip", 1, 1000000, c->max_connections_per_ip = (int)d)
@@ -699,6 +712,19 @@ static void on_hard_stop(uv_timer_t *t)
     _exit(0);
 }
 
+/* Before each poll: what the turn since the last one spent outside epoll_wait is the time a
+ * request arriving then waited for the loop. */
+static void on_turn(uv_prepare_t *p)
+{
+    uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(p->loop);
+    if (srv.turn_t) {
+        uint64_t wall = now - srv.turn_t, slept = idle - srv.turn_idle;
+        metrics_loop_busy(srv.m, (double)(wall > slept ? wall - slept : 0) / 1e9);
+    }
+    srv.turn_t = now;
+    srv.turn_idle = idle;
+}
+
 static void finish_stop(void)
 {
     if (srv.stopped) return;
@@ -709,6 +735,7 @@ static void finish_stop(void)
     uv_close((uv_handle_t *)&srv.shutdown_timer, close_cb);
     uv_close((uv_handle_t *)&srv.watchdog, close_cb);
     uv_close((uv_handle_t *)&srv.touch_timer, close_cb);
+    uv_close((uv_handle_t *)&srv.turn, close_cb);
     sig_stop(); /* before the async handle goes: it posts through it */
     uv_close((uv_handle_t *)&srv.inbox.async, close_cb);
     tlmd_log(LOG_INFO, "stopped", "flights_left=%d", jobs_flights_in_flight(srv.js));
@@ -875,6 +902,7 @@ static void teardown(void)
     http_free(srv.h);
     metrics_free(srv.m);
     l2_free(srv.env.l2);
+    hot_free(srv.env.hot);
     store_close(srv.env.st);
     tlm_device_close(srv.env.dev); /* after the decoder: its caches lived there */
     tlm_model_free(srv.model);
@@ -939,6 +967,7 @@ int main(int argc, char **argv)
         teardown();
         return 1;
     }
+    env->hot = hot_new(c->hot_cache_bytes);
 
     if (c->l2.url[0]) {
         rc = l2_new(&c->l2, &env->l2, &err);
@@ -961,6 +990,7 @@ int main(int argc, char **argv)
     htam_set_store_io(&hio);
 
     env->loop = uv_default_loop();
+    uv_loop_configure(env->loop, UV_METRICS_IDLE_TIME);
     uv_async_init(env->loop, &srv.inbox.async, on_async);
     srv.inbox.async.data = &srv.inbox;
     uv_timer_init(env->loop, &srv.watchdog);
@@ -975,7 +1005,7 @@ int main(int argc, char **argv)
     srv.inbox.h = srv.h;
     if (!rc && env->model) rc = dec_start(env, srv.m, &srv.inbox, &srv.d, &err);
     if (!rc) {
-        srv.cp = pool_new(env->loop, c->compile_workers, c->compile_nice);
+        srv.cp = pool_new(env->loop, c->compile_workers, c->compile_nice, c->compile_idle);
         srv.js = srv.cp ? jobs_new(env, srv.d, srv.m, srv.h, srv.cp) : NULL;
         srv.rt = srv.js ? routes_new(env, &srv.status, srv.js, srv.d, srv.m) : NULL;
         if (!srv.rt) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
@@ -994,6 +1024,9 @@ int main(int argc, char **argv)
     }
     uint64_t wd_usec = 0;
     uv_timer_start(&srv.touch_timer, on_touch_timer, 1000, 1000);
+    uv_prepare_init(env->loop, &srv.turn);
+    uv_prepare_start(&srv.turn, on_turn);
+    uv_unref((uv_handle_t *)&srv.turn);
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0)
         uv_timer_start(&srv.watchdog, on_watchdog, 0, wd_usec / 2000);
     srv.status.ready = true;

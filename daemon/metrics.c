@@ -30,6 +30,8 @@ struct metrics {
     int n_reqs;
     uint64_t (*answer)[N_ANSWER + 1]; /* per route: headers read to answer sent, by bucket */
     double *answer_sum;
+    uint64_t busy[N_ANSWER + 1], busy_n; /* the loop's turns: callback time per turn */
+    double busy_sum;
     /* any thread: atomics */
     uint64_t batch_bucket[N_BATCH + 1], batch_count, batch_sum, batch_max;
     uint64_t compile_bucket[N_COMPILE + 1], compile_count, compile_sum_us;
@@ -70,6 +72,16 @@ void metrics_answer_seconds(metrics *m, int route, double s)
         b++;
     m->answer[route][b]++;
     m->answer_sum[route] += s;
+}
+
+void metrics_loop_busy(metrics *m, double s)
+{
+    int b = 0;
+    while (b < N_ANSWER && s > answer_le[b])
+        b++;
+    m->busy[b]++;
+    m->busy_n++;
+    m->busy_sum += s;
 }
 
 void metrics_request(metrics *m, int route, int status)
@@ -298,5 +310,11 @@ char *metrics_render(const metrics *m, const metrics_gauges *g, const store_stat
         metrics_text_histogram(&b, "tlmd_http_answer_seconds", labels, answer_le, N_ANSWER,
                                m->answer[r], m->answer_sum[r], 6, c);
     }
+    metrics_text_printf(
+        &b, "# HELP tlmd_loop_busy_seconds The event loop's turns: time spent in callbacks per "
+            "turn (what every request on the loop may wait behind).\n"
+            "# TYPE tlmd_loop_busy_seconds histogram\n");
+    metrics_text_histogram(&b, "tlmd_loop_busy_seconds", "", answer_le, N_ANSWER, m->busy,
+                           m->busy_sum, 6, m->busy_n);
     return b.p;
 }

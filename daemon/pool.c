@@ -1,84 +1,137 @@
 /* pool.c — the compile pool: a fixed set of threads that run the pipeline's heavy steps
  * (pl_prepare; pl_finish with codegen, cc/NVRTC and measurement; the store inserts), first
- * in, first out. Store reads and cache hits stay on libuv's thread pool, so they never queue
- * behind a compile (issue 15: a hit took 4.4 s during a model compile when both shared
- * libuv's four threads). Completions come back to the loop through the pool's own uv_async,
+ * in, first out. Store reads stay on libuv's thread pool and hot kernels on the loop
+ * (hot.c), so they never queue behind a compile (issue 15: a hit took 4.4 s during a model
+ * compile when both shared libuv's four threads). Completions come back to the loop through the pool's own uv_async,
  * drained whole per wake-up; while work is pending that handle is referenced, so the loop
  * does not end under a running compile (as with uv_queue_work). */
+#include <errno.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "daemon/tlmd.h"
 
+/* The loop never takes a lock a pool thread can hold: work goes in through a lock-free stack
+ * and a semaphore, and comes back through another lock-free stack and the uv_async. (With a
+ * mutex shared both ways, a compile thread preempted while holding it, and these run at a
+ * low priority on purpose, held the loop and every cache hit behind it: priority inversion,
+ * seen as loop turns of 5-25 ms under bench/hits.sh's misses.) The threads' own FIFO is
+ * under a mutex only they take. */
 struct pool {
     uv_loop_t *loop;
     uv_async_t async;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pool_work *todo_head, *todo_tail; /* under mu: waiting for a thread */
-    pool_work *done_head, *done_tail; /* under mu: finished, for the loop */
-    bool stop;                        /* under mu */
-    int pending;                      /* loop thread: submitted, done not yet called */
-    int running;                      /* under mu */
+    _Atomic(pool_work *) inbox; /* loop → threads: pushed newest first */
+    sem_t avail;                /* one post per submitted work, and one per thread at stop */
+    pthread_mutex_t tmu;        /* the threads' own */
+    pool_work *todo_head, *todo_tail; /* under tmu: taken from inbox, oldest first */
+    _Atomic(pool_work *) done;        /* threads → loop: finished or posted, newest first */
+    atomic_bool stop;
+    atomic_int queued; /* submitted, not yet started */
+    int pending;       /* loop thread: submitted, done not yet called */
     int n_threads;
     int nice;
+    bool idle;
     pthread_t *threads;
 };
+
+/* Pushes w on a lock-free stack. */
+static void push(_Atomic(pool_work *) *top, pool_work *w)
+{
+    pool_work *old = atomic_load_explicit(top, memory_order_relaxed);
+    do
+        w->next = old;
+    while (!atomic_compare_exchange_weak_explicit(top, &old, w, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* Takes a whole stack, oldest first. */
+static pool_work *take_all(_Atomic(pool_work *) *top)
+{
+    pool_work *w = atomic_exchange_explicit(top, NULL, memory_order_acquire), *fifo = NULL;
+    while (w) {
+        pool_work *next = w->next;
+        w->next = fifo;
+        fifo = w;
+        w = next;
+    }
+    return fifo;
+}
+
+/* A thread: the next work (oldest first), or NULL when none is left. */
+static pool_work *next_work(pool *p)
+{
+    pthread_mutex_lock(&p->tmu);
+    if (!p->todo_head) {
+        p->todo_head = take_all(&p->inbox);
+        p->todo_tail = p->todo_head;
+        while (p->todo_tail && p->todo_tail->next)
+            p->todo_tail = p->todo_tail->next;
+    }
+    pool_work *w = p->todo_head;
+    if (w) {
+        p->todo_head = w->next;
+        if (!p->todo_head) p->todo_tail = NULL;
+        w->next = NULL;
+    }
+    pthread_mutex_unlock(&p->tmu);
+    return w;
+}
 
 static void *pool_main(void *arg)
 {
     pool *p = arg;
     /* Below the loop and the read pool: on a machine whose cores the compilers (cc, the
      * measurement runners: they inherit it) fill, a cache hit still gets a core at once.
-     * Linux keeps a nice value per thread. */
+     * Linux keeps a nice value per thread. SCHED_IDLE goes further: the scheduler preempts
+     * an idle-policy task as soon as a normal one wakes on its core, so the loop answering a
+     * hit never waits for a compiler's time slice (nice alone still shares the slice). */
     if (p->nice) setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice);
-    pthread_mutex_lock(&p->mu);
+    if (p->idle) {
+        struct sched_param sp = {.sched_priority = 0};
+        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp))
+            tlmd_log(LOG_WARN, "compile_sched", "hint=\"SCHED_IDLE refused; compiles run at "
+                                                "nice %d\"", p->nice);
+    }
     for (;;) {
-        while (!p->todo_head && !p->stop)
-            pthread_cond_wait(&p->cv, &p->mu);
-        if (!p->todo_head) break; /* stopping, nothing left */
-        pool_work *w = p->todo_head;
-        p->todo_head = w->next;
-        if (!p->todo_head) p->todo_tail = NULL;
-        p->running++;
-        pthread_mutex_unlock(&p->mu);
+        while (sem_wait(&p->avail) && errno == EINTR)
+            ;
+        pool_work *w = next_work(p);
+        if (!w) {
+            if (atomic_load(&p->stop)) break;
+            continue;
+        }
+        atomic_fetch_sub(&p->queued, 1);
         w->work(w);
-        pthread_mutex_lock(&p->mu);
-        p->running--;
-        w->next = NULL;
-        if (p->done_tail)
-            p->done_tail->next = w;
-        else
-            p->done_head = w;
-        p->done_tail = w;
+        push(&p->done, w);
         uv_async_send(&p->async);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
 static void on_done(uv_async_t *a)
 {
     pool *p = a->data;
-    pthread_mutex_lock(&p->mu);
-    pool_work *w = p->done_head;
-    p->done_head = p->done_tail = NULL;
-    pthread_mutex_unlock(&p->mu);
+    pool_work *w = take_all(&p->done);
     while (w) {
         pool_work *next = w->next;
+        w->next = NULL;
         if (!w->posted && --p->pending == 0) uv_unref((uv_handle_t *)&p->async);
         w->done(w);
         w = next;
     }
 }
 
-pool *pool_new(uv_loop_t *loop, int n_threads, int nice)
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice, bool idle)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->loop = loop;
     p->nice = nice;
+    p->idle = idle;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads || uv_async_init(loop, &p->async, on_done)) {
         free(p->threads);
@@ -87,8 +140,8 @@ pool *pool_new(uv_loop_t *loop, int n_threads, int nice)
     }
     p->async.data = p;
     uv_unref((uv_handle_t *)&p->async);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_mutex_init(&p->tmu, NULL);
+    sem_init(&p->avail, 0, 0);
     for (int i = 0; i < n_threads; i++) {
         if (pthread_create(&p->threads[i], NULL, pool_main, p)) break;
         p->n_threads++;
@@ -106,51 +159,31 @@ pool *pool_new(uv_loop_t *loop, int n_threads, int nice)
 void pool_submit(pool *p, pool_work *w)
 {
     if (p->pending++ == 0) uv_ref((uv_handle_t *)&p->async);
-    w->next = NULL;
     w->posted = false;
-    pthread_mutex_lock(&p->mu);
-    if (p->todo_tail)
-        p->todo_tail->next = w;
-    else
-        p->todo_head = w;
-    p->todo_tail = w;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->queued, 1);
+    push(&p->inbox, w);
+    sem_post(&p->avail);
 }
 
 void pool_post(pool *p, pool_work *w)
 {
     /* the running work holds a pending count, so the handle stays referenced until this
      * and the work's own completion have been delivered */
-    w->next = NULL;
     w->posted = true;
-    pthread_mutex_lock(&p->mu);
-    if (p->done_tail)
-        p->done_tail->next = w;
-    else
-        p->done_head = w;
-    p->done_tail = w;
-    pthread_mutex_unlock(&p->mu);
+    push(&p->done, w);
     uv_async_send(&p->async);
 }
 
 int pool_queued(pool *p)
 {
-    if (!p) return 0;
-    int n = 0;
-    pthread_mutex_lock(&p->mu);
-    for (pool_work *w = p->todo_head; w; w = w->next)
-        n++;
-    pthread_mutex_unlock(&p->mu);
-    return n;
+    return p ? atomic_load(&p->queued) : 0;
 }
 
 static void pool_join(pool *p)
 {
-    pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->stop, true);
+    for (int i = 0; i < p->n_threads; i++)
+        sem_post(&p->avail);
     for (int i = 0; i < p->n_threads; i++)
         pthread_join(p->threads[i], NULL);
     free(p->threads);
@@ -168,7 +201,7 @@ void pool_free(pool *p)
 {
     if (!p) return;
     if (p->threads) pool_join(p); /* a start-up that failed: the loop never ran */
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->tmu);
+    sem_destroy(&p->avail);
     free(p);
 }

@@ -347,6 +347,38 @@ static json_t *kernel_meta_json(const store_kernel *k)
         (json_int_t)k->hits, "url", "");
 }
 
+static void reply_binary(http_req *r, const store_kernel *k)
+{
+    const char *h[] = {"X-TLM-Entry",  k->entry,  "X-TLM-Launch", k->launch_json ? k->launch_json : "{}",
+                       "X-TLM-Format", k->format, "X-TLM-SHA256", k->binary_sha256,
+                       NULL};
+    http_reply(r, 200, "application/octet-stream", k->binary, k->binary_size, h);
+}
+
+/* Prometheus text of the hot-kernel cache (hot.c). */
+static char *hot_metrics_render(const hot *h)
+{
+    hot_stats s;
+    hot_stats_get(h, &s);
+    char *t = NULL;
+    if (asprintf(&t,
+                 "# HELP tlmd_hot_cache_hits_total Kernels answered from memory on the loop.\n"
+                 "# TYPE tlmd_hot_cache_hits_total counter\ntlmd_hot_cache_hits_total %llu\n"
+                 "# HELP tlmd_hot_cache_misses_total Lookups that went on to the store.\n"
+                 "# TYPE tlmd_hot_cache_misses_total counter\ntlmd_hot_cache_misses_total %llu\n"
+                 "# HELP tlmd_hot_cache_evictions_total Kernels dropped for the byte budget.\n"
+                 "# TYPE tlmd_hot_cache_evictions_total counter\n"
+                 "tlmd_hot_cache_evictions_total %llu\n"
+                 "# HELP tlmd_hot_cache_bytes Bytes held (budget: hot_cache_bytes).\n"
+                 "# TYPE tlmd_hot_cache_bytes gauge\ntlmd_hot_cache_bytes %zu\n"
+                 "# HELP tlmd_hot_cache_entries Kernels held.\n"
+                 "# TYPE tlmd_hot_cache_entries gauge\ntlmd_hot_cache_entries %zu\n",
+                 (unsigned long long)s.hits, (unsigned long long)s.misses,
+                 (unsigned long long)s.evicted, s.bytes, s.entries) < 0)
+        return NULL;
+    return t;
+}
+
 static void kop_after(uv_work_t *w, int status)
 {
     kop *op = w->data;
@@ -361,16 +393,8 @@ static void kop_after(uv_work_t *w, int status)
         } else if (op->rc) {
             http_reply_tlm_error(r, &op->err);
         } else if (op->route == R_KERNEL) {
-            const char *h[] = {"X-TLM-Entry",
-                               op->k.entry,
-                               "X-TLM-Launch",
-                               op->k.launch_json ? op->k.launch_json : "{}",
-                               "X-TLM-Format",
-                               op->k.format,
-                               "X-TLM-SHA256",
-                               op->k.binary_sha256,
-                               NULL};
-            http_reply(r, 200, "application/octet-stream", op->k.binary, op->k.binary_size, h);
+            reply_binary(r, &op->k);
+            hot_put(op->rt->env->hot, &op->k);
         } else if (op->route == R_KERNEL_SOURCE) {
             const char *src = op->k.source ? op->k.source : "";
             bool cuda = op->k.format && !strcmp(op->k.format, "cubin");
@@ -391,17 +415,19 @@ static void kop_after(uv_work_t *w, int status)
                                 dec_queue_depth(rt->d),        http_connections(r->srv),
                                 http_door_connections(r->srv), http_refused(r->srv)};
             char *text = metrics_render(rt->m, &g, &op->ss);
-            char *l2t = l2_metrics_render(rt->env->l2);
-            if (text && l2t) {
-                char *both = malloc(strlen(text) + strlen(l2t) + 1);
-                if (both) {
-                    strcpy(both, text);
-                    strcat(both, l2t);
+            char *more[] = {l2_metrics_render(rt->env->l2), hot_metrics_render(rt->env->hot)};
+            for (int i = 0; i < 2; i++) {
+                if (text && more[i]) {
+                    char *both = malloc(strlen(text) + strlen(more[i]) + 1);
+                    if (both) {
+                        strcpy(both, text);
+                        strcat(both, more[i]);
+                    }
+                    free(text);
+                    text = both;
                 }
-                free(text);
-                text = both;
+                free(more[i]);
             }
-            free(l2t);
             if (text) {
                 http_reply(r, 200, "text/plain; version=0.0.4", text, strlen(text), NULL);
                 free(text);
@@ -424,6 +450,14 @@ static void kop_after(uv_work_t *w, int status)
                                 l ? json_pack("{s:b, s:b, s:s}", "enabled", 1, "up", l2_up(l),
                                               "namespace", l2_cfg(l)->ns)
                                   : json_pack("{s:b}", "enabled", 0));
+            hot_stats hs;
+            hot_stats_get(op->rt->env->hot, &hs);
+            json_object_set_new(o, "hot",
+                                json_pack("{s:b, s:I, s:I, s:I, s:I, s:I}", "enabled",
+                                          op->rt->env->hot != NULL, "entries", (json_int_t)hs.entries,
+                                          "bytes", (json_int_t)hs.bytes, "max_bytes",
+                                          (json_int_t)hs.max_bytes, "hits", (json_int_t)hs.hits,
+                                          "evictions", (json_int_t)hs.evicted));
             http_reply_json(r, 200, o);
         }
     }
@@ -491,6 +525,13 @@ static void do_kernel(routes *rt, http_req *r)
     char key[65];
     memcpy(key, r->arg, 64);
     key[64] = 0;
+    /* the binary of a hot kernel is answered in this turn of the loop (its use still counts
+     * in the store); everything else, and a use the store cannot take in memory, reads */
+    const store_kernel *k = r->route == R_KERNEL ? hot_get(rt->env->hot, key) : NULL;
+    if (k && store_kernel_note_use(rt->env->st, key)) {
+        reply_binary(r, k);
+        return;
+    }
     start_kop(rt, r, r->route, key);
 }
 

@@ -90,8 +90,24 @@ typedef struct tlmd_config {
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     int compile_workers; /* threads of the compile pool (jobs.c) */
     int compile_nice;    /* their nice value (and their compilers' and runners'): hits first */
+    bool compile_idle;   /* and SCHED_IDLE: any runnable loop or read thread preempts them */
     l2_config l2;        /* the cluster tier (l2.h): redis, redis_* keys */
+    size_t hot_cache_bytes; /* hot.c: kernels served from memory on the loop (0: off) */
 } tlmd_config;
+
+/* ---- hot.c: the hot-kernel cache (loop thread only) ---- */
+typedef struct hot hot;
+typedef struct hot_stats {
+    size_t entries, bytes, max_bytes;
+    uint64_t hits, misses, evicted;
+} hot_stats;
+hot *hot_new(size_t max_bytes); /* NULL when max_bytes is 0 (every call takes a NULL cache) */
+/* The kernel under key (valid until the next hot_put or hot_free), or NULL. */
+const store_kernel *hot_get(hot *h, const char *key);
+/* Keeps a copy of k (a verified kernel with its blob); the least recently used go. */
+void hot_put(hot *h, const store_kernel *k);
+void hot_stats_get(const hot *h, hot_stats *s);
+void hot_free(hot *h);
 
 /* ---- the environment: read-only once the loop runs (any thread) ---- */
 typedef struct tlmd_env {
@@ -100,6 +116,7 @@ typedef struct tlmd_env {
     store *st;   /* thread-safe: every thread gets its own connection */
     l2 *l2;      /* the Redis tier, NULL without --redis (l2.h: any thread but the loop) */
     cluster *cl; /* distributed measurement (cluster.h); local-only without --redis */
+    hot *hot;    /* the hot-kernel cache (hot.c; loop thread only; NULL when off) */
     /* The schedules served: with a model, generate decodes with it ("tlm"); without one
      * (--weights none, a missing default file, untrained weights without --serve-untrained)
      * generate serves space_default. */
@@ -146,6 +163,7 @@ metrics *metrics_new(const char *const *labels, int n_labels);
 void metrics_free(metrics *m);
 void metrics_request(metrics *m, int route, int status);      /* loop thread */
 void metrics_answer_seconds(metrics *m, int route, double s); /* loop thread */
+void metrics_loop_busy(metrics *m, double s);                 /* loop thread */
 void metrics_batch(metrics *m, int size);
 void metrics_compile_seconds(metrics *m, double s);
 void metrics_cache(metrics *m, bool hit);
@@ -255,7 +273,7 @@ typedef struct pool_work {
     bool posted;            /* pool-private */
 } pool_work;
 /* n_threads at nice value nice (0: as the process; the children they start inherit it). */
-pool *pool_new(uv_loop_t *loop, int n_threads, int nice);
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice, bool idle);
 void pool_submit(pool *p, pool_work *w);
 int pool_queued(pool *p); /* waiting for a thread (any thread) */
 /* From inside a running work(): w->done runs on the loop thread, before the running work's

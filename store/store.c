@@ -764,6 +764,31 @@ void store_kernel_free(store_kernel *k)
     memset(k, 0, sizeof *k);
 }
 
+int store_kernel_copy(store_kernel *dst, const store_kernel *src)
+{
+    *dst = *src;
+    char **strs[] = {&dst->workload_hash,  &dst->target_hash, &dst->compiler_id, &dst->model_id,
+                     &dst->workload_json,  &dst->target_name, &dst->schedule,    &dst->sentence,
+                     &dst->source,         &dst->format,      &dst->entry,       &dst->launch_json,
+                     &dst->schedule_source};
+    bool oom = false;
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if (*strs[i] && !(*strs[i] = strdup(*strs[i]))) oom = true;
+    dst->binary = NULL;
+    if (src->binary && src->binary_size) {
+        dst->binary = malloc(src->binary_size);
+        if (dst->binary)
+            memcpy(dst->binary, src->binary, src->binary_size);
+        else
+            oom = true;
+    }
+    if (oom) {
+        store_kernel_free(dst);
+        return TLM_ENOMEM;
+    }
+    return 0;
+}
+
 /* Fills the fields of KERNEL_COLS (indices 0..20); the rowid (21) and blob (22) are the
  * caller's. */
 static int read_kernel(sqlite3_stmt *s, store_kernel *k, tlm_error *err)
@@ -1014,6 +1039,11 @@ static bool touch_record(store *st, const char *key, int64_t now)
     }
     pthread_mutex_unlock(&st->tmu);
     return ok;
+}
+
+bool store_kernel_note_use(store *st, const char *key)
+{
+    return st->opts.defer_touch && touch_record(st, key, stamp_now(st));
 }
 
 size_t store_touch_pending(store *st)

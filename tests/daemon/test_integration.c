@@ -696,6 +696,8 @@ Test(daemon, queue_full_then_cancel)
         resp_free(&r);
     }
     cr_assert_eq(metric(&d, "tlmd_jobs_in_flight"), 1, "the refused jobs are over");
+    /* the compile put the kernel in the hot cache: the hits were answered from memory */
+    cr_assert_geq(metric(&d, "tlmd_hot_cache_hits_total"), 3);
     /* cancel it: its client gets 503, the job record says cancelled (the id, unique across
      * restarts, is in the log's job_start line) */
     char id[64] = "", path[96];

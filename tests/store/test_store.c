@@ -1229,3 +1229,60 @@ Test(store, deferred_touch_hits_do_not_wait_for_writers)
     }
     tmp_remove(&t);
 }
+
+/* store_kernel_copy is deep (the copy outlives the original, every field equal, no shared
+ * pointer); store_kernel_note_use counts a use served from such a copy exactly as a hit
+ * through store_kernel_get counts, in memory, only when uses are deferred. */
+Test(store, kernel_copy_is_deep_and_noted_uses_count_as_hits)
+{
+    tmp t;
+    tmp_make(&t);
+    store_kernel k, c;
+    mk_kernel(&k, 7, 3000, 200);
+    cr_assert_eq(store_kernel_copy(&c, &k), 0);
+    char *fields[][2] = {{k.workload_hash, c.workload_hash}, {k.source, c.source},
+                         {k.launch_json, c.launch_json},     {k.schedule_source, c.schedule_source},
+                         {k.entry, c.entry},                 {k.sentence, c.sentence}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        cr_assert_neq(fields[i][0], fields[i][1], "field %zu shared", i);
+        cr_assert_str_eq(fields[i][0], fields[i][1]);
+    }
+    cr_assert_neq(k.binary, c.binary);
+    cr_assert_eq(c.binary_size, k.binary_size);
+    cr_assert_eq(memcmp(c.binary, k.binary, k.binary_size), 0);
+    cr_assert_str_eq(c.key, k.key);
+    store_kernel_free(&k);
+    for (size_t j = 0; j < c.binary_size; j++)
+        cr_assert_eq(c.binary[j], pattern(7, j));
+    /* NULL fields stay NULL */
+    store_kernel sparse = {0}, sc;
+    cr_assert_eq(store_kernel_copy(&sc, &sparse), 0);
+    cr_assert_null(sc.source);
+    cr_assert_null(sc.binary);
+    store_kernel_free(&sc);
+
+    for (int defer = 0; defer < 2; defer++) {
+        store_opts o = {.defer_touch = defer};
+        tlm_error e = {0};
+        store *st = store_open(t.path, &o, &e);
+        cr_assert_not_null(st, "%s", e.msg);
+        cr_assert_eq(store_kernel_put(st, &c, &e), 0, "%s", e.msg);
+        store_kernel m0, m1;
+        cr_assert_eq(store_kernel_meta(st, c.key, &m0, &e), 0, "%s", e.msg);
+        bool noted = store_kernel_note_use(st, c.key);
+        cr_assert_eq(noted, defer, "a use is noted in memory only when uses are deferred");
+        cr_assert_eq(store_kernel_meta(st, c.key, &m1, &e), 0, "%s", e.msg);
+        cr_assert_eq(m1.hits, m0.hits + (defer ? 1 : 0));
+        if (defer) cr_assert_gt(m1.last_used_at, m0.last_used_at);
+        store_kernel_free(&m0);
+        store_kernel_free(&m1);
+        store_close(st); /* writes the noted use */
+        if (defer) {
+            char sql[200];
+            snprintf(sql, sizeof sql, "SELECT hits FROM kernels WHERE key = '%s'", c.key);
+            cr_assert_eq(raw_int(t.path, sql), 1);
+        }
+    }
+    store_kernel_free(&c);
+    tmp_remove(&t);
+}
