@@ -162,8 +162,10 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtlmproto.a $(BUILD)/libtlm.a | deps-chec
 
 # `make fuzz FUZZ_S=N`: every libFuzzer harness (tests/fuzz/fuzz_*.c, built with Debian clang,
 # ASan + UBSan) for N seconds on its seeded corpus; fails on any crash, leak or timeout, and
-# prints execs and coverage per harness (scripts/fuzz.sh).
+# prints execs and coverage per harness (scripts/fuzz.sh). FUZZ_RUNS=N stops each harness after N
+# executions instead (FUZZ_S then bounds it as well).
 FUZZ_S    ?= 60
+FUZZ_RUNS ?= 0
 FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 FUZZ_OBJ  := $(call obj,$(BUILD)/fuzz,$(LIB_SRC) $(PROTO_SRC) $(STORE_SRC) daemon/head.c daemon/request.c)
@@ -185,8 +187,15 @@ $(BUILD)/fuzz/fuzz_mhd: tests/fuzz/fuzz_mhd.c $(BUILD)/fuzz/libtlmfuzz.a | deps-
 	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS) \
 	    $(shell pkg-config --libs libmicrohttpd)
 
+# fuzz_door runs tlmd's HTTP layer (daemon/http.c: the front door, MHD, the libuv loop) on a
+# loopback listener.
+$(BUILD)/fuzz/fuzz_door: tests/fuzz/fuzz_door.c $(BUILD)/fuzz/obj/daemon/http.o \
+    $(BUILD)/fuzz/obj/daemon/metrics.o $(BUILD)/fuzz/libtlmfuzz.a | deps-check-fuzz
+	clang $(BASEFLAGS) $(FUZZFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/obj/daemon/http.o \
+	    $(BUILD)/fuzz/obj/daemon/metrics.o $(BUILD)/fuzz/libtlmfuzz.a $(LDLIBS) $(DAEMON_LIBS)
+
 fuzz: $(FUZZ_BIN)
-	./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_BIN)
+	FUZZ_RUNS=$(FUZZ_RUNS) ./scripts/fuzz.sh $(FUZZ_S) $(FUZZ_BIN)
 
 test-build: deps all $(SAN)/tlm $(SAN)/tlmd $(SAN)/tlmc $(TEST_BIN)
 

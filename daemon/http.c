@@ -690,6 +690,14 @@ static bool door_parse(http_server *h, door_conn *c)
 
 /* Moves bytes as far as they go: client -> door -> MHD and MHD -> client; answers with the
  * door's error when its turn comes; ends the connection when nothing more will be said. */
+/* Nothing but the empty lines a client may send between requests (RFC 9112 2.2). */
+static bool only_blank_lines(const dbuf *b)
+{
+    for (size_t i = b->off; i < b->len; i++)
+        if (b->p[i] != '\r' && b->p[i] != '\n') return false;
+    return true;
+}
+
 static void door_pump(http_server *h, door_conn *c)
 {
     char scratch[16384];
@@ -768,6 +776,16 @@ static void door_pump(http_server *h, door_conn *c)
         if (c->err_status && (c->mfd < 0 || (drained && c->n_done >= c->n_fwd))) {
             door_append_error(h, c);
             door_close_mhd(h, c);
+            more = true;
+        }
+        /* a client that shut its side down in the middle of a request (a head, a body, a chunk
+         * it can no longer finish): that request will never be whole, so it gets the door's
+         * 400 after the answers before it, and MHD's side is closed outright (MHD 0.9.75,
+         * given only a read end mid-body, held the connection until idle_timeout_s) */
+        if (c->cli_eof && c->mfd >= 0 && !c->err_status && c->state != DS_DROP &&
+            !dbuf_size(&c->to_mhd) && (c->state != DS_HEAD || !only_blank_lines(&c->in))) {
+            door_fail(c, 400, PROTO_CODE_BAD_REQUEST, c->route,
+                      "the client shut down its side before the request was complete");
             more = true;
         }
         /* a client that shut its side down: MHD reads the end after the last whole request */
@@ -932,6 +950,11 @@ static void on_mhd_connection(void *cls, struct MHD_Connection *conn, void **soc
 unsigned http_door_connections(const http_server *h)
 {
     return h ? (unsigned)h->n_head : 0;
+}
+
+unsigned http_client_connections(const http_server *h)
+{
+    return h ? (unsigned)h->n_door : 0;
 }
 
 uint64_t http_refused(const http_server *h)

@@ -261,6 +261,7 @@ const char *http_header(http_req *r, const char *name);
 void http_fail_all(http_server *h);
 unsigned http_connections(const http_server *h);      /* MHD's */
 unsigned http_door_connections(const http_server *h); /* waiting for their request head */
+unsigned http_client_connections(const http_server *h); /* client sockets the door holds */
 uint64_t http_refused(const http_server *h);          /* refused over a connection limit */
 
 /* ---- pool.c: the compile pool (reads and hits stay on libuv's pool) ---- */

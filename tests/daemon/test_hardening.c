@@ -565,6 +565,56 @@ Test(hardening, half_closed_chunked_client_gets_answer)
     teardown(&d);
 }
 
+/* A client that shuts its side down in the middle of a request can never finish it: it gets
+ * one JSON 400 (after the answers to its whole requests) at once, not a 408 after
+ * body_timeout_s, and MHD lets go of the connection (0.9.75 held it until idle_timeout_s when
+ * it saw only the end of the stream mid-body; fuzz_door found it). */
+Test(hardening, half_closed_mid_request_gets_400_and_is_let_go)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    double mhd0 = metric(&d, "tlmd_http_connections{stage=\"mhd\"}");
+    static const char *const cases[] = {
+        /* a body shorter than its Content-Length */
+        "POST /v1/compile HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 12\r\n\r\n{\"a",
+        /* no body at all */
+        "POST /v1/compile HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 12\r\n\r\n",
+        /* a chunk cut short */
+        "POST /v1/compile HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n10\r\n{\"ta",
+        /* a whole request, then half of the next head */
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/vers",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int s = dial(&d, NULL);
+        cr_assert(s >= 0);
+        send_all(s, cases[i], strlen(cases[i]));
+        shutdown(s, SHUT_WR);
+        char *out = read_all(s, 20); /* a 408 would come only after body_timeout_s (60 s) */
+        close(s);
+        const char *last = out;
+        if (i == 3) { /* the whole request's answer first */
+            cr_assert(!strncmp(out, "HTTP/1.1 200 ", 13), "%.300s", out);
+            last = strstr(out + 1, "HTTP/1.1 ");
+            cr_assert(last, "no answer after the whole request's: %.600s", out);
+        }
+        expect_one_json_error(last, 400, "bad_request");
+        cr_assert(strstr(last, "before the request was complete"), "%.400s", last);
+        free(out);
+    }
+    /* MHD let go of every one of them (idle_timeout_s is 30 s; 10 s is plenty) */
+    double t0 = tlm_now_s(), mhd = 0;
+    while ((mhd = metric(&d, "tlmd_http_connections{stage=\"mhd\"}")) > mhd0 &&
+           tlm_now_s() - t0 < 10)
+        usleep(50000);
+    cr_assert_leq(mhd, mhd0, "MHD still holds %g connections (was %g)", mhd, mhd0);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 /* ---- 7. the budget ---- */
 
 Test(hardening, budget_is_validated)
