@@ -9,10 +9,13 @@
 # burst, each one request of CRASHLOOP_WORKLOADS (default 3) random workloads (dense, conv2d,
 # softmax of random sizes: misses) for cpu, after one request of the same kind that is
 # answered in full; the kill lands CRASHLOOP_MAX_MS (default 3000) ms or less after the burst
-# starts, uniformly at random. `tune` bursts wait for the search
-# (pl_has_search): this server answers tune with 422 until it lands. Exit status 1 when a key
-# is lost or mismatched or the store is damaged. A short run (N=3) is part of `make test`
-# (tests/bench/test_crashloop.c).
+# starts, uniformly at random. CRASHLOOP_TUNE_PCT (default 30) percent of the burst's clients
+# ask for mode tune (budget CRASHLOOP_TRIALS, default 8 trials: measured searches, their
+# records and the tuned kernels are written while the kill lands). CRASHLOOP_REDIS=1 runs
+# the whole loop Redis-backed (a redis-server on a free loopback port, started once and never
+# killed: tlmd's L2 tier and leases; the final fetch may be served from either tier). Exit
+# status 1 when a key is lost or mismatched or the store is damaged. A short run is part of
+# `make test` (tests/bench/test_crashloop.c).
 set -u
 cd "$(dirname "$0")/.."
 N=${1:-100}
@@ -21,6 +24,9 @@ TLMD=${TLMD_BIN:-build/tlmd}
 CLIENTS=${CRASHLOOP_CLIENTS:-8}
 WLS=${CRASHLOOP_WORKLOADS:-3}
 MAX_MS=${CRASHLOOP_MAX_MS:-3000}
+TUNE_PCT=${CRASHLOOP_TUNE_PCT:-30}
+TRIALS=${CRASHLOOP_TRIALS:-8}
+REDIS=${CRASHLOOP_REDIS:-0}
 [ -x "$TLMD" ] || { echo "crashloop.sh: $TLMD missing; run make (or set TLMD_BIN)" >&2; exit 2; }
 for c in curl python3 sqlite3 sha256sum; do
     command -v $c >/dev/null || { echo "crashloop.sh: needs $c" >&2; exit 2; }
@@ -28,8 +34,10 @@ done
 
 tmp=$(mktemp -d /tmp/tlmd-crashloop-XXXXXX)
 pid=""
+rpid=""
 cleanup() {
     [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    [ -n "$rpid" ] && kill "$rpid" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$tmp"
 }
@@ -42,10 +50,25 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+redis_args=()
+if [ "$REDIS" = 1 ]; then
+    command -v redis-server >/dev/null || { echo "crashloop.sh: CRASHLOOP_REDIS=1 needs redis-server" >&2; exit 2; }
+    rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    # daemonized: not a child of this shell, whose `wait`s are for tlmd and the clients
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+        --daemonize yes --pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log"
+    for _ in $(seq 100); do
+        redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break
+        sleep 0.1
+    done
+    rpid=$(cat "$tmp/redis.pid")
+    redis_args=(--redis "redis://127.0.0.1:$rport")
+fi
+
 start_daemon() {
     port=$(free_port)
     "$TLMD" --listen 127.0.0.1:"$port" --store "$store" --weights none --log-level warn \
-        >>"$tmp/tlmd.log" 2>&1 &
+        "${redis_args[@]}" >>"$tmp/tlmd.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do
         curl -sf -m 2 "http://127.0.0.1:$port/healthz" >/dev/null && return 0
@@ -67,8 +90,10 @@ workload() { # a random cpu workload: misses on a store that grows
     esac
 }
 
-client() { # $1: answer file
-    local body='{"target":"cpu","workloads":['
+client() { # $1: answer file; $2: "tune" for a measured search
+    local body='{"target":"cpu",'
+    [ "${2:-}" = tune ] && body+="\"mode\":\"tune\",\"budget\":{\"trials\":$TRIALS},"
+    body+='"workloads":['
     for w in $(seq "$WLS"); do
         [ "$w" -gt 1 ] && body+=','
         body+=$(workload)
@@ -81,11 +106,13 @@ client() { # $1: answer file
 collect() { # keys and hashes of the complete 200 answers
     for f in "$tmp"/ans.*; do
         [ -f "$f.code" ] && [ "$(cat "$f.code")" = 200 ] || continue
-        python3 - "$f" >>"$returned" <<'PY' || true
+        python3 - "$f" "$tmp/sources" >>"$returned" <<'PY' || true
 import json, sys
 a = json.load(open(sys.argv[1]))
 for k in a["kernels"]:
     print(k["key"], k["binary_sha256"])
+    with open(sys.argv[2], "a") as s:
+        s.write(k.get("schedule_source", "?") + "\n")
 PY
     done
     rm -f "$tmp"/ans.*
@@ -99,7 +126,11 @@ for i in $(seq "$N"); do
     # one answer per round is certain: the kills then land on a store that holds kernels
     client "$tmp/ans.0"
     for c in $(seq "$CLIENTS"); do
-        client "$tmp/ans.$c" &
+        if [ $((RANDOM % 100)) -lt "$TUNE_PCT" ]; then
+            client "$tmp/ans.$c" tune &
+        else
+            client "$tmp/ans.$c" &
+        fi
     done
     sleep "$(python3 -c "import random; print(random.uniform(0.05, $MAX_MS / 1000))")"
     kill -9 "$pid"
@@ -139,9 +170,11 @@ wait 2>/dev/null
 pid=""
 elapsed=$(($(date +%s) - t_start))
 
-table="| kills | kernels answered before a kill | distinct keys | fetched, SHA-256 equal | lost | SHA-256 differs | integrity_check failures | seconds |
-|---|---|---|---|---|---|---|---|
-| $N | $answered | $keys | $ok | $lost | $mismatch | $integrity_bad | $elapsed |"
+tunes=$(grep -cx tuned "$tmp/sources" 2>/dev/null)
+tunes=${tunes:-0}
+table="| kills | kernels answered before a kill | of them tuned | distinct keys | fetched, SHA-256 equal | lost | SHA-256 differs | integrity_check failures | redis | seconds |
+|---|---|---|---|---|---|---|---|---|---|
+| $N | $answered | $tunes | $keys | $ok | $lost | $mismatch | $integrity_bad | $([ "$REDIS" = 1 ] && echo yes || echo no) | $elapsed |"
 echo "$table"
 if [ "$OUT" != - ]; then
     mkdir -p "$(dirname "$OUT")"
@@ -149,10 +182,11 @@ if [ "$OUT" != - ]; then
         echo "# tlmd crash loop ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $TLMD)"
         echo
         echo "SIGKILL at a uniformly random point 0.05 .. $MAX_MS ms into a burst of $CLIENTS clients x"
-        echo "$WLS random cpu workloads; restart on the same store; at the end every key an answer carried"
-        echo "is fetched from a restarted server and its SHA-256 compared."
+        echo "$WLS random cpu workloads ($TUNE_PCT % of the clients tune, $TRIALS trials); restart on the"
+        echo "same store; at the end every key an answer carried is fetched from a restarted server and"
+        echo "its SHA-256 compared. Rows are appended (newest last)."
         echo
         echo "$table"
-    } >"$OUT"
+    } >>"$OUT"
 fi
 [ "$lost" = 0 ] && [ "$mismatch" = 0 ] && [ "$integrity_bad" = 0 ]
