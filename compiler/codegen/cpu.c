@@ -1576,7 +1576,38 @@ static const char rows_vec_rms_norm[] =
     "    tlm_out_finish(o);\n"
     "}\n";
 
-typedef enum { RV_NONE, RV_SOFTMAX, RV_LAYER_NORM, RV_RMS_NORM } rows_vec_op;
+static const char rows_vec_reduce[] =
+    "/* the sum (max) of a row, four accumulators; the next row prefetched meanwhile */\n"
+    "static inline float tlm_reduce_row(const float *restrict x, int64_t C, int is_max, tlm_out *o)\n"
+    "{\n"
+    "    const float id = is_max ? -INFINITY : 0.0f;\n"
+    "    tlm_v a0 = tlm_vset1(id), a1 = a0, a2 = a0, a3 = a0;\n"
+    "    int64_t i;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_out_step(o);\n"
+    "        if (is_max) {\n"
+    "            a0 = tlm_vmax(a0, tlm_vload(x + i));\n"
+    "            a1 = tlm_vmax(a1, tlm_vload(x + i + TLM_VW));\n"
+    "            a2 = tlm_vmax(a2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "            a3 = tlm_vmax(a3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "        } else {\n"
+    "            a0 = tlm_vadd(a0, tlm_vload(x + i));\n"
+    "            a1 = tlm_vadd(a1, tlm_vload(x + i + TLM_VW));\n"
+    "            a2 = tlm_vadd(a2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "            a3 = tlm_vadd(a3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "        }\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_v v = tlm_vmload(x + i, tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW), id);\n"
+    "        a0 = is_max ? tlm_vmax(a0, v) : tlm_vadd(a0, v);\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "    if (is_max) return tlm_vhmax(tlm_vmax(tlm_vmax(a0, a1), tlm_vmax(a2, a3)));\n"
+    "    return tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3)));\n"
+    "}\n";
+
+typedef enum { RV_NONE, RV_SOFTMAX, RV_LAYER_NORM, RV_RMS_NORM, RV_REDUCE } rows_vec_op;
 
 static int tensor_named(const ir_subgraph *g, const char *name)
 {
@@ -1586,21 +1617,28 @@ static int tensor_named(const ir_subgraph *g, const char *name)
 }
 
 /* Which vectorised rows kernel computes this subgraph exactly (RV_NONE: the generic rows
- * code): the op alone (no epilogue), over one row axis, on a target with AVX2+FMA. */
+ * code): the op alone (no epilogue), over one row axis of a row-major X, on a target with
+ * AVX2+FMA. */
 static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
 {
     const ir_subgraph *g = c->g;
     const ir_stage *an = &g->stage[g->anchor];
     uint32_t isa = c->sp->tgt.cpu.isa;
-    if (!vec || c->sp->n_rows_axes != 1 || g->n_stage != g->anchor + 1 || an->n_spatial != 2 ||
-        an->n_reduce != 0 || an->extent[0] != c->sp->rows)
+    if (!vec || c->sp->n_rows_axes != 1 || g->n_stage != g->anchor + 1 ||
+        an->n_spatial + an->n_reduce != 2 || an->extent[0] != c->sp->rows)
         return RV_NONE;
     if (!(isa & TARGET_ISA_AVX512F) && !((isa & TARGET_ISA_AVX2) && (isa & TARGET_ISA_FMA)))
         return RV_NONE;
     int x = tensor_named(g, "X");
     if (x < 0 || g->tensor[x].ndim != 2 || g->tensor[x].shape[0] != an->extent[0] ||
-        g->tensor[x].shape[1] != an->extent[1] || g->tensor[g->output].ndim != 2)
+        g->tensor[x].shape[1] != an->extent[1])
         return RV_NONE;
+    if (an->n_reduce == 1) {
+        bool red = g->wl.op == IR_OP_REDUCE_SUM || g->wl.op == IR_OP_REDUCE_MEAN ||
+                   g->wl.op == IR_OP_REDUCE_MAX;
+        return red && g->n_stage == 1 && g->tensor[g->output].ndim == 1 ? RV_REDUCE : RV_NONE;
+    }
+    if (g->tensor[g->output].ndim != 2) return RV_NONE;
     switch (g->wl.op) {
     case IR_OP_SOFTMAX:
         return g->n_stage == 3 ? RV_SOFTMAX : RV_NONE;
@@ -1639,7 +1677,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     const ir_stage *an = &g->stage[g->anchor];
     long long R = (long long)an->extent[0], C = (long long)an->extent[1];
     long long CP = (C + 15) / 16 * 16; /* a scratch row, whole 64-byte lines */
-    bool stream = rows_vec_stream(c);
+    bool stream = op != RV_REDUCE && rows_vec_stream(c);
     /* the rows a row's passes touch: in L1, prefetch into it; else into L2 */
     int64_t foot = (stream ? 3 : 2) * C * 4 + (op == RV_LAYER_NORM ? 2 : op == RV_RMS_NORM) * C * 4;
     int64_t l1 = sp->tgt.cpu.l1d_bytes > 0 ? sp->tgt.cpu.l1d_bytes : 32 << 10;
@@ -1652,7 +1690,8 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     cg_printf(b, "%s\n",
               op == RV_SOFTMAX      ? rows_vec_softmax
               : op == RV_LAYER_NORM ? rows_vec_layer_norm
-                                    : rows_vec_rms_norm);
+              : op == RV_RMS_NORM   ? rows_vec_rms_norm
+                                    : rows_vec_reduce);
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     int ind = 1;
@@ -1677,14 +1716,14 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     loop(b, ind++, "rr", rb);
     cg_line(b, ind, "const int64_t r = rb * %lld + rr;", (long long)rb);
     cg_line(b, ind, "const float *const x = %s + r * %lld;", X, C);
-    cg_line(b, ind, "float *const y = %s + r * %lld;", Y, C);
+    if (op != RV_REDUCE) cg_line(b, ind, "float *const y = %s + r * %lld;", Y, C);
     cg_line(b, ind, "tlm_out o;");
     if (stream) {
         cg_line(b, ind, "float *const t = tlm_buf + k * %lld;", CP);
         cg_line(b, ind,
                 "tlm_out_begin(&o, py, pt, %lld, ps, r + 1 < %lld ? x + %lld : NULL, %lld);", C, R,
                 C, C);
-    } else {
+    } else if (op != RV_REDUCE) {
         cg_line(b, ind, "float *const t = y;");
         cg_line(b, ind,
                 "tlm_out_begin(&o, NULL, NULL, 0, 1.0f, r + 1 < %lld ? x + %lld : NULL, %lld);", R,
@@ -1699,9 +1738,17 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
         cg_line(b, ind, "tlm_layer_norm_row(x, t, %s, %s, %lld, %s, &o);",
                 g->tensor[tensor_named(g, "gamma")].name, g->tensor[tensor_named(g, "beta")].name,
                 C, eps);
-    } else {
+    } else if (op == RV_RMS_NORM) {
         cg_line(b, ind, "tlm_rms_norm_row(x, t, %s, %lld, %s, &o);",
                 g->tensor[tensor_named(g, "weight")].name, C, eps);
+    } else {
+        cg_line(b, ind,
+                "tlm_out_begin(&o, NULL, NULL, 0, 1.0f, r + 1 < %lld ? x + %lld : NULL, %lld);", R,
+                C, C);
+        cg_printf(b, "%*s%s[r] = tlm_reduce_row(x, %lld, %d, &o)", ind * 4, "", Y, C,
+                  an->reduce == IR_RED_MAX);
+        if (an->post_scale != 1.0) cg_printf(b, " * (float)%.17g", an->post_scale);
+        cg_printf(b, ";\n");
     }
     if (stream) {
         cg_line(b, ind, "py = y;");

@@ -499,12 +499,13 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     free(b.sp);
 }
 
-/* The vectorised rows kernels (softmax, layer_norm, rms_norm alone): row lengths of 1, lanes
+/* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row lengths of
+ * 1, lanes
  * - 1, lanes, lanes + 1 on both ISAs, a multiple of neither and a long row; 13 rows (not a
  * multiple of the threads or of a rows block); plain stores, streamed stores (a target whose
- * L3 is 64 KiB: misaligned row starts, partial lines); each value of the rows block and of
- * parallel (serial: one thread's scratch rows, no worksharing). */
-static void check_rows_vec(const char *op, const char *fn)
+ * L3 is 64 KiB: misaligned row starts, partial lines) where the op writes rows; each value of the
+ * rows block and of parallel (serial: one thread's scratch rows, no worksharing). */
+static void check_rows_vec(const char *op, const char *fn, bool can_stream)
 {
     static const int cs[] = {1, 7, 8, 9, 15, 16, 17, 33, 1500};
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
@@ -527,9 +528,9 @@ static void check_rows_vec(const char *op, const char *fn)
                 cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
                 cr_expect(strstr(k.source, fn) != NULL, "%s on %s: not the vectorised kernel", wl,
                           tgs[ti]);
-                cr_expect_eq(rows_streamed(k.source), st && big, "%s on %s, L3 %lld: streamed %d",
-                             wl, tgs[ti], (long long)b.sp->tgt.cpu.l3_bytes,
-                             (int)rows_streamed(k.source));
+                cr_expect_eq(rows_streamed(k.source), can_stream && st && big,
+                             "%s on %s, L3 %lld: streamed %d", wl, tgs[ti],
+                             (long long)b.sp->tgt.cpu.l3_bytes, (int)rows_streamed(k.source));
                 cg_kernel_free(&k);
                 /* every rows block x parallel (vectorize on) */
                 int64_t vals[SPACE_MAX_VALUES];
@@ -550,17 +551,25 @@ static void check_rows_vec(const char *op, const char *fn)
 
 Test(codegen_cpu, rows_vec_softmax_odd_lengths)
 {
-    check_rows_vec("softmax", "tlm_softmax_row(x");
+    check_rows_vec("softmax", "tlm_softmax_row(x", true);
 }
 
 Test(codegen_cpu, rows_vec_layer_norm_odd_lengths)
 {
-    check_rows_vec("layer_norm", "tlm_layer_norm_row(x");
+    check_rows_vec("layer_norm", "tlm_layer_norm_row(x", true);
 }
 
 Test(codegen_cpu, rows_vec_rms_norm_odd_lengths)
 {
-    check_rows_vec("rms_norm", "tlm_rms_norm_row(x");
+    check_rows_vec("rms_norm", "tlm_rms_norm_row(x", true);
+}
+
+/* Row reductions: the same kernels' reading half (one float per row out: never streamed). */
+Test(codegen_cpu, rows_vec_reductions_odd_lengths)
+{
+    check_rows_vec("reduce_sum", "tlm_reduce_row(x", false);
+    check_rows_vec("reduce_mean", "tlm_reduce_row(x", false);
+    check_rows_vec("reduce_max", "tlm_reduce_row(x", false);
 }
 
 /* Long streamed rows (past L1: prefetch into L2; a row's end in a partial line), odd row
