@@ -499,12 +499,12 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     free(b.sp);
 }
 
-/* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row lengths of
- * 1, lanes
- * - 1, lanes, lanes + 1 on both ISAs, a multiple of neither and a long row; 13 rows (not a
- * multiple of the threads or of a rows block); plain stores, streamed stores (a target whose
- * L3 is 64 KiB: misaligned row starts, partial lines) where the op writes rows; each value of the
- * rows block and of parallel (serial: one thread's scratch rows, no worksharing). */
+/* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
+ * lengths of 1, lanes - 1, lanes, lanes + 1 on both ISAs, a multiple of neither and a long row;
+ * 13 rows (not a multiple of the threads or of a rows block); plain stores, streamed stores (a
+ * target whose L3 is 64 KiB: misaligned row starts, partial lines) where the op writes rows;
+ * each value of the rows block and of parallel (serial: one thread's scratch rows, no
+ * worksharing). */
 static void check_rows_vec(const char *op, const char *fn, bool can_stream)
 {
     static const int cs[] = {1, 7, 8, 9, 15, 16, 17, 33, 1500};
