@@ -1279,6 +1279,496 @@ static void emit_stream_helper(cg_buf *b)
     cg_printf(b, "\n");
 }
 
+/* ---- vectorised rows kernels: softmax, layer_norm, rms_norm ----
+ *
+ * Memory-bound at DRAM sizes, so each row is read from memory once: the first pass over a row
+ * (max, sum, sum of squares) reads it, the others find it in L1/L2, and the next row is
+ * prefetched during the current row's last pass so that memory and arithmetic overlap. All
+ * passes are explicit vectors (AVX-512 or AVX2+FMA, chosen by the compiler flags of the
+ * target) with masked tails, so any row length runs at vector speed. An output past the
+ * streaming threshold (rows_vec_stream) is computed into one of two per-thread rows and
+ * written out with non-temporal stores during the next row's last pass (whole 64-byte lines,
+ * from the first aligned one): no read-for-ownership of the output, and the stores spread
+ * over the arithmetic instead of coming in a burst. Softmax keeps its exp values (one exp
+ * per element) in that row, or in the output row itself when it is not streamed. */
+static const char rows_vec_common[] =
+    "#if defined(__AVX512F__)\n"
+    "#define TLM_VW 16\n"
+    "typedef __m512 tlm_v;\n"
+    "typedef __mmask16 tlm_m;\n"
+    "static inline tlm_m tlm_vmask(int64_t n) { return (tlm_m)((1u << n) - 1u); }\n"
+    "#define tlm_vset1 _mm512_set1_ps\n"
+    "#define tlm_vload _mm512_loadu_ps\n"
+    "#define tlm_vmload(p, m, fill) _mm512_mask_loadu_ps(_mm512_set1_ps(fill), (m), (p))\n"
+    "#define tlm_vstore _mm512_storeu_ps\n"
+    "#define tlm_vmstore(p, m, v) _mm512_mask_storeu_ps((p), (m), (v))\n"
+    "#define tlm_vstream _mm512_stream_ps\n"
+    "#define tlm_vadd _mm512_add_ps\n"
+    "#define tlm_vsub _mm512_sub_ps\n"
+    "#define tlm_vmul _mm512_mul_ps\n"
+    "#define tlm_vmax _mm512_max_ps\n"
+    "#define tlm_vmin _mm512_min_ps\n"
+    "#define tlm_vfmadd _mm512_fmadd_ps\n"
+    "#define tlm_vfnmadd _mm512_fnmadd_ps\n"
+    "#define tlm_vhadd _mm512_reduce_add_ps\n"
+    "#define tlm_vmaskz(k, v) _mm512_maskz_mov_ps((k), (v))\n"
+    "#define tlm_vhmax _mm512_reduce_max_ps\n"
+    "#define tlm_vshl23(v) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 23))\n"
+    "#elif defined(__AVX2__) && defined(__FMA__)\n"
+    "#define TLM_VW 8\n"
+    "typedef __m256 tlm_v;\n"
+    "typedef __m256i tlm_m;\n"
+    "static inline tlm_m tlm_vmask(int64_t n)\n"
+    "{\n"
+    "    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
+    "}\n"
+    "#define tlm_vset1 _mm256_set1_ps\n"
+    "#define tlm_vload _mm256_loadu_ps\n"
+    "#define tlm_vmload(p, m, fill) _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps((p), (m)), _mm256_castsi256_ps(m))\n"
+    "#define tlm_vstore _mm256_storeu_ps\n"
+    "#define tlm_vmstore(p, m, v) _mm256_maskstore_ps((p), (m), (v))\n"
+    "#define tlm_vstream _mm256_stream_ps\n"
+    "#define tlm_vadd _mm256_add_ps\n"
+    "#define tlm_vsub _mm256_sub_ps\n"
+    "#define tlm_vmul _mm256_mul_ps\n"
+    "#define tlm_vmax _mm256_max_ps\n"
+    "#define tlm_vmin _mm256_min_ps\n"
+    "#define tlm_vfmadd _mm256_fmadd_ps\n"
+    "#define tlm_vfnmadd _mm256_fnmadd_ps\n"
+    "#define tlm_vmaskz(k, v) _mm256_and_ps((v), _mm256_castsi256_ps(k))\n"
+    "static inline float tlm_vhadd(tlm_v v)\n"
+    "{\n"
+    "    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
+    "    s = _mm_add_ps(s, _mm_movehl_ps(s, s));\n"
+    "    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));\n"
+    "}\n"
+    "static inline float tlm_vhmax(tlm_v v)\n"
+    "{\n"
+    "    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));\n"
+    "    s = _mm_max_ps(s, _mm_movehl_ps(s, s));\n"
+    "    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));\n"
+    "}\n"
+    "#define tlm_vshl23(v) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(v), 23))\n"
+    "#else\n"
+    "#error \"tlm rows kernel: needs AVX2+FMA or AVX-512F\"\n"
+    "#endif\n"
+    "/* tlm_expf for x <= 0 (softmax's x - max), lane-wise: the same reduction and polynomial;\n"
+    " * the upper clamp never applies; 2^n from the rounding constant's low bits (n + 127) */\n"
+    "static inline tlm_v tlm_vexp_neg(tlm_v x)\n"
+    "{\n"
+    "    x = tlm_vmax(tlm_vset1(-87.3f), x); /* a NaN stays */\n"
+    "    const tlm_v big = tlm_vset1(12583039.0f); /* 1.5 * 2^23 + 127 */\n"
+    "    const tlm_v tb = tlm_vfmadd(x, tlm_vset1(1.44269504088896341f), big);\n"
+    "    tlm_v n = tlm_vsub(tb, big);\n"
+    "    tlm_v r = tlm_vfnmadd(n, tlm_vset1(0.693145751953125f), x);\n"
+    "    r = tlm_vfnmadd(n, tlm_vset1(1.42860682030941723212e-6f), r);\n"
+    "    tlm_v p = tlm_vfmadd(r, tlm_vset1(0.00138888892f), tlm_vset1(0.00833333377f));\n"
+    "    p = tlm_vfmadd(p, r, tlm_vset1(0.0416666716f));\n"
+    "    p = tlm_vfmadd(p, r, tlm_vset1(0.166666672f));\n"
+    "    p = tlm_vfmadd(p, r, tlm_vset1(0.5f));\n"
+    "    p = tlm_vfmadd(p, r, tlm_vset1(1.0f));\n"
+    "    p = tlm_vfmadd(p, r, tlm_vset1(1.0f));\n"
+    "    return tlm_vmul(p, tlm_vshl23(tb));\n"
+    "}\n"
+    "\n"
+    "/* vectorised rows kernels (softmax, layer_norm, rms_norm): a row is read from memory once;\n"
+    " * the next row is prefetched while this one is computed; a streamed output row goes out\n"
+    " * from a per-thread buffer with non-temporal stores during the next row's last pass */\n"
+    "typedef struct {\n"
+    "    float *y;          /* the row streamed out (NULL: none) */\n"
+    "    const float *src;  /* its values, times scale */\n"
+    "    int64_t j, n;\n"
+    "    tlm_v scale;\n"
+    "    const char *pf;    /* the next input row, prefetched (NULL: none) */\n"
+    "    int64_t pfi, pfn;\n"
+    "} tlm_out;\n"
+    "\n"
+    "static inline void tlm_out_begin(tlm_out *o, float *y, const float *src, int64_t n, float scale,\n"
+    "                                 const float *pf, int64_t pfn)\n"
+    "{\n"
+    "    o->y = y;\n"
+    "    o->src = src;\n"
+    "    o->n = y ? n : 0;\n"
+    "    o->scale = tlm_vset1(scale);\n"
+    "    o->pf = (const char *)pf;\n"
+    "    o->pfi = 0;\n"
+    "    o->pfn = pf ? pfn * 4 : 0;\n"
+    "    /* plain stores up to the first 64-byte boundary of y; aligned streams after it */\n"
+    "    int64_t h = y ? (int64_t)((64 - ((uintptr_t)y & 63)) & 63) / 4 : 0, j = 0;\n"
+    "    if (h > o->n) h = o->n;\n"
+    "    for (; j + TLM_VW <= h; j += TLM_VW) tlm_vstore(y + j, tlm_vmul(tlm_vload(src + j), o->scale));\n"
+    "    if (j < h) {\n"
+    "        tlm_m k = tlm_vmask(h - j);\n"
+    "        tlm_vmstore(y + j, k, tlm_vmul(tlm_vmload(src + j, k, 0.0f), o->scale));\n"
+    "    }\n"
+    "    o->j = h;\n"
+    "}\n"
+    "\n"
+    "/* beside two vectors of the current row: as many floats out, whole 64-byte lines only (a line\n"
+    " * half written with non-temporal stores and then with plain ones is flushed twice, slowly), and\n"
+    " * as many bytes of the next row prefetched */\n"
+    "static inline void tlm_out_step(tlm_out *o)\n"
+    "{\n"
+    "    for (int k = 0; k < 2 * TLM_VW; k += 16)\n"
+    "        if (o->j + 16 <= o->n) {\n"
+    "            for (int v = 0; v < 16; v += TLM_VW)\n"
+    "                tlm_vstream(o->y + o->j + v, tlm_vmul(tlm_vload(o->src + o->j + v), o->scale));\n"
+    "            o->j += 16;\n"
+    "        }\n"
+    "    for (int k = 0; k < 2 * TLM_VW * 4; k += 64)\n"
+    "        if (o->pfi < o->pfn) {\n"
+    "            _mm_prefetch(o->pf + o->pfi, TLM_PF_HINT);\n"
+    "            o->pfi += 64;\n"
+    "        }\n"
+    "}\n"
+    "\n"
+    "static inline void tlm_out_finish(tlm_out *o)\n"
+    "{\n"
+    "    for (; o->j + 16 <= o->n; o->j += 16)\n"
+    "        for (int v = 0; v < 16; v += TLM_VW)\n"
+    "            tlm_vstream(o->y + o->j + v, tlm_vmul(tlm_vload(o->src + o->j + v), o->scale));\n"
+    "    for (; o->j + TLM_VW <= o->n; o->j += TLM_VW)\n"
+    "        tlm_vstore(o->y + o->j, tlm_vmul(tlm_vload(o->src + o->j), o->scale));\n"
+    "    if (o->j < o->n) {\n"
+    "        tlm_m k = tlm_vmask(o->n - o->j);\n"
+    "        tlm_vmstore(o->y + o->j, k, tlm_vmul(tlm_vmload(o->src + o->j, k, 0.0f), o->scale));\n"
+    "        o->j = o->n;\n"
+    "    }\n"
+    "    for (; o->pfi < o->pfn; o->pfi += 64) _mm_prefetch(o->pf + o->pfi, TLM_PF_HINT);\n"
+    "}\n";
+
+static const char rows_vec_softmax[] =
+    "/* t = exp(x - max(x)) (t: the output row itself, or the stream buffer); returns 1 / sum(t) */\n"
+    "static inline float tlm_softmax_row(const float *restrict x, float *restrict t, int64_t C, tlm_out *o)\n"
+    "{\n"
+    "    int64_t i;\n"
+    "    tlm_v m0 = tlm_vset1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
+    "        m1 = tlm_vmax(m1, tlm_vload(x + i + TLM_VW));\n"
+    "        m2 = tlm_vmax(m2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "        m3 = tlm_vmax(m3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "    }\n"
+    "    for (; i + TLM_VW <= C; i += TLM_VW) m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
+    "    if (i < C) m1 = tlm_vmax(m1, tlm_vmload(x + i, tlm_vmask(C - i), -INFINITY));\n"
+    "    const tlm_v vm = tlm_vset1(tlm_vhmax(tlm_vmax(tlm_vmax(m0, m1), tlm_vmax(m2, m3))));\n"
+    "    tlm_v s0 = tlm_vset1(0.0f), s1 = s0;\n"
+    "    for (i = 0; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_v e0 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i), vm));\n"
+    "        tlm_v e1 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i + TLM_VW), vm));\n"
+    "        tlm_vstore(t + i, e0);\n"
+    "        tlm_vstore(t + i + TLM_VW, e1);\n"
+    "        s0 = tlm_vadd(s0, e0);\n"
+    "        s1 = tlm_vadd(s1, e1);\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
+    "        tlm_v e = tlm_vmaskz(k, tlm_vexp_neg(tlm_vsub(tlm_vmload(x + i, k, 0.0f), vm)));\n"
+    "        tlm_vmstore(t + i, k, e);\n"
+    "        s0 = tlm_vadd(s0, e);\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "    return 1.0f / tlm_vhadd(tlm_vadd(s0, s1));\n"
+    "}\n"
+    "\n"
+    "/* t *= s over the row (softmax's output row when it does not stream) */\n"
+    "static inline void tlm_scale_row(float *restrict t, int64_t C, float s)\n"
+    "{\n"
+    "    const tlm_v v = tlm_vset1(s);\n"
+    "    int64_t i;\n"
+    "    for (i = 0; i + TLM_VW <= C; i += TLM_VW) tlm_vstore(t + i, tlm_vmul(tlm_vload(t + i), v));\n"
+    "    if (i < C) {\n"
+    "        tlm_m k = tlm_vmask(C - i);\n"
+    "        tlm_vmstore(t + i, k, tlm_vmul(tlm_vmload(t + i, k, 0.0f), v));\n"
+    "    }\n"
+    "}\n";
+
+static const char rows_vec_layer_norm[] =
+    "/* t = (x - mean) / sqrt(var + eps) * g + b over the row (two-pass variance, from cache) */\n"
+    "static inline void tlm_layer_norm_row(const float *restrict x, float *restrict t, const float *restrict g,\n"
+    "                                      const float *restrict b, int64_t C, float eps, tlm_out *o)\n"
+    "{\n"
+    "    int64_t i;\n"
+    "    tlm_v a0 = tlm_vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        a0 = tlm_vadd(a0, tlm_vload(x + i));\n"
+    "        a1 = tlm_vadd(a1, tlm_vload(x + i + TLM_VW));\n"
+    "        a2 = tlm_vadd(a2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "        a3 = tlm_vadd(a3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "    }\n"
+    "    for (; i + TLM_VW <= C; i += TLM_VW) a0 = tlm_vadd(a0, tlm_vload(x + i));\n"
+    "    if (i < C) a1 = tlm_vadd(a1, tlm_vmload(x + i, tlm_vmask(C - i), 0.0f));\n"
+    "    const float mean = tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3))) * (float)(1.0 / (double)C);\n"
+    "    const tlm_v vm = tlm_vset1(mean);\n"
+    "    a0 = a1 = a2 = a3 = tlm_vset1(0.0f);\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        tlm_v d0 = tlm_vsub(tlm_vload(x + i), vm), d1 = tlm_vsub(tlm_vload(x + i + TLM_VW), vm);\n"
+    "        tlm_v d2 = tlm_vsub(tlm_vload(x + i + 2 * TLM_VW), vm), d3 = tlm_vsub(tlm_vload(x + i + 3 * TLM_VW), vm);\n"
+    "        a0 = tlm_vfmadd(d0, d0, a0);\n"
+    "        a1 = tlm_vfmadd(d1, d1, a1);\n"
+    "        a2 = tlm_vfmadd(d2, d2, a2);\n"
+    "        a3 = tlm_vfmadd(d3, d3, a3);\n"
+    "    }\n"
+    "    for (; i + TLM_VW <= C; i += TLM_VW) {\n"
+    "        tlm_v d = tlm_vsub(tlm_vload(x + i), vm);\n"
+    "        a0 = tlm_vfmadd(d, d, a0);\n"
+    "    }\n"
+    "    if (i < C) {\n"
+    "        tlm_m k = tlm_vmask(C - i);\n"
+    "        tlm_v d = tlm_vmaskz(k, tlm_vsub(tlm_vmload(x + i, k, 0.0f), vm));\n"
+    "        a1 = tlm_vfmadd(d, d, a1);\n"
+    "    }\n"
+    "    const float var = tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3))) * (float)(1.0 / (double)C);\n"
+    "    const tlm_v inv = tlm_vset1(1.0f / sqrtf(var + eps));\n"
+    "    for (i = 0; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_vstore(t + i, tlm_vfmadd(tlm_vmul(tlm_vsub(tlm_vload(x + i), vm), inv), tlm_vload(g + i), tlm_vload(b + i)));\n"
+    "        tlm_vstore(t + i + TLM_VW, tlm_vfmadd(tlm_vmul(tlm_vsub(tlm_vload(x + i + TLM_VW), vm), inv),\n"
+    "                                              tlm_vload(g + i + TLM_VW), tlm_vload(b + i + TLM_VW)));\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
+    "        tlm_vmstore(t + i, k, tlm_vfmadd(tlm_vmul(tlm_vsub(tlm_vmload(x + i, k, 0.0f), vm), inv),\n"
+    "                                         tlm_vmload(g + i, k, 0.0f), tlm_vmload(b + i, k, 0.0f)));\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "}\n";
+
+static const char rows_vec_rms_norm[] =
+    "/* t = x / sqrt(mean(x^2) + eps) * w over the row */\n"
+    "static inline void tlm_rms_norm_row(const float *restrict x, float *restrict t, const float *restrict w,\n"
+    "                                    int64_t C, float eps, tlm_out *o)\n"
+    "{\n"
+    "    int64_t i;\n"
+    "    tlm_v a0 = tlm_vset1(0.0f), a1 = a0, a2 = a0, a3 = a0;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        tlm_v v0 = tlm_vload(x + i), v1 = tlm_vload(x + i + TLM_VW);\n"
+    "        tlm_v v2 = tlm_vload(x + i + 2 * TLM_VW), v3 = tlm_vload(x + i + 3 * TLM_VW);\n"
+    "        a0 = tlm_vfmadd(v0, v0, a0);\n"
+    "        a1 = tlm_vfmadd(v1, v1, a1);\n"
+    "        a2 = tlm_vfmadd(v2, v2, a2);\n"
+    "        a3 = tlm_vfmadd(v3, v3, a3);\n"
+    "    }\n"
+    "    for (; i + TLM_VW <= C; i += TLM_VW) {\n"
+    "        tlm_v v = tlm_vload(x + i);\n"
+    "        a0 = tlm_vfmadd(v, v, a0);\n"
+    "    }\n"
+    "    if (i < C) {\n"
+    "        tlm_v v = tlm_vmload(x + i, tlm_vmask(C - i), 0.0f);\n"
+    "        a1 = tlm_vfmadd(v, v, a1);\n"
+    "    }\n"
+    "    const float ms = tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3))) * (float)(1.0 / (double)C);\n"
+    "    const tlm_v inv = tlm_vset1(1.0f / sqrtf(ms + eps));\n"
+    "    for (i = 0; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_vstore(t + i, tlm_vmul(tlm_vmul(tlm_vload(x + i), inv), tlm_vload(w + i)));\n"
+    "        tlm_vstore(t + i + TLM_VW, tlm_vmul(tlm_vmul(tlm_vload(x + i + TLM_VW), inv), tlm_vload(w + i + TLM_VW)));\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
+    "        tlm_vmstore(t + i, k, tlm_vmul(tlm_vmul(tlm_vmload(x + i, k, 0.0f), inv), tlm_vmload(w + i, k, 0.0f)));\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "}\n";
+
+static const char rows_vec_reduce[] =
+    "/* the sum (max) of a row, four accumulators; the next row prefetched meanwhile */\n"
+    "static inline float tlm_reduce_row(const float *restrict x, int64_t C, int is_max, tlm_out *o)\n"
+    "{\n"
+    "    const float id = is_max ? -INFINITY : 0.0f;\n"
+    "    tlm_v a0 = tlm_vset1(id), a1 = a0, a2 = a0, a3 = a0;\n"
+    "    int64_t i;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_out_step(o);\n"
+    "        if (is_max) {\n"
+    "            a0 = tlm_vmax(a0, tlm_vload(x + i));\n"
+    "            a1 = tlm_vmax(a1, tlm_vload(x + i + TLM_VW));\n"
+    "            a2 = tlm_vmax(a2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "            a3 = tlm_vmax(a3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "        } else {\n"
+    "            a0 = tlm_vadd(a0, tlm_vload(x + i));\n"
+    "            a1 = tlm_vadd(a1, tlm_vload(x + i + TLM_VW));\n"
+    "            a2 = tlm_vadd(a2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "            a3 = tlm_vadd(a3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "        }\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_v v = tlm_vmload(x + i, tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW), id);\n"
+    "        a0 = is_max ? tlm_vmax(a0, v) : tlm_vadd(a0, v);\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "    if (is_max) return tlm_vhmax(tlm_vmax(tlm_vmax(a0, a1), tlm_vmax(a2, a3)));\n"
+    "    return tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3)));\n"
+    "}\n";
+
+typedef enum { RV_NONE, RV_SOFTMAX, RV_LAYER_NORM, RV_RMS_NORM, RV_REDUCE } rows_vec_op;
+
+static int tensor_named(const ir_subgraph *g, const char *name)
+{
+    for (int t = 0; t < g->n_tensor; t++)
+        if (!strcmp(g->tensor[t].name, name)) return t;
+    return -1;
+}
+
+/* Which vectorised rows kernel computes this subgraph exactly (RV_NONE: the generic rows
+ * code): the op alone (no epilogue), over one row axis of a row-major X, on a target with
+ * AVX2+FMA. */
+static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
+{
+    const ir_subgraph *g = c->g;
+    const ir_stage *an = &g->stage[g->anchor];
+    uint32_t isa = c->sp->tgt.cpu.isa;
+    if (!vec || c->sp->n_rows_axes != 1 || g->n_stage != g->anchor + 1 ||
+        an->n_spatial + an->n_reduce != 2 || an->extent[0] != c->sp->rows)
+        return RV_NONE;
+    if (!(isa & TARGET_ISA_AVX512F) && !((isa & TARGET_ISA_AVX2) && (isa & TARGET_ISA_FMA)))
+        return RV_NONE;
+    int x = tensor_named(g, "X");
+    if (x < 0 || g->tensor[x].ndim != 2 || g->tensor[x].shape[0] != an->extent[0] ||
+        g->tensor[x].shape[1] != an->extent[1])
+        return RV_NONE;
+    if (an->n_reduce == 1) {
+        bool red = g->wl.op == IR_OP_REDUCE_SUM || g->wl.op == IR_OP_REDUCE_MEAN ||
+                   g->wl.op == IR_OP_REDUCE_MAX;
+        return red && g->n_stage == 1 && g->tensor[g->output].ndim == 1 ? RV_REDUCE : RV_NONE;
+    }
+    if (g->tensor[g->output].ndim != 2) return RV_NONE;
+    switch (g->wl.op) {
+    case IR_OP_SOFTMAX:
+        return g->n_stage == 3 ? RV_SOFTMAX : RV_NONE;
+    case IR_OP_LAYER_NORM:
+        return g->n_stage == 3 && tensor_named(g, "gamma") >= 0 && tensor_named(g, "beta") >= 0
+                   ? RV_LAYER_NORM
+                   : RV_NONE;
+    case IR_OP_RMS_NORM:
+        return g->n_stage == 2 && tensor_named(g, "weight") >= 0 ? RV_RMS_NORM : RV_NONE;
+    default:
+        return RV_NONE;
+    }
+}
+
+/* Non-temporal stores pay when the output cannot stay in cache for whoever reads it next:
+ * past half the last-level cache, and past 24 MiB per core however large the L3 claims to be
+ * (a VM's slice of a shared L3). Measured on a 2-core VM reporting 480 MiB of L3: softmax
+ * outputs up to 36 MB ran faster with plain stores, 49 MB tied, 67 and 72 MB ran 1.2-1.4x
+ * faster streamed. */
+static bool rows_vec_stream(const cgc *c)
+{
+    const target_cpu_info *t = &c->sp->tgt.cpu;
+    int64_t out_bytes = 4 * ir_tensor_numel(&c->g->tensor[c->g->output]);
+    int64_t llc = t->l3_bytes > 0 ? t->l3_bytes : 8 << 20;
+    int64_t lim = llc / 2, per_core = (int64_t)(t->cores > 0 ? t->cores : 1) * (24 << 20);
+    if (per_core < lim) lim = per_core;
+    return out_bytes > lim;
+}
+
+static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const space *sp = c->sp;
+    int64_t rb = space_get(sp, c->s, SLOT_ROWS, 1);
+    bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
+    const ir_stage *an = &g->stage[g->anchor];
+    long long R = (long long)an->extent[0], C = (long long)an->extent[1];
+    long long CP = (C + 15) / 16 * 16; /* a scratch row, whole 64-byte lines */
+    bool stream = op != RV_REDUCE && rows_vec_stream(c);
+    /* the rows a row's passes touch: in L1, prefetch into it; else into L2 */
+    int64_t foot = (stream ? 3 : 2) * C * 4 + (op == RV_LAYER_NORM ? 2 : op == RV_RMS_NORM) * C * 4;
+    int64_t l1 = sp->tgt.cpu.l1d_bytes > 0 ? sp->tgt.cpu.l1d_bytes : 32 << 10;
+    const char *X = g->tensor[tensor_named(g, "X")].name, *Y = g->tensor[g->output].name;
+
+    cg_line(b, 0, "#include <immintrin.h>");
+    cg_line(b, 0, "#include <stdlib.h>");
+    cg_line(b, 0, "#define TLM_PF_HINT %s", foot <= l1 ? "_MM_HINT_T0" : "_MM_HINT_T1");
+    cg_printf(b, "%s", rows_vec_common);
+    cg_printf(b, "%s\n",
+              op == RV_SOFTMAX      ? rows_vec_softmax
+              : op == RV_LAYER_NORM ? rows_vec_layer_norm
+              : op == RV_RMS_NORM   ? rows_vec_rms_norm
+                                    : rows_vec_reduce);
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    int ind = 1;
+    if (par) {
+        cg_line(b, ind, "#pragma omp parallel");
+        cg_line(b, ind++, "{");
+    } else {
+        cg_line(b, ind++, "{");
+    }
+    if (stream) {
+        cg_line(b, ind, "/* two scratch rows: the one computed and the one streaming out */");
+        cg_line(b, ind, "float *const tlm_buf = aligned_alloc(64, %lld);", 2 * CP * 4);
+        /* every thread must reach the worksharing loop; a kernel has no error path */
+        cg_line(b, ind, "if (!tlm_buf) abort();");
+        cg_line(b, ind, "float *py = NULL;");
+        cg_line(b, ind, "const float *pt = NULL;");
+        cg_line(b, ind, "float ps = 1.0f;");
+        cg_line(b, ind, "int k = 0;");
+    }
+    if (par) cg_line(b, ind, "#pragma omp for schedule(static)%s", stream ? " nowait" : "");
+    loop(b, ind++, "rb", (int64_t)R / rb);
+    loop(b, ind++, "rr", rb);
+    cg_line(b, ind, "const int64_t r = rb * %lld + rr;", (long long)rb);
+    cg_line(b, ind, "const float *const x = %s + r * %lld;", X, C);
+    if (op != RV_REDUCE) cg_line(b, ind, "float *const y = %s + r * %lld;", Y, C);
+    cg_line(b, ind, "tlm_out o;");
+    if (stream) {
+        cg_line(b, ind, "float *const t = tlm_buf + k * %lld;", CP);
+        cg_line(b, ind,
+                "tlm_out_begin(&o, py, pt, %lld, ps, r + 1 < %lld ? x + %lld : NULL, %lld);", C, R,
+                C, C);
+    } else if (op != RV_REDUCE) {
+        cg_line(b, ind, "float *const t = y;");
+        cg_line(b, ind,
+                "tlm_out_begin(&o, NULL, NULL, 0, 1.0f, r + 1 < %lld ? x + %lld : NULL, %lld);", R,
+                C, C);
+    }
+    char eps[40];
+    snprintf(eps, sizeof eps, "%.9gf", (double)(float)g->wl.eps);
+    if (op == RV_SOFTMAX) {
+        cg_line(b, ind, "const float s = tlm_softmax_row(x, t, %lld, &o);", C);
+        if (!stream) cg_line(b, ind, "tlm_scale_row(y, %lld, s);", C);
+    } else if (op == RV_LAYER_NORM) {
+        cg_line(b, ind, "tlm_layer_norm_row(x, t, %s, %s, %lld, %s, &o);",
+                g->tensor[tensor_named(g, "gamma")].name, g->tensor[tensor_named(g, "beta")].name,
+                C, eps);
+    } else if (op == RV_RMS_NORM) {
+        cg_line(b, ind, "tlm_rms_norm_row(x, t, %s, %lld, %s, &o);",
+                g->tensor[tensor_named(g, "weight")].name, C, eps);
+    } else {
+        cg_line(b, ind,
+                "tlm_out_begin(&o, NULL, NULL, 0, 1.0f, r + 1 < %lld ? x + %lld : NULL, %lld);", R,
+                C, C);
+        cg_printf(b, "%*s%s[r] = tlm_reduce_row(x, %lld, %d, &o)", ind * 4, "", Y, C,
+                  an->reduce == IR_RED_MAX);
+        if (an->post_scale != 1.0) cg_printf(b, " * (float)%.17g", an->post_scale);
+        cg_printf(b, ";\n");
+    }
+    if (stream) {
+        cg_line(b, ind, "py = y;");
+        cg_line(b, ind, "pt = t;");
+        cg_line(b, ind, "ps = %s;", op == RV_SOFTMAX ? "s" : "1.0f");
+        cg_line(b, ind, "k ^= 1;");
+    }
+    while (ind > 2)
+        cg_line(b, --ind, "}");
+    if (stream) {
+        cg_line(b, ind, "if (py) { /* this thread's last row */");
+        cg_line(b, ind + 1, "tlm_out o;");
+        cg_line(b, ind + 1, "tlm_out_begin(&o, py, pt, %lld, ps, NULL, 0);", C);
+        cg_line(b, ind + 1, "tlm_out_finish(&o);");
+        cg_line(b, ind, "}");
+        cg_line(b, ind, "_mm_sfence(); /* the streamed rows before the threads join */");
+        cg_line(b, ind, "free(tlm_buf);");
+    }
+    cg_line(b, --ind, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
 static int gen_rows(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -1291,6 +1781,8 @@ static int gen_rows(cgc *c, const char *entry)
     int nra = sp->n_rows_axes;
     const ir_stage *first = &g->stage[0];
     const ir_stage *anc = &g->stage[g->anchor];
+    rows_vec_op rv = rows_vec_kind(c, vec);
+    if (rv != RV_NONE) return gen_rows_vec(c, entry, rv);
     int64_t slen = rows_stream_len(c, vec);
 
     if (slen) emit_stream_helper(b);

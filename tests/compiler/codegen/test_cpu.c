@@ -449,6 +449,13 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
     }
 }
 
+/* Whether a rows kernel streams its output (both rows generators allocate their per-thread
+ * scratch rows only then). */
+static bool rows_streamed(const char *src)
+{
+    return strstr(src, "aligned_alloc(") != NULL;
+}
+
 /* Rows kernels whose output outgrows the last-level cache stream it out from a per-thread
  * scratch row (non-temporal stores): checked here on a target that says its L3 is 64 KiB. */
 Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
@@ -469,7 +476,7 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
             tlm_error err;
             cg_kernel k;
             cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            cr_expect(strstr(k.source, "tlm_stream_row(") != NULL, "%s: not streamed", wls[i]);
+            cr_expect(rows_streamed(k.source), "%s: not streamed", wls[i]);
             cg_kernel_free(&k);
             check_schedule(&b, &s, wls[i]);
             /* serial too: the scratch row outside any parallel region */
@@ -486,10 +493,105 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     tlm_error err;
     cg_kernel k;
     cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-    cr_expect(strstr(k.source, "tlm_stream_row(") == NULL);
+    cr_expect(!rows_streamed(k.source));
     cg_kernel_free(&k);
     free(b.g);
     free(b.sp);
+}
+
+/* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
+ * lengths of 1, lanes - 1, lanes, lanes + 1 on both ISAs, a multiple of neither and a long row;
+ * 13 rows (not a multiple of the threads or of a rows block); plain stores, streamed stores (a
+ * target whose L3 is 64 KiB: misaligned row starts, partial lines) where the op writes rows;
+ * each value of the rows block and of parallel (serial: one thread's scratch rows, no
+ * worksharing). */
+static void check_rows_vec(const char *op, const char *fn, bool can_stream)
+{
+    static const int cs[] = {1, 7, 8, 9, 15, 16, 17, 33, 1500};
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int st = 0; st < 2; st++) {
+                char wl[160];
+                snprintf(wl, sizeof wl, "{\"op\":\"%s\",\"shape\":{\"R\":13,\"C\":%d}}", op,
+                         cs[ci]);
+                built b = build(wl, tgs[ti]);
+                if (st) {
+                    b.t.cpu.l3_bytes = 64 << 10;
+                    b.sp->tgt.cpu.l3_bytes = 64 << 10;
+                }
+                bool big = 4 * 13 * cs[ci] > 32 << 10;
+                space_sched s;
+                space_default(b.sp, &s);
+                tlm_error err;
+                cg_kernel k;
+                cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+                cr_expect(strstr(k.source, fn) != NULL, "%s on %s: not the vectorised kernel", wl,
+                          tgs[ti]);
+                cr_expect_eq(rows_streamed(k.source), can_stream && st && big,
+                             "%s on %s, L3 %lld: streamed %d", wl, tgs[ti],
+                             (long long)b.sp->tgt.cpu.l3_bytes, (int)rows_streamed(k.source));
+                cg_kernel_free(&k);
+                /* every rows block x parallel (vectorize on) */
+                int64_t vals[SPACE_MAX_VALUES];
+                for (int sl = 0; sl < b.sp->n_slot; sl++) {
+                    if (b.sp->slot[sl].kind != SLOT_ROWS && b.sp->slot[sl].kind != SLOT_PARALLEL)
+                        continue;
+                    int nv = space_legal_values(b.sp, sl, &s, vals);
+                    space_sched v = s;
+                    for (int i = 0; i < nv; i++) {
+                        v.v[sl] = vals[i];
+                        if (space_check(b.sp, &v, &err) == 0) check_schedule(&b, &v, wl);
+                    }
+                }
+                free(b.g);
+                free(b.sp);
+            }
+}
+
+Test(codegen_cpu, rows_vec_softmax_odd_lengths)
+{
+    check_rows_vec("softmax", "tlm_softmax_row(x", true);
+}
+
+Test(codegen_cpu, rows_vec_layer_norm_odd_lengths)
+{
+    check_rows_vec("layer_norm", "tlm_layer_norm_row(x", true);
+}
+
+Test(codegen_cpu, rows_vec_rms_norm_odd_lengths)
+{
+    check_rows_vec("rms_norm", "tlm_rms_norm_row(x", true);
+}
+
+/* Row reductions: the same kernels' reading half (one float per row out: never streamed). */
+Test(codegen_cpu, rows_vec_reductions_odd_lengths)
+{
+    check_rows_vec("reduce_sum", "tlm_reduce_row(x", false);
+    check_rows_vec("reduce_mean", "tlm_reduce_row(x", false);
+    check_rows_vec("reduce_max", "tlm_reduce_row(x", false);
+}
+
+/* Long streamed rows (past L1: prefetch into L2; a row's end in a partial line), odd row
+ * counts (3, 5, 7), both ISAs. */
+Test(codegen_cpu, rows_vec_streamed_long_rows)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"softmax\",\"shape\":{\"R\":5,\"C\":50257}}",
+        "{\"op\":\"layer_norm\",\"shape\":{\"R\":7,\"C\":40961}}",
+        "{\"op\":\"rms_norm\",\"shape\":{\"R\":3,\"C\":65537},\"eps\":1e-6}",
+    };
+    for (int i = 0; i < 3; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            b.t.cpu.l3_bytes = 64 << 10;
+            b.sp->tgt.cpu.l3_bytes = 64 << 10;
+            space_sched s;
+            space_default(b.sp, &s);
+            check_schedule(&b, &s, wls[i]);
+            free(b.g);
+            free(b.sp);
+        }
 }
 
 /* The generic (named) target path: portable -march flags, 8 lanes, 16 registers. */
