@@ -148,8 +148,7 @@ static const char usage[] =
     "grace_s, store_max_bytes, hot_cache_bytes (64 MiB of kernels answered from memory on the\n"
     "event loop; 0: off), decoder_slots, max_connections (0: from RLIMIT_NOFILE),\n"
     "max_connections_per_ip, header_timeout_s, body_timeout_s, idle_timeout_s, compile_workers,\n"
-    "compile_nice (10: the compile pool's nice value, below the loop's), compile_sched (idle:\n"
-    "the compile pool and its compilers run SCHED_IDLE, so a hit preempts them at once; normal).\n"
+    "compile_nice (10: the compile pool's nice value, below the loop's).\n"
     "Cluster tier (README \"Running a cluster\"): --redis / TLMD_REDIS / redis, and\n"
     "--redis-password-file / TLMD_REDIS_PASSWORD_FILE / redis_password_file; config keys\n"
     "redis_namespace (tlmd), redis_ttl_s (604800, 0: none), redis_max_blob_bytes (64 MiB),\n"
@@ -192,7 +191,6 @@ static void config_defaults(tlmd_config *c)
     c->idle_timeout_s = 30;
     c->compile_workers = 4;
     c->compile_nice = 10;
-    c->compile_idle = true;
     c->hot_cache_bytes = (size_t)64 << 20;
     l2_config_defaults(&c->l2);
 }
@@ -277,12 +275,6 @@ static int config_set(tlmd_config *c, const char *key, const char *v, const char
         if (strcmp(v, "auto") && strcmp(v, "cpu") && strncmp(v, "cuda", 4))
             return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected auto, cpu or cuda[:N]", v);
         return copy_str(c->device, sizeof c->device, key, v, err);
-    }
-    if (!strcmp(key, "compile_sched")) {
-        if (strcmp(v, "idle") && strcmp(v, "normal"))
-            return tlm_err_set(err, TLM_EINVAL, key, "\"%s\": expected idle or normal", v);
-        c->compile_idle = !strcmp(v, "idle");
-        return 0;
     }
     if (!strcmp(key, "log_level")) {
         int l = tlmd_log_level_parse(v);
@@ -1005,7 +997,7 @@ int main(int argc, char **argv)
     srv.inbox.h = srv.h;
     if (!rc && env->model) rc = dec_start(env, srv.m, &srv.inbox, &srv.d, &err);
     if (!rc) {
-        srv.cp = pool_new(env->loop, c->compile_workers, c->compile_nice, c->compile_idle);
+        srv.cp = pool_new(env->loop, c->compile_workers, c->compile_nice);
         srv.js = srv.cp ? jobs_new(env, srv.d, srv.m, srv.h, srv.cp) : NULL;
         srv.rt = srv.js ? routes_new(env, &srv.status, srv.js, srv.d, srv.m) : NULL;
         if (!srv.rt) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");

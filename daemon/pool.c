@@ -6,7 +6,6 @@
  * drained whole per wake-up; while work is pending that handle is referenced, so the loop
  * does not end under a running compile (as with uv_queue_work). */
 #include <errno.h>
-#include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,7 +33,6 @@ struct pool {
     int pending;       /* loop thread: submitted, done not yet called */
     int n_threads;
     int nice;
-    bool idle;
     pthread_t *threads;
 };
 
@@ -86,16 +84,11 @@ static void *pool_main(void *arg)
     pool *p = arg;
     /* Below the loop and the read pool: on a machine whose cores the compilers (cc, the
      * measurement runners: they inherit it) fill, a cache hit still gets a core at once.
-     * Linux keeps a nice value per thread. SCHED_IDLE goes further: the scheduler preempts
-     * an idle-policy task as soon as a normal one wakes on its core, so the loop answering a
-     * hit never waits for a compiler's time slice (nice alone still shares the slice). */
+     * Linux keeps a nice value per thread. Not SCHED_IDLE: these threads share the loop's
+     * address space and locks (the mm's, malloc's), and one preempted holding them for as
+     * long as the cores stay busy held the loop: measured with bench/hits.sh, hit p99 went
+     * from 3.2 ms (nice) to 8-9 ms (SCHED_IDLE). */
     if (p->nice) setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice);
-    if (p->idle) {
-        struct sched_param sp = {.sched_priority = 0};
-        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp))
-            tlmd_log(LOG_WARN, "compile_sched", "hint=\"SCHED_IDLE refused; compiles run at "
-                                                "nice %d\"", p->nice);
-    }
     for (;;) {
         while (sem_wait(&p->avail) && errno == EINTR)
             ;
@@ -125,13 +118,12 @@ static void on_done(uv_async_t *a)
     }
 }
 
-pool *pool_new(uv_loop_t *loop, int n_threads, int nice, bool idle)
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->loop = loop;
     p->nice = nice;
-    p->idle = idle;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads || uv_async_init(loop, &p->async, on_done)) {
         free(p->threads);

@@ -90,7 +90,6 @@ typedef struct tlmd_config {
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     int compile_workers; /* threads of the compile pool (jobs.c) */
     int compile_nice;    /* their nice value (and their compilers' and runners'): hits first */
-    bool compile_idle;   /* and SCHED_IDLE: any runnable loop or read thread preempts them */
     l2_config l2;        /* the cluster tier (l2.h): redis, redis_* keys */
     size_t hot_cache_bytes; /* hot.c: kernels served from memory on the loop (0: off) */
 } tlmd_config;
@@ -274,7 +273,7 @@ typedef struct pool_work {
     bool posted;            /* pool-private */
 } pool_work;
 /* n_threads at nice value nice (0: as the process; the children they start inherit it). */
-pool *pool_new(uv_loop_t *loop, int n_threads, int nice, bool idle);
+pool *pool_new(uv_loop_t *loop, int n_threads, int nice);
 void pool_submit(pool *p, pool_work *w);
 int pool_queued(pool *p); /* waiting for a thread (any thread) */
 /* From inside a running work(): w->done runs on the loop thread, before the running work's

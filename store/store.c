@@ -1014,11 +1014,17 @@ static int write_one(store_conn *c, sqlite3_stmt *s, const char *what, tlm_error
     return tx_commit(c, err);
 }
 
-/* A use of key at now, in memory; false when the table is full (write it at once). */
-static bool touch_record(store *st, const char *key, int64_t now)
+/* A use of key at now, in memory; false when the table is full (write it at once), or, with
+ * try, when another thread holds the table (it may be a low-priority thread that is not
+ * running: the caller must not wait for it). */
+static bool touch_record_(store *st, const char *key, int64_t now, bool try)
 {
     bool ok = true;
-    pthread_mutex_lock(&st->tmu);
+    if (try) {
+        if (pthread_mutex_trylock(&st->tmu)) return false;
+    } else {
+        pthread_mutex_lock(&st->tmu);
+    }
     size_t i = 0;
     while (i < st->n_touch && strcmp(st->touches[i].key, key))
         i++;
@@ -1041,9 +1047,14 @@ static bool touch_record(store *st, const char *key, int64_t now)
     return ok;
 }
 
+static bool touch_record(store *st, const char *key, int64_t now)
+{
+    return touch_record_(st, key, now, false);
+}
+
 bool store_kernel_note_use(store *st, const char *key)
 {
-    return st->opts.defer_touch && touch_record(st, key, stamp_now(st));
+    return st->opts.defer_touch && touch_record_(st, key, stamp_now(st), true);
 }
 
 size_t store_touch_pending(store *st)

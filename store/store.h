@@ -181,10 +181,10 @@ void store_kernel_free(store_kernel *k);
 /* A deep copy of src into *dst (every string and the blob); TLM_ENOMEM leaves *dst zeroed. */
 int store_kernel_copy(store_kernel *dst, const store_kernel *src);
 /* A use of key served from a copy the caller holds (tlmd's in-memory hot cache), counted as
- * store_kernel_get counts its hits (hits, last_used_at). Only with defer_touch, in memory
- * (any thread, no SQLite): false when the store does not defer uses or the table of uses
- * waiting for the next flush is full, and then nothing is recorded (read through
- * store_kernel_get instead). */
+ * store_kernel_get counts its hits (hits, last_used_at). Only with defer_touch, in memory,
+ * and it never waits (any thread, no SQLite, a try-lock): false when the store does not defer
+ * uses, the table of uses waiting for the next flush is full, or another thread holds that
+ * table right now; then nothing is recorded (read through store_kernel_get instead). */
 bool store_kernel_note_use(store *st, const char *key);
 
 int store_stats_get(store *st, store_stats *out, tlm_error *err);
