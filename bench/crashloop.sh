@@ -179,6 +179,7 @@ echo "$table"
 if [ "$OUT" != - ]; then
     mkdir -p "$(dirname "$OUT")"
     {
+        [ -s "$OUT" ] && echo
         echo "# tlmd crash loop ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $TLMD)"
         echo
         echo "SIGKILL at a uniformly random point 0.05 .. $MAX_MS ms into a burst of $CLIENTS clients x"
