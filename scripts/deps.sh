@@ -55,11 +55,13 @@ files="/usr/bin/protoc-c:protobuf-c-compiler"
 fuzz=0
 case "$scope" in
 test) pcs="$pcs $pc_test"; files="$files $files_test" ;;
-bench) files="$files /usr/include/dnnl.h:libdnnl-dev" ;;
+# the bench scripts' plots (soak, hits, eval, real_shapes) use matplotlib on /usr/bin/python3
+bench) files="$files /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/matplotlib:python3-matplotlib" ;;
 fuzz) fuzz=1 ;;
 all)
     pcs="$pcs $pc_test"
-    files="$files $files_test /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy"
+    files="$files $files_test /usr/include/dnnl.h:libdnnl-dev /usr/lib/python3/dist-packages/numpy:python3-numpy
+/usr/lib/python3/dist-packages/matplotlib:python3-matplotlib"
     ;;
 esac
 
