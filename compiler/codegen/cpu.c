@@ -1680,6 +1680,10 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     int64_t l1 = sp->tgt.cpu.l1d_bytes > 0 ? sp->tgt.cpu.l1d_bytes : 32 << 10;
     const char *X = g->tensor[tensor_named(g, "X")].name, *Y = g->tensor[g->output].name;
 
+    /* the ISA rows_vec_kind checked, named in the source: the kernel compiles to the same
+     * code whatever flags the compiler gets (the driver's -march, or none at all) */
+    cg_line(b, 0, "#pragma GCC target(\"%s\")",
+            sp->tgt.cpu.isa & TARGET_ISA_AVX512F ? "avx512f,avx512bw,avx512vl,avx2,fma" : "avx2,fma");
     cg_line(b, 0, "#include <immintrin.h>");
     cg_line(b, 0, "#include <stdlib.h>");
     cg_line(b, 0, "#define TLM_PF_HINT %s", foot <= l1 ? "_MM_HINT_T0" : "_MM_HINT_T1");
