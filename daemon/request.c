@@ -224,8 +224,10 @@ static int decode_mode(const tlmd_env *env, const json_t *j, job_params *p, tlm_
     json_t *cand = json_object_get(j, "candidates");
     if (cand) {
         double d = json_number_value(cand);
-        if (!json_is_number(cand) || d != (double)(long long)d || d < 1 ||
-            d > env->cfg.max_candidates)
+        /* the range first: casting a double beyond long long is undefined (fuzz_request
+         * found candidates = 4.1e111) */
+        if (!json_is_number(cand) || !(d >= 1 && d <= env->cfg.max_candidates) ||
+            d != (double)(long long)d)
             return tlm_err_set(e, TLM_EINVAL, "candidates", "must be an integer in [1, %d]",
                                env->cfg.max_candidates);
         if (p->mode == PL_MODE_TOPK) p->k = (int)d;
