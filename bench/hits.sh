@@ -79,20 +79,10 @@ src, out, label, load0, load1, model_done, tlmd, model, m0, m1 = sys.argv[1:11]
 m = json.load(open(src))
 
 
-def buckets(path, route):
-    """tlmd_http_answer_seconds buckets of one route: {le: cumulative count}."""
-    pat = re.compile(r'^tlmd_http_answer_seconds_bucket\{route="%s",le="([^"]+)"\} (\d+)$' % re.escape(route))
-    b = {}
-    for line in open(path):
-        g = pat.match(line.strip())
-        if g:
-            b[g.group(1)] = int(g.group(2))
-    return b
-
-
-def loop_busy(path):
-    """tlmd_loop_busy_seconds buckets: {le: cumulative count}."""
-    pat = re.compile(r'^tlmd_loop_busy_seconds_bucket\{le="([^"]+)"\} (\d+)$')
+def buckets(path, route=None, name="tlmd_http_answer_seconds"):
+    """A histogram's buckets (of one route, when given): {le: cumulative count}."""
+    labels = 'route="%s",' % re.escape(route) if route else ""
+    pat = re.compile(r'^%s_bucket\{%sle="([^"]+)"\} (\d+)$' % (name, labels))
     b = {}
     for line in open(path):
         g = pat.match(line.strip())
@@ -117,7 +107,7 @@ def server_pct(route, p):
 if "tlmd_http_answer_seconds" in open(m1).read():
     m["server_get"] = {"p50_le_ms": server_pct("/v1/kernels/{key}", 0.5),
                        "p99_le_ms": server_pct("/v1/kernels/{key}", 0.99)}
-b0, b1 = loop_busy(m0), loop_busy(m1)
+b0, b1 = (buckets(m, name="tlmd_loop_busy_seconds") for m in (m0, m1))
 if b1:
     total = b1["+Inf"] - b0.get("+Inf", 0)
     over = {le: total - (b1[le] - b0.get(le, 0)) for le in b1 if le != "+Inf"}

@@ -26,7 +26,7 @@ struct pool {
     _Atomic(pool_work *) inbox; /* loop → threads: pushed newest first */
     sem_t avail;                /* one post per submitted work, and one per thread at stop */
     pthread_mutex_t tmu;        /* the threads' own */
-    pool_work *todo_head, *todo_tail; /* under tmu: taken from inbox, oldest first */
+    pool_work *fifo; /* under tmu: a batch taken from inbox, oldest first */
     _Atomic(pool_work *) done;        /* threads → loop: finished or posted, newest first */
     atomic_bool stop;
     atomic_int queued; /* submitted, not yet started */
@@ -63,16 +63,10 @@ static pool_work *take_all(_Atomic(pool_work *) *top)
 static pool_work *next_work(pool *p)
 {
     pthread_mutex_lock(&p->tmu);
-    if (!p->todo_head) {
-        p->todo_head = take_all(&p->inbox);
-        p->todo_tail = p->todo_head;
-        while (p->todo_tail && p->todo_tail->next)
-            p->todo_tail = p->todo_tail->next;
-    }
-    pool_work *w = p->todo_head;
+    if (!p->fifo) p->fifo = take_all(&p->inbox); /* the next batch only once this one is done */
+    pool_work *w = p->fifo;
     if (w) {
-        p->todo_head = w->next;
-        if (!p->todo_head) p->todo_tail = NULL;
+        p->fifo = w->next;
         w->next = NULL;
     }
     pthread_mutex_unlock(&p->tmu);
