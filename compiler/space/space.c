@@ -360,6 +360,24 @@ static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int
     return n;
 }
 
+/* Chunk sizes of a CPU reduction axis: the divisors of its extent, plus powers of two from
+ * 16 to 512 below it that need not divide it. Nothing is padded: the last chunk is shorter
+ * (codegen bounds its loops), so a prime K like 1009 still gets cache-sized chunks and
+ * packed panels. The extra values leave every later slot's choices as they were. */
+static int cpu_red_ladder(int64_t rem, int64_t cap, int64_t *out)
+{
+    int n = divisors(rem, cap, out);
+    int base = n;
+    for (int64_t v = 16; v <= 512 && v < rem && v <= cap && n < SPACE_MAX_VALUES; v *= 2) {
+        if (rem % v == 0) continue; /* a divisor: in already */
+        bool dup = false;
+        for (int k = base; k < n && !dup; k++) dup = out[k] == v;
+        if (!dup) out[n++] = v;
+    }
+    qsort(out, (size_t)n, sizeof *out, cmp_i64);
+    return n;
+}
+
 /* ---- GPU_MMA ---- */
 
 static int64_t round_up(int64_t v, int64_t m)
@@ -497,6 +515,7 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         if (cpu && spatial && sl->level == 3) cap = CPU_INNER_MAX;
         int64_t cand[SPACE_MAX_VALUES];
         int nc = cpu && spatial ? cpu_ladder(sp, partial, slot, sl->axis, sl->level, rem, cap, cand)
+                 : cpu          ? cpu_red_ladder(rem, cap, cand)
                                 : divisors(rem, cap, cand);
         for (int i = 0; i < nc; i++) {
             int64_t v = cand[i];
@@ -824,9 +843,19 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                 if (sl->axis >= ns && gemv) { /* short chunks under a wide streamed row */
                     v = pick_le(vals, n, 8);
                 } else if (sl->axis >= ns) { /* reduction chunk: up to 256, never a sliver of a prime */
-                    v = pick_le(vals, n, 256);
+                    /* the largest divisor up to 256; when the divisors are poor (a prime K),
+                     * the largest non-dividing chunk up to 256 whose last piece is at least a
+                     * quarter of it (1009 = 3 x 256 + 241; 257 keeps one chunk) */
+                    int64_t e = a->extent[sl->axis];
+                    v = vals[0];
+                    for (int k = 0; k < n; k++)
+                        if (vals[k] <= 256 && e % vals[k] == 0) v = vals[k];
+                    int64_t lv = v;
+                    for (int k = 0; k < n && v < 64; k++)
+                        if (vals[k] <= 256 && e % vals[k] >= (vals[k] + 3) / 4) lv = vals[k];
+                    if (lv > v) v = lv;
                     for (int k = 0; k < n && v < 16; k++)
-                        if (vals[k] >= 16) v = vals[k];
+                        if (vals[k] >= 16 && e % vals[k] == 0) v = vals[k];
                     /* ... and small enough that the packed operands fit their buffers (the
                      * reduction axes after this one at 1) */
                     space_sched t = *out;

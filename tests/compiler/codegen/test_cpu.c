@@ -277,6 +277,73 @@ ODD(elementwise_prime, "{\"op\":\"elementwise\",\"shape\":{\"N\":1009},"
                        "\"epilogue\":[\"add\",\"relu\"]}")
 ODD(transpose, "{\"op\":\"transpose\",\"shape\":{\"R\":17,\"C\":31}}")
 
+/* Reduction chunks that do not divide the extent (a prime K gets 16 and 32 besides 1 and K):
+ * the last chunk is shorter, in the register tile's loop and in the packing loops. From the
+ * default, every non-dividing value of each reduction slot, with packing on and off where
+ * legal and the later slots kept when still legal; both ISAs; GEMMs (plain, transposed, a
+ * batched Bt) and NCHW/NHWC convs whose channel reduction is prime. */
+static int check_chunks(const char *wl, const char *tg, int *packed)
+{
+    built b = build(wl, tg);
+    space_sched def;
+    space_default(b.sp, &def);
+    int64_t vals[SPACE_MAX_VALUES], later[SPACE_MAX_VALUES];
+    int checked = 0;
+    for (int i = 0; i < b.sp->n_slot; i++) {
+        const space_slot *sl = &b.sp->slot[i];
+        if (sl->kind != SLOT_TILE || sl->axis < b.sp->n_spatial) continue;
+        int64_t e = b.g->stage[b.g->anchor].extent[sl->axis];
+        int n = space_legal_values(b.sp, i, &def, vals);
+        for (int k = 0; k < n; k++) {
+            if (e % vals[k] == 0) continue;
+            for (int pack = 0; pack < 2; pack++) {
+                space_sched s = def;
+                s.v[i] = vals[k];
+                bool ok = true;
+                for (int j = i + 1; j < b.sp->n_slot && ok; j++) {
+                    int nl = space_legal_values(b.sp, j, &s, later);
+                    int64_t want = b.sp->slot[j].kind == SLOT_PACK ? pack : def.v[j];
+                    int64_t pick = nl > 0 ? later[0] : -1;
+                    for (int q = 0; q < nl; q++)
+                        if (later[q] == want) pick = want;
+                    if (b.sp->slot[j].kind == SLOT_PACK && pick != pack) ok = false;
+                    s.v[j] = pick;
+                }
+                if (!ok) continue;
+                check_schedule(&b, &s, wl);
+                checked++;
+                *packed += pack;
+            }
+        }
+    }
+    free(b.g);
+    free(b.sp);
+    return checked;
+}
+
+Test(codegen_cpu, reduction_chunks_need_not_divide)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"dense\",\"shape\":{\"M\":13,\"N\":35,\"K\":37},"
+        "\"epilogue\":[\"bias_add\",\"gelu\"]}",
+        "{\"op\":\"dense\",\"shape\":{\"M\":9,\"N\":40,\"K\":41},\"transpose_a\":true}",
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":5,\"N\":19,\"K\":67},"
+        "\"transpose_b\":true}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":7,\"W\":9,\"F\":16,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":23,\"H\":5,\"W\":5,\"F\":12,"
+        "\"KH\":1,\"KW\":1},\"layout\":\"NHWC\"}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    int packed = 0;
+    for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
+        for (size_t t = 0; t < 2; t++) {
+            int n = check_chunks(wls[w], tgs[t], &packed);
+            cr_expect_geq(n, 2, "%s on %s: %d schedules with a short last chunk", wls[w], tgs[t], n);
+        }
+    cr_expect_gt(packed, 0, "no packed schedule had a short last chunk");
+}
+
 /* CPU_WINDOW (depthwise / pools in NCHW: packed planes in stride phases, row-reusing register
  * tiles): output widths of lanes - 1, lanes, lanes + 1 on each ISA (7/8/9 and 15/16/17), a
  * single point, stride 2 and 3, dilation, -inf padding of a max pool, every schedule of a

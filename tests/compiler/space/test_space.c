@@ -116,6 +116,16 @@ static void check_structure(const space *sp, const space_sched *s, const char *w
                           "%s: tiles of axis %s multiply to %lld, extent %lld (padding bound %lld)",
                           what, a->axis[x], (long long)p, (long long)e, (long long)limit);
                 cr_assert_eq(space_padded_extent(sp, s, x), p);
+            } else if (sp->sketch == SKETCH_CPU_TILE) {
+                /* CPU reduction chunks need not divide: ceil(e / chunk) chunks, the last one
+                 * shorter and never empty, nothing padded */
+                int64_t c = space_tile(sp, s, x, 1), n0 = space_tile(sp, s, x, 0);
+                cr_assert(n0 == (e + c - 1) / c && (n0 - 1) * c < e && c <= e,
+                          "%s: axis %s: %lld chunks of %lld for extent %lld", what, a->axis[x],
+                          (long long)n0, (long long)c, (long long)e);
+                cr_assert(e % c == 0 || (c >= 16 && c <= 512 && (c & (c - 1)) == 0),
+                          "%s: axis %s: chunk %lld of extent %lld is neither a divisor nor a "
+                          "power of two in 16..512", what, a->axis[x], (long long)c, (long long)e);
             } else {
                 cr_assert_eq(p, e, "%s: tiles of axis %s multiply to %lld, extent %lld", what,
                              a->axis[x], (long long)p, (long long)e);
@@ -616,12 +626,65 @@ Test(space, vectorize_names_any_long_spatial_axis)
     unbuild(&b);
 }
 
+/* The tile of the k slot (the first reduction tile) in the default. */
+static int64_t default_k_chunk(const space *sp)
+{
+    space_sched s;
+    space_default(sp, &s);
+    for (int i = 0; i < sp->n_slot; i++)
+        if (sp->slot[i].kind == SLOT_TILE && sp->slot[i].axis >= sp->n_spatial) return s.v[i];
+    return -1;
+}
+
+Test(space, reduction_chunks_need_not_divide)
+{
+    /* a prime K offers cache-sized chunks (powers of two 16..512 below K) besides 1 and K,
+     * and the default takes 256 (1009 = 3 x 256 + 241) and packs */
+    built b = build("{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu");
+    int64_t vals[SPACE_MAX_VALUES];
+    space_sched s;
+    space_default(b.sp, &s);
+    int k_slot = -1;
+    for (int i = 0; i < b.sp->n_slot && k_slot < 0; i++)
+        if (b.sp->slot[i].kind == SLOT_TILE && b.sp->slot[i].axis >= b.sp->n_spatial) k_slot = i;
+    cr_assert_geq(k_slot, 0);
+    int n = space_legal_values(b.sp, k_slot, &s, vals);
+    static const int64_t want[] = {1, 16, 32, 64, 128, 256, 512, 1009};
+    cr_assert_eq(n, 8, "K = 1009: %d chunk sizes", n);
+    for (int k = 0; k < n; k++) cr_expect_eq(vals[k], want[k]);
+    cr_expect_eq(s.v[k_slot], 256);
+    cr_expect_eq(space_get(b.sp, &s, SLOT_PACK, -1), 1, "a prime K packs its chunks");
+    tlm_error err;
+    tlm_err_clear(&err);
+    cr_expect_eq(space_check(b.sp, &s, &err), 0, "%s: %s", err.field, err.msg);
+    unbuild(&b);
+    /* divisors win when they are good (320: 160, 2048: 256); a chunk whose last piece would
+     * be a sliver is not taken (257 = 256 + 1 keeps one chunk); AVX2 follows the same rule */
+    static const struct {
+        const char *wl, *tg;
+        int64_t chunk;
+    } cases[] = {
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":320}}", "cpu", 160},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":512,\"N\":2048,\"K\":2048}}", "cpu:avx2", 256},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":257}}", "cpu", 257},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":577,\"N\":1152,\"K\":577}}", "cpu:avx2", 256},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        b = build(cases[i].wl, cases[i].tg);
+        cr_expect_eq(default_k_chunk(b.sp), cases[i].chunk, "%s on %s: chunk %lld", cases[i].wl,
+                     cases[i].tg, (long long)default_k_chunk(b.sp));
+        unbuild(&b);
+    }
+}
+
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
 {
     static const struct {
         const char *wl, *tg;
     } cases[] = {
         {"{\"op\":\"dense\",\"shape\":{\"M\":4,\"N\":4,\"K\":4}}", "cpu"},
+        /* a prime K: chunks 16 and 32 that do not divide it */
+        {"{\"op\":\"dense\",\"shape\":{\"M\":2,\"N\":3,\"K\":37}}", "cpu:avx2"},
         {"{\"op\":\"dense\",\"shape\":{\"M\":6,\"N\":8,\"K\":4}}", "cuda:sm_90"},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":4,\"C\":6}}", "cpu:avx2"},
         {"{\"op\":\"softmax\",\"shape\":{\"R\":6,\"C\":8}}", "cpu"},
