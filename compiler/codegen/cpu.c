@@ -83,6 +83,8 @@ typedef struct {
     bool raw_x; /* ... except the vector axis' (a masked load bounds its lanes itself) */
     bool interior; /* emitting the interior register tile: padding selects always hold */
     bool masked; /* the kernel uses tlm_vload_range (emit_vec_helpers defines it) */
+    bool direct; /* one reduction chunk: each register tile starts from zero and is stored
+                  * to the output (with the epilogue) as soon as it is done */
     cg_buf b;
     cg_names nm;
     char axbuf[IR_MAX_AXES][48];
@@ -567,6 +569,44 @@ static int64_t tile_point(const cgc *c, int64_t q, const int64_t *accst, int64_t
     return off;
 }
 
+/* The write-back of one finished register tile (c->direct): its points, read back from the
+ * block while hot, through the epilogue to the output; the last tile of a padded axis stops
+ * at the extent. */
+static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    int ns = c->ns, oind = ind;
+    bool vec = c->W > 1;
+    for (int i = 0; i < ns; i++) {
+        const char *n = a->axis[i];
+        bool bound = c->pad[i] && c->edge; /* only the edge version's tiles overshoot */
+        if (bound)
+            cg_line(b, ind, "const int64_t %s3_n = tlm_imin(%lld, %lld - %s_b);", n,
+                    (long long)c->T[i][3], (long long)c->E[i], n);
+        if (vec && i == ns - 1) cg_line(b, ind, "#pragma omp simd");
+        if (bound)
+            cg_line(b, ind, "for (int64_t %s3 = 0; %s3 < %s3_n; %s3++) {", n, n, n, n);
+        else
+            cg_line(b, ind, "for (int64_t %s3 = 0; %s3 < %lld; %s3++) {", n, n,
+                    (long long)c->T[i][3], n);
+        ind++;
+    }
+    cg_names nm = c->nm;
+    for (int i = 0; i < ns; i++) {
+        cg_line(b, ind, "const int64_t %s = %s_b + %s3;", a->axis[i], a->axis[i], a->axis[i]);
+        nm.axis[i] = a->axis[i];
+    }
+    cg_printf(b, "%*sfloat v = blk[", ind * 4, "");
+    for (int i = 0; i < ns; i++)
+        cg_printf(b, "%s%s3 * %lld", i ? " + " : "", a->axis[i], (long long)accst[i]);
+    cg_printf(b, "]");
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    emit_epilogue_store(b, c->g, ind, &nm, NULL);
+    while (ind > oind) cg_line(b, --ind, "}");
+}
+
 /* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
  * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
@@ -576,12 +616,35 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     int ns = c->ns, nr = c->nr;
     int64_t o[IR_MAX_AXES];
     const char *ty = c->W > 1 ? "tlm_vf" : "float";
+    bool maxr = a->reduce == IR_RED_MAX;
     for (int64_t q = 0; q < nv; q++) {
         int64_t off = tile_point(c, q, accst, o);
-        if (c->W > 1)
+        if (c->direct && c->W > 1)
+            cg_line(b, ind, "%s r%lld = (tlm_vf){}%s;", ty, (long long)q, maxr ? " - INFINITY" : "");
+        else if (c->direct)
+            cg_line(b, ind, "%s r%lld = %s;", ty, (long long)q, maxr ? "-INFINITY" : "0.0f");
+        else if (c->W > 1)
             cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
         else
             cg_line(b, ind, "%s r%lld = blk[%lld];", ty, (long long)q, (long long)off);
+    }
+    if (c->direct && !c->edge) {
+        /* the output lines this tile will store, requested for writing while it computes
+         * (a store that misses waits for its line; prefetched, the FMAs hide it) */
+        ir_expr st;
+        memset(&st, 0, sizeof st);
+        st.kind = IR_E_LOAD;
+        st.tensor = c->g->output;
+        for (int d = 0; d < c->g->tensor[c->g->output].ndim; d++) st.idx[d].coef[d] = 1;
+        for (int64_t q = 0; q < nv; q++) {
+            tile_point(c, q, accst, o);
+            cg_names pn;
+            point_names(c, o, 0, &pn);
+            cg_printf(b, "%*s__builtin_prefetch(&%s[", ind * 4, "",
+                      c->g->tensor[c->g->output].name);
+            cg_emit_offset(b, c->g, a, &st, &pn);
+            cg_printf(b, "], 1, 3);\n");
+        }
     }
     int rind = ind;
     for (int i = ns; i < ns + nr; i++) {
@@ -630,6 +693,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         if (c->W > 1) cg_line(b, ind, "*(tlm_vfu *)&blk[%lld] = r%lld;", (long long)off, (long long)q);
         else cg_line(b, ind, "blk[%lld] = r%lld;", (long long)off, (long long)q);
     }
+    if (c->direct) emit_tile_store(c, ind, accst);
 }
 
 /* Whether the register tile reads a padding select that is not packed: the bound checks run
@@ -772,8 +836,11 @@ static int gen_tile(cgc *c, const char *entry)
             accn *= c->T[i][2] * c->T[i][3];
         }
         const char *init = a->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f";
+        c->direct = true;
+        for (int i = ns; i < ns + nr; i++) c->direct &= c->T[i][0] == 1;
         cg_line(b, ind, "float acc[%lld] __attribute__((aligned(64)));", (long long)accn);
-        cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
+        if (!c->direct)
+            cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
         if (space_get(c->sp, c->s, SLOT_PACK, 0) && c->W > 1)
             for (int id = 0; id < a->n_expr; id++) {
                 if (!space_cpu_packable(c->sp, x, id)) continue;
@@ -893,6 +960,11 @@ static int gen_tile(cgc *c, const char *entry)
         }
         /* close s2 and r0 loops */
         for (int i = 0; i < ns + nr; i++) cg_line(b, --ind, "}");
+        if (c->direct) { /* every register tile stored its own points */
+            while (ind > 1) cg_line(b, --ind, "}");
+            cg_line(b, 0, "}");
+            return 0;
+        }
         /* write-back with the fused epilogue */
         cg_names nm;
         ind = output_loops(c, ind, vec, fb, &nm);
