@@ -826,6 +826,15 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             }
         reuse_axes = any ? ~dep & ((1u << ns) - 1u) : 1u; /* no operand: the first axis */
     }
+    /* the register rows go along one of them: the innermost that is longer than 1 (a conv
+     * vectorised along F: its output columns, whose broadcasts read consecutive inputs and
+     * whose block is stored as rows; a GEMM: its only one, the rows of A) */
+    unsigned rows_axis = reuse_axes;
+    for (int x = ns - 1; x >= 0 && sp->sketch == SKETCH_CPU_TILE; x--)
+        if (((reuse_axes >> x) & 1u) && a->extent[x] > 1) {
+            rows_axis = 1u << x;
+            break;
+    }
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -882,15 +891,40 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                         int64_t rows_max = (34 - vec_vectors) / (vec_vectors + 1);
                         if (rows_max / nonlast < cap) cap = rows_max / nonlast;
                     }
-                    if (!((reuse_axes >> sl->axis) & 1u)) cap = 1;
-                    v = pick_le(vals, n, cap < 6 ? (cap < 1 ? 1 : cap) : 6);
+                    if (!((rows_axis >> sl->axis) & 1u)) cap = 1;
+                    /* 6 rows under a row of several vectors (GEMM: 6 x 4 on AVX-512, 6 x 2
+                     * on AVX2); 8 under a single vector, whose accumulators must cover the
+                     * FMA latency on their own (2 pipes x 4 cycles) */
+                    int64_t rows = vec_vectors == 1 ? 8 : 6;
+                    v = pick_le(vals, n, cap < rows ? (cap < 1 ? 1 : cap) : rows);
+                    /* where there are few tiles, a divisor a row or so short beats padded
+                     * edge tiles (80 columns: 16 tiles of 5, not 14 of 6 with the last one
+                     * clamped; 320 filters keep 54 tiles of 6) */
+                    for (int k = n - 1; k >= 0 && a->extent[sl->axis] <= 16 * v; k--)
+                        if (vals[k] < v && 5 * vals[k] >= 4 * v &&
+                            a->extent[sl->axis] % vals[k] == 0 && a->extent[sl->axis] % v != 0) {
+                            v = vals[k];
+                            break;
+                        }
                     nonlast *= v;
                 }
                 else if (sl->level == 2 && !last)
                     /* the accumulator block grows along the axes the packable operand (B of a
                      * GEMM, the input of a conv) does not depend on, so that operand's panel
                      * is reused over the whole block instead of re-packed per task */
-                    v = pick_le(vals, n, (reuse_axes >> sl->axis) & 1u ? 64 : 1);
+                {
+                    /* ... the rows' axis first: another gets what its whole extent leaves
+                     * (a conv along F: a block of output rows, each one whole) */
+                    int64_t cap = (reuse_axes >> sl->axis) & 1u ? 64 : 1;
+                    for (int y = 0; y < ns && cap > 1; y++)
+                        if (y != sl->axis && ((rows_axis >> y) & 1u) && rows_axis != reuse_axes) {
+                            int64_t t3 = space_tile(sp, out, y, 3);
+                            int64_t across = (a->extent[y] + t3 - 1) / (t3 > 0 ? t3 : 1);
+                            cap = 64 / (across < 64 ? across : 64);
+                            if (cap < 1) cap = 1;
+                        }
+                    v = pick_le(vals, n, cap);
+                }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
                     /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded
                      * vector, the kernel streams the matrix. A wide accumulator row (up to 4096
