@@ -895,6 +895,70 @@ PEER_FN double peer_mem_bandwidth_gbs(void)
     return (double)PEER_MEM_BYTES / t * 1e-9;
 }
 
+/* The bandwidth floor of a memory-bound kernel that reads in_bytes and writes out_bytes,
+ * measured on buffers of exactly those sizes with the peers' protocol (so as warm, or as
+ * cold, as the kernel itself: an operand that fits the caches is timed from the caches, a
+ * DRAM-sized one from DRAM): a copy of out_bytes when the kernel writes as much as it reads
+ * (softmax, norms, elementwise, transpose: the faster of memcpy and a streaming-store copy),
+ * else a read of in_bytes (reductions). Seconds, or -1. */
+typedef struct {
+    float *a, *b;
+    size_t n_in, n_out;
+    float sink;
+} peer_floor_ctx_;
+
+/* A copy with streaming stores (no read for ownership of the destination's lines): the
+ * floor for outputs larger than the caches, where memcpy may keep plain stores. */
+static void peer_floor_stream_run_(void *p)
+{
+    peer_floor_ctx_ *m = p;
+    const size_t n = m->n_out;
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        size_t lo = n * id / nt / 16 * 16, hi = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
+        size_t i = lo; /* lo is 64-byte aligned: whole lines, the widest stores built for */
+#if defined(__AVX512F__)
+        for (; i + 16 <= hi; i += 16) _mm512_stream_ps(m->b + i, _mm512_load_ps(m->a + i));
+#elif defined(__AVX__)
+        for (; i + 8 <= hi; i += 8) _mm256_stream_ps(m->b + i, _mm256_load_ps(m->a + i));
+#endif
+        for (; i + 4 <= hi; i += 4) _mm_stream_ps(m->b + i, _mm_load_ps(m->a + i));
+        for (; i < hi; i++) m->b[i] = m->a[i];
+        _mm_sfence();
+    }
+}
+
+static void peer_floor_run_(void *p)
+{
+    peer_floor_ctx_ *m = p;
+    if (m->b) {
+        peer_mem_ctx_ c = {m->a, m->b, m->n_out, 0.0f};
+        peer_mem_copy_run_(&c);
+    } else {
+        peer_mem_ctx_ c = {m->a, NULL, m->n_in / 64 * 64, 0.0f};
+        peer_mem_read_run_(&c);
+        m->sink = c.sink;
+    }
+}
+
+PEER_FN double peer_mem_floor_s(double in_bytes, double out_bytes)
+{
+    size_t n_in = (size_t)(in_bytes / sizeof(float)), n_out = (size_t)(out_bytes / sizeof(float));
+    if (n_in < 64) n_in = 64;
+    bool copy = 2 * out_bytes >= in_bytes;
+    peer_floor_ctx_ m = {peer_mem_alloc_(copy ? (n_out > n_in ? n_out : n_in) : n_in),
+                         copy ? peer_mem_alloc_(n_out) : NULL, n_in, n_out, 0.0f};
+    double t = -1.0;
+    if (m.a && (!copy || m.b)) t = peer_time_s(peer_floor_run_, &m);
+    if (t > 0 && copy) { /* the faster of memcpy and a streaming copy */
+        double ts = peer_time_s(peer_floor_stream_run_, &m);
+        if (ts > 0 && ts < t) t = ts;
+    }
+    free(m.a), free(m.b);
+    return t;
+}
+
 /* Copy bandwidth, GB/s of bytes read + written: 256 MiB -> 256 MiB on all cores. */
 PEER_FN double peer_mem_copy_gbs(void)
 {

@@ -562,6 +562,24 @@ static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
     default:
         break; /* rms_norm, reductions, elementwise, transpose: PyTorch only */
     }
+    /* memory-bound ops: the copy (or read) of their own bytes, timed here, is their floor */
+    ir_subgraph *g = calloc(1, sizeof *g);
+    tlm_error err;
+    tlm_err_clear(&err);
+    if (g && ir_subgraph_build(w, g, &err) == 0) {
+        double total = (double)ir_subgraph_bytes(g), flops = (double)ir_subgraph_flops(g);
+        double out_b = (double)ir_tensor_numel(&g->tensor[g->output]) * sizeof(float);
+        bool rows = w->op == IR_OP_SOFTMAX || w->op == IR_OP_LAYER_NORM ||
+                    w->op == IR_OP_RMS_NORM || w->op == IR_OP_REDUCE_SUM ||
+                    w->op == IR_OP_REDUCE_MEAN || w->op == IR_OP_REDUCE_MAX ||
+                    w->op == IR_OP_ELEMENTWISE || w->op == IR_OP_TRANSPOSE;
+        if (rows || flops < 4.0 * total) {
+            rs_peer_set(j, "floor_s", peer_mem_floor_s(total - out_b, out_b));
+            json_object_set_new(j, "floor_kind",
+                                json_string(2 * out_b >= total - out_b ? "copy" : "read"));
+        }
+    }
+    free(g);
     json_object_set_new(j, "wall_s", json_real(tlm_now_s() - t0));
     fprintf(stderr, "[%s peers] %.1f s\n", name, tlm_now_s() - t0);
     rs_emit(out, j);

@@ -14,8 +14,12 @@ best of N, per target (--png; needs matplotlib, Debian python3-matplotlib).
 
 Ratios are speedups, peer time / our time (> 1: ours is faster), from medians of the same run.
 Memory-bound workloads (row ops, elementwise, pools, transposes, and anything under 4 flops
-per byte) also show time / floor, floor = minimal bytes (ir_subgraph_bytes) / the measured read
-bandwidth; 'DRAM' marks those whose bytes exceed the last-level cache.
+per byte) also show time / floor, floor = the time, measured in the same run on buffers of the
+same sizes (as warm or as cold as the kernel: DRAM-sized operands come from DRAM), of copying
+the output's bytes (the faster of memcpy and a streaming-store copy) when the op writes as much
+as it reads, else of reading the input's bytes (peer_mem_floor_s); records without it fall back
+to minimal bytes (ir_subgraph_bytes) / the measured read bandwidth. 'DRAM' marks those whose
+bytes exceed the last-level cache.
 
 Usage: report_real_shapes.py [--suite F] [--results F] [--torch F] [--ort F] [--md F] [--png F]
                              [--wall SECONDS]
@@ -166,7 +170,8 @@ def main():
                "torch_s": th, "ort_s": oh, "plain_s": plain, "plain_name": plain_name,
                "blocked_s": p.get("dnnl_blocked_s"), "dnnl_matmul_s": p.get("dnnl_matmul_s"),
                "peer_impl": p.get("dnnl_blocked_impl") or p.get("dnnl_plain_impl"),
-               "openblas_epi": p.get("openblas_epilogue"), "t": {}}
+               "openblas_epi": p.get("openblas_epilogue"), "floor_s": p.get("floor_s"),
+               "t": {}}
         for t in targets:
             o = ours.get((name, t))
             if not o:
@@ -187,7 +192,11 @@ def main():
         return flops / sec / 1e9 if sec and sec > 0 and flops else None
 
     def floor_ratio(sec, rec):
-        if not (rec["mem"] and sec and bw and rec["bytes"]):
+        if not (rec["mem"] and sec):
+            return None
+        if rec.get("floor_s"):  # the copy (or read) of the same bytes, timed in this run
+            return sec / rec["floor_s"]
+        if not (bw and rec["bytes"]):
             return None
         return sec / (rec["bytes"] / (bw * 1e9))
 
@@ -203,7 +212,11 @@ def main():
              f"{fmt(host_limits.get('fma_peak_gflops'))} GFLOP/s ({host_limits.get('fma_isa', '?')}, "
              f"all cores; {fmt(host_limits.get('fma_peak1_gflops'))} on one), read bandwidth "
              f"{fmt(bw)} GB/s, copy bandwidth {fmt(host_limits.get('copy_bw_gbs'))} GB/s (best of "
-             f"{n_limits} measurements).\n")
+             f"{n_limits} measurements). Memory-bound rows' floor (time/floor columns): the "
+             f"copy of the output's bytes (faster of memcpy and a streaming copy; a read of the "
+             f"input's bytes for reductions) on buffers of the workload's own sizes, timed right "
+             f"after our kernels, so a cached operand is compared with a cached copy and a "
+             f"DRAM-sized one with a DRAM copy.\n")
     p_all, p_one = host_limits.get("fma_peak_gflops"), host_limits.get("fma_peak1_gflops")
     cores = host.get("physical_cores") or host.get("cores") or 1
     if p_all and p_one and cores > 1 and p_all < 0.75 * cores * p_one:
