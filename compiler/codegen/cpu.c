@@ -126,6 +126,9 @@ typedef struct {
     int64_t pack_stride[IR_MAX_EXPR];
 } cgc;
 
+/* Floats a call may pack ahead of its task loop (all global panels together): 64 MiB. */
+#define CPU_PACK_GLOBAL_MAX (16ll << 20)
+
 static int pack_index(const cgc *c, int id)
 {
     for (int i = 0; i < c->npack; i++)
@@ -910,8 +913,22 @@ static void plan_packs(cgc *c)
         c->pack_glob[pi] = shared;
         if (shared) total += blocks * c->pack_stride[pi];
     }
+    /* worth it when the panels stay in L2, or when each task would spend a large share of
+     * its time packing (one copied float per 8 vector FMAs or more: a conv along F whose
+     * task is an output row repacks all the weights for it) */
     int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
-    if (total * 4 > l2 / 2)
+    double fma = 1, packed = 0;
+    for (int xx = 0; xx < ns; xx++) fma *= (double)(c->T[xx][1] * c->T[xx][2] * c->T[xx][3]);
+    for (int xx = ns; xx < ns + nr; xx++) fma *= (double)c->E[xx];
+    fma /= c->W;
+    for (int pi = 0; pi < c->npack; pi++) {
+        double per_task = (double)c->pack_size[pi];
+        for (int xx = 0; xx < ns + nr; xx++)
+            if (c->pack_mask[pi] & (1u << xx)) per_task *= (double)c->T[xx][xx < ns ? 1 : 0];
+        packed += per_task;
+    }
+    bool costly = packed * 8 > fma;
+    if (total > CPU_PACK_GLOBAL_MAX || (total * 4 > l2 / 2 && !costly))
         for (int pi = 0; pi < c->npack; pi++) c->pack_glob[pi] = false;
 }
 
