@@ -10,13 +10,17 @@
  *    value of a flag slot) never uses more of any resource, so offering only values that fit
  *    given the current partial product leaves a legal completion (all later slots at their
  *    minimal value).
- *  - Tile factors: GPU tiles and every reduction tile are exact divisors of what is left of
+ *  - Tile factors: GPU tiles and GPU reduction tiles are exact divisors of what is left of
  *    the axis (the outermost level is the quotient; codegen emits no guards). CPU spatial tiles
  *    may also take a ladder of non-divisors (1..8, powers of two, multiples of the vector
  *    lanes) when the axis padded through that level stays within space_pad_limit (~15 %,
  *    25 % below 64): level 0 is then the rounded-up quotient, space_padded_extent the product of all
  *    levels, and codegen bounds the tile loops and clamps the loads of edge register tiles,
- *    never storing a padded point. Zero padding of convolutions is handled by select().
+ *    never storing a padded point. CPU reduction chunks (level 1) are the divisors plus the
+ *    powers of two 16..512 below the extent: level 0 is the rounded-up chunk count and the
+ *    last chunk is shorter (codegen bounds its r1 loops and packing; nothing is padded), so
+ *    a prime K still gets cache-sized, packable chunks. Zero padding of convolutions is
+ *    handled by select().
  *  - Sampling is uniform per slot over legal values (not uniform over complete schedules).
  *  - The default schedule is a deterministic rule of thumb; it is always legal.
  *
@@ -39,7 +43,16 @@
  *             removes the large-stride, cache set-conflicting walk over B rows in a GEMM, and
  *             turns strided reads — Bᵀ, stride-2 convolution inputs, conv filters along F —
  *             into contiguous vectors); legal when vectorising and the buffers fit
- *             CPU_PACK_MAX floats.
+ *             CPU_PACK_MAX floats. Codegen packs panels that 4 or more tasks read once per
+ *             call, ahead of the task loop, when they fit half an L2 or would otherwise cost
+ *             a task one copied float per 8 vector FMAs (a conv's weights along F); others
+ *             are packed by each task, hot in its cache when used.
+ *             Codegen's write-back: with one reduction chunk and the vectors along the
+ *             output's last axis, each register tile goes to the output through the epilogue
+ *             as soon as it is done (its lines prefetched for writing while it computes);
+ *             otherwise the block is written after the last
+ *             chunk, and a block vectorised along another axis than the output's last runs
+ *             its epilogue in place along the vectors, then is copied out by rows.
  *   CPU_ROWS  (softmax, layer_norm, rms_norm, reduce_*, global_avg_pool2d NCHW): the row axes
  *             (spatial axes shared by every stage) are fused and parallelised; each stage runs
  *             per row with vectorised inner loops.
