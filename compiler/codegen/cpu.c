@@ -116,11 +116,12 @@ typedef struct {
     unsigned pack_mask[IR_MAX_EXPR];
     int64_t pack_str[IR_MAX_EXPR][IR_MAX_AXES];
     int64_t pack_size[IR_MAX_EXPR];
-    /* a packed operand that several tasks read (4 or more), and small enough to stay in L2,
-     * is packed once per call before the task loop into G<i>: pack_blocks panels of pack_stride floats,
-     * one per (s0, s1) block of its spatial axes and r0 chunk of its reduction axes (a conv's
-     * weights under every output row). Larger ones are packed by each task, where the panel
-     * is hot when used (a GEMM's B: packed once, it would be read back from L3). */
+    /* a packed operand that 4 or more tasks read is packed once per call, before the task
+     * loop, into G<i> (pack_blocks panels of pack_stride floats, one per (s0, s1) block of
+     * its spatial axes and r0 chunk of its reduction axes) when it fits half an L2 or each
+     * task would spend a large share of its time packing it (a conv's weights under every
+     * output row). Others are packed by each task, where the panel is hot when used (a
+     * GEMM's B, packed once, would be read back from L3: measured slower). See plan_packs. */
     bool pack_glob[IR_MAX_EXPR];
     int64_t pack_blocks[IR_MAX_EXPR];
     int64_t pack_stride[IR_MAX_EXPR];
