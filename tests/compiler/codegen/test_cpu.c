@@ -525,6 +525,14 @@ static bool rows_streamed(const char *src)
     return strstr(src, "aligned_alloc(") != NULL;
 }
 
+/* Says the target's last-level cache is 64 KiB, in both copies codegen and the harness read
+ * (the space's and the built target), so that small outputs take the streaming-store path. */
+static void small_l3(built *b)
+{
+    b->t.cpu.l3_bytes = 64 << 10;
+    b->sp->tgt.cpu.l3_bytes = 64 << 10;
+}
+
 /* Rows kernels whose output outgrows the last-level cache stream it out from a per-thread
  * scratch row (non-temporal stores): checked here on a target that says its L3 is 64 KiB. */
 Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
@@ -538,8 +546,7 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     for (int i = 0; i < 3; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            b.t.cpu.l3_bytes = 64 << 10;
-            b.sp->tgt.cpu.l3_bytes = 64 << 10;
+            small_l3(&b);
             space_sched s;
             space_default(b.sp, &s);
             tlm_error err;
@@ -585,10 +592,7 @@ static void check_rows_vec(const char *op, const char *fn, bool can_stream)
                 snprintf(wl, sizeof wl, "{\"op\":\"%s\",\"shape\":{\"R\":13,\"C\":%d}}", op,
                          cs[ci]);
                 built b = build(wl, tgs[ti]);
-                if (st) {
-                    b.t.cpu.l3_bytes = 64 << 10;
-                    b.sp->tgt.cpu.l3_bytes = 64 << 10;
-                }
+                if (st) small_l3(&b);
                 bool big = 4 * 13 * cs[ci] > 32 << 10;
                 space_sched s;
                 space_default(b.sp, &s);
@@ -653,8 +657,7 @@ Test(codegen_cpu, rows_vec_streamed_long_rows)
     for (int i = 0; i < 3; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            b.t.cpu.l3_bytes = 64 << 10;
-            b.sp->tgt.cpu.l3_bytes = 64 << 10;
+            small_l3(&b);
             space_sched s;
             space_default(b.sp, &s);
             check_schedule(&b, &s, wls[i]);
