@@ -919,12 +919,16 @@ static void peer_floor_stream_run_(void *p)
         size_t lo = n * id / nt / 16 * 16, hi = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
         size_t i = lo; /* lo is 64-byte aligned: whole lines, the widest stores built for */
 #if defined(__AVX512F__)
-        for (; i + 16 <= hi; i += 16) _mm512_stream_ps(m->b + i, _mm512_load_ps(m->a + i));
+        for (; i + 16 <= hi; i += 16)
+            _mm512_stream_ps(m->b + i, _mm512_load_ps(m->a + i));
 #elif defined(__AVX__)
-        for (; i + 8 <= hi; i += 8) _mm256_stream_ps(m->b + i, _mm256_load_ps(m->a + i));
+        for (; i + 8 <= hi; i += 8)
+            _mm256_stream_ps(m->b + i, _mm256_load_ps(m->a + i));
 #endif
-        for (; i + 4 <= hi; i += 4) _mm_stream_ps(m->b + i, _mm_load_ps(m->a + i));
-        for (; i < hi; i++) m->b[i] = m->a[i];
+        for (; i + 4 <= hi; i += 4)
+            _mm_stream_ps(m->b + i, _mm_load_ps(m->a + i));
+        for (; i < hi; i++)
+            m->b[i] = m->a[i];
         _mm_sfence();
     }
 }

@@ -341,7 +341,8 @@ Test(codegen_cpu, reduction_chunks_need_not_divide)
     for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
         for (size_t t = 0; t < 2; t++) {
             int n = check_chunks(wls[w], tgs[t], &packed);
-            cr_expect_geq(n, 2, "%s on %s: %d schedules with a short last chunk", wls[w], tgs[t], n);
+            cr_expect_geq(n, 2, "%s on %s: %d schedules with a short last chunk", wls[w], tgs[t],
+                          n);
         }
     cr_expect_gt(packed, 0, "no packed schedule had a short last chunk");
 }
@@ -700,10 +701,10 @@ static double ref_act(const char *f, double x)
 
 Test(codegen_cpu, activations_keep_special_values)
 {
-    static const float xs[] = {0.0f,    -0.0f,    1.0f,   -1.0f,  0.5f,     -3.25f,  10.0f,
-                               -10.0f,  30.0f,    -30.0f, 87.0f,  -87.0f,   88.5f,   -88.5f,
-                               100.0f,  -100.0f,  1e10f,  -1e10f, 1e30f,    -1e30f,  3e38f,
-                               -3e38f,  1e-30f,   -1e-30f, 1e-40f, INFINITY, -INFINITY, NAN};
+    static const float xs[] = {0.0f,   -0.0f,   1.0f,    -1.0f,  0.5f,     -3.25f,    10.0f,
+                               -10.0f, 30.0f,   -30.0f,  87.0f,  -87.0f,   88.5f,     -88.5f,
+                               100.0f, -100.0f, 1e10f,   -1e10f, 1e30f,    -1e30f,    3e38f,
+                               -3e38f, 1e-30f,  -1e-30f, 1e-40f, INFINITY, -INFINITY, NAN};
     enum { NX = sizeof xs / sizeof xs[0], N = 64 };
     static const char *const fns[] = {"silu", "sigmoid", "gelu"};
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
@@ -733,7 +734,8 @@ Test(codegen_cpu, activations_keep_special_values)
                     (void (*)(const float *, float *))dlsym(h, k.entry);
                 cr_assert_not_null(fn);
                 float in[N], out[N];
-                for (int i = 0; i < N; i++) in[i] = xs[i % NX];
+                for (int i = 0; i < N; i++)
+                    in[i] = xs[i % NX];
                 fn(in, out);
                 for (int i = 0; i < N; i++) {
                     double want = ref_act(fns[fi], (double)in[i]);
@@ -767,8 +769,9 @@ Test(codegen_cpu, activations_keep_special_values)
 Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
 {
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
-    const char *wl = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":13,\"W\":13,"
-                     "\"F\":32,\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"silu\"]}";
+    const char *wl =
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":13,\"W\":13,"
+        "\"F\":32,\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"silu\"]}";
     for (int ti = 0; ti < 2; ti++) {
         built b = build(wl, tgs[ti]);
         space_sched s;
@@ -782,7 +785,7 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
             int64_t want = s.v[i];
             if (sl->kind == SLOT_TILE && sl->level == 3 && sl->axis == 3) want = 5;
             if (sl->kind == SLOT_TILE && sl->level == 2 && sl->axis != 1) want = 1; /* tasks */
-            if (sl->kind == SLOT_TILE && sl->axis == 4) want = 16; /* c */
+            if (sl->kind == SLOT_TILE && sl->axis == 4) want = 16;                  /* c */
             if (sl->kind == SLOT_PACK || sl->kind == SLOT_PARALLEL) want = 1;
             int n = space_legal_values(b.sp, i, &s, vals);
             int64_t pick = vals[0];
@@ -797,7 +800,8 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
         cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
         char text[2048];
         space_print(b.sp, &s, text, sizeof text);
-        cr_expect(strstr(k.source, "packed once") != NULL, "%s: [%s] packs per task", tgs[ti], text);
+        cr_expect(strstr(k.source, "packed once") != NULL, "%s: [%s] packs per task", tgs[ti],
+                  text);
         cr_expect(strstr(k.source, "c1_n") != NULL, "%s: [%s] no short chunk", tgs[ti], text);
         check_kernel(b.g, &b.t, &k, wl, text);
         cg_kernel_free(&k);

@@ -125,7 +125,8 @@ static void check_structure(const space *sp, const space_sched *s, const char *w
                           (long long)n0, (long long)c, (long long)e);
                 cr_assert(e % c == 0 || (c >= 16 && c <= 512 && (c & (c - 1)) == 0),
                           "%s: axis %s: chunk %lld of extent %lld is neither a divisor nor a "
-                          "power of two in 16..512", what, a->axis[x], (long long)c, (long long)e);
+                          "power of two in 16..512",
+                          what, a->axis[x], (long long)c, (long long)e);
             } else {
                 cr_assert_eq(p, e, "%s: tiles of axis %s multiply to %lld, extent %lld", what,
                              a->axis[x], (long long)p, (long long)e);
@@ -651,7 +652,8 @@ Test(space, reduction_chunks_need_not_divide)
     int n = space_legal_values(b.sp, k_slot, &s, vals);
     static const int64_t want[] = {1, 16, 32, 64, 128, 256, 512, 1009};
     cr_assert_eq(n, 8, "K = 1009: %d chunk sizes", n);
-    for (int k = 0; k < n; k++) cr_expect_eq(vals[k], want[k]);
+    for (int k = 0; k < n; k++)
+        cr_expect_eq(vals[k], want[k]);
     cr_expect_eq(s.v[k_slot], 256);
     cr_expect_eq(space_get(b.sp, &s, SLOT_PACK, -1), 1, "a prime K packs its chunks");
     tlm_error err;
