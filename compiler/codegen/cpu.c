@@ -162,6 +162,7 @@ static void emit_packed(cg_buf *b, const ir_subgraph *g, const char *entry)
  * output's identity index or at `dest` when given. The anchor's axis expressions are in
  * c->nm.axis. */
 static void emit_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm);
+static void emit_output_ref(cg_buf *b, const ir_subgraph *g, cg_names *nm);
 
 static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm,
                                 const char *dest)
@@ -190,15 +191,22 @@ static void emit_epilogue_store(cg_buf *b, const ir_subgraph *g, int ind, cg_nam
 /* Stores `v` at the identity index of the output (the anchor's spatial axes). */
 static void emit_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm)
 {
-    const ir_stage *anc = &g->stage[g->anchor];
+    cg_printf(b, "%*s", ind * 4, "");
+    emit_output_ref(b, g, nm);
+    cg_printf(b, " = v;\n");
+}
+
+/* `out[i]`: the output at the identity index of the anchor's spatial axes (names in nm). */
+static void emit_output_ref(cg_buf *b, const ir_subgraph *g, cg_names *nm)
+{
     ir_expr st;
     memset(&st, 0, sizeof st);
     st.kind = IR_E_LOAD;
     st.tensor = g->output;
     for (int d = 0; d < g->tensor[g->output].ndim; d++) st.idx[d].coef[d] = 1;
-    cg_printf(b, "%*s%s[", ind * 4, "", g->tensor[g->output].name);
-    cg_emit_offset(b, g, anc, &st, nm);
-    cg_printf(b, "] = v;\n");
+    cg_printf(b, "%s[", g->tensor[g->output].name);
+    cg_emit_offset(b, g, &g->stage[g->anchor], &st, nm);
+    cg_printf(b, "]");
 }
 
 /* ---- CPU_TILE ---- */
@@ -533,6 +541,16 @@ static void loop(cg_buf *b, int ind, const char *var, int64_t n)
     cg_line(b, ind, "for (int64_t %s = 0; %s < %lld; %s++) {", var, var, (long long)n, var);
 }
 
+/* `r1_n`, the length of the current chunk of reduction axis i (r0 declared), where its last
+ * chunk is shorter. */
+static void emit_chunk_len(cgc *c, int ind, int i)
+{
+    if (!c->rtail[i]) return;
+    const char *n = c->a->axis[i];
+    cg_line(&c->b, ind, "const int64_t %s1_n = tlm_imin(%lld, %lld - %s0 * %lld);", n,
+            (long long)c->T[i][1], (long long)c->E[i], n, (long long)c->T[i][1]);
+}
+
 /* The r1 loop of reduction axis i: up to its chunk, or to r1_n (declared after the r0 loop)
  * when the last chunk is shorter. */
 static void loop_chunk(cgc *c, int ind, int i)
@@ -611,6 +629,14 @@ static int64_t tile_point(const cgc *c, int64_t q, const int64_t *accst, int64_t
     return off;
 }
 
+/* `float v = SRC;`, scaled by the anchor's post_scale (an average's 1/n) when it has one. */
+static void emit_acc_value(cgc *c, int ind, const char *src)
+{
+    cg_printf(&c->b, "%*sfloat v = %s", ind * 4, "", src);
+    if (c->a->post_scale != 1.0) cg_printf(&c->b, " * (float)%.17g", c->a->post_scale);
+    cg_printf(&c->b, ";\n");
+}
+
 /* The write-back of one finished register tile (c->direct): its points, read back from the
  * block while hot, through the epilogue to the output; the last tile of a padded axis stops
  * at the extent. */
@@ -639,12 +665,13 @@ static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
         cg_line(b, ind, "const int64_t %s = %s_b + %s3;", a->axis[i], a->axis[i], a->axis[i]);
         nm.axis[i] = a->axis[i];
     }
-    cg_printf(b, "%*sfloat v = blk[", ind * 4, "");
+    char src[320];
+    size_t sl = (size_t)snprintf(src, sizeof src, "blk[");
     for (int i = 0; i < ns; i++)
-        cg_printf(b, "%s%s3 * %lld", i ? " + " : "", a->axis[i], (long long)accst[i]);
-    cg_printf(b, "]");
-    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-    cg_printf(b, ";\n");
+        sl += (size_t)snprintf(src + sl, sizeof src - sl, "%s%s3 * %lld", i ? " + " : "",
+                               a->axis[i], (long long)accst[i]);
+    snprintf(src + sl, sizeof src - sl, "]");
+    emit_acc_value(c, ind, src);
     emit_epilogue_store(b, c->g, ind, &nm, NULL);
     while (ind > oind) cg_line(b, --ind, "}");
 }
@@ -659,12 +686,12 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     int64_t o[IR_MAX_AXES];
     const char *ty = c->W > 1 ? "tlm_vf" : "float";
     bool maxr = a->reduce == IR_RED_MAX;
+    const char *zero = c->W > 1 ? (maxr ? "(tlm_vf){} - INFINITY" : "(tlm_vf){}")
+                                : (maxr ? "-INFINITY" : "0.0f");
     for (int64_t q = 0; q < nv; q++) {
         int64_t off = tile_point(c, q, accst, o);
-        if (c->direct && c->W > 1)
-            cg_line(b, ind, "%s r%lld = (tlm_vf){}%s;", ty, (long long)q, maxr ? " - INFINITY" : "");
-        else if (c->direct)
-            cg_line(b, ind, "%s r%lld = %s;", ty, (long long)q, maxr ? "-INFINITY" : "0.0f");
+        if (c->direct)
+            cg_line(b, ind, "%s r%lld = %s;", ty, (long long)q, zero);
         else if (c->W > 1)
             cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
         else
@@ -673,19 +700,13 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     if (c->direct && !c->edge) {
         /* the output lines this tile will store, requested for writing while it computes
          * (a store that misses waits for its line; prefetched, the FMAs hide it) */
-        ir_expr st;
-        memset(&st, 0, sizeof st);
-        st.kind = IR_E_LOAD;
-        st.tensor = c->g->output;
-        for (int d = 0; d < c->g->tensor[c->g->output].ndim; d++) st.idx[d].coef[d] = 1;
         for (int64_t q = 0; q < nv; q++) {
             tile_point(c, q, accst, o);
             cg_names pn;
             point_names(c, o, 0, &pn);
-            cg_printf(b, "%*s__builtin_prefetch(&%s[", ind * 4, "",
-                      c->g->tensor[c->g->output].name);
-            cg_emit_offset(b, c->g, a, &st, &pn);
-            cg_printf(b, "], 1, 3);\n");
+            cg_printf(b, "%*s__builtin_prefetch(&", ind * 4, "");
+            emit_output_ref(b, c->g, &pn);
+            cg_printf(b, ", 1, 3);\n");
         }
     }
     int rind = ind;
@@ -805,7 +826,6 @@ static void emit_pack_nest(cgc *c, int pi, int ind, char fb[][96])
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
     int ns = c->ns, nr = c->nr, x = c->x;
-    /* cache_read: copy this r0 chunk of the operand in register-tile order */
     int pind = ind;
     unsigned m = c->pack_mask[pi];
     cg_line(b, ind, "/* pack operand %d */", pi);
@@ -961,9 +981,7 @@ static void emit_global_packs(cgc *c, int ind, bool par, char fb[][96])
             }
             cg_line(b, pind, "const int64_t %s0 = prem %% %lld;", nm, (long long)c->T[xx][0]);
             cg_line(b, pind, "prem /= %lld;", (long long)c->T[xx][0]);
-            if (xx >= c->ns && c->rtail[xx])
-                cg_line(b, pind, "const int64_t %s1_n = tlm_imin(%lld, %lld - %s0 * %lld);", nm,
-                        (long long)c->T[xx][1], (long long)c->E[xx], nm, (long long)c->T[xx][1]);
+            if (xx >= c->ns) emit_chunk_len(c, pind, xx);
         }
         cg_line(b, pind, "(void)prem;");
         cg_line(b, pind, "float *const P%d = G%d + pb * %lld;", pi, pi, (long long)c->pack_stride[pi]);
@@ -1075,10 +1093,7 @@ static int gen_tile(cgc *c, const char *entry)
             char v[16];
             snprintf(v, sizeof v, "%s0", a->axis[i]);
             loop(b, ind++, v, c->T[i][0]);
-            if (c->rtail[i])
-                cg_line(b, ind, "const int64_t %s1_n = tlm_imin(%lld, %lld - %s0 * %lld);",
-                        a->axis[i], (long long)c->T[i][1], (long long)c->E[i], a->axis[i],
-                        (long long)c->T[i][1]);
+            emit_chunk_len(c, ind, i);
         }
         for (int pi = 0; pi < c->npack; pi++) {
             if (!c->pack_glob[pi]) {
@@ -1152,9 +1167,7 @@ static int gen_tile(cgc *c, const char *entry)
              * to its own line; along the rows, the math would not vectorise) */
             int oind = ind;
             ind = output_loops(c, ind, vec, fb, &nm, x);
-            cg_printf(b, "%*sfloat v = %s", ind * 4, "", accix);
-            if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-            cg_printf(b, ";\n");
+            emit_acc_value(c, ind, accix);
             emit_epilogue_store(b, c->g, ind, &nm, accix);
             while (ind > oind) cg_line(b, --ind, "}");
             ind = output_loops(c, ind, vec, fb, &nm, ns - 1);
@@ -1162,9 +1175,7 @@ static int gen_tile(cgc *c, const char *entry)
             emit_store(b, c->g, ind, &nm);
         } else {
             ind = output_loops(c, ind, vec, fb, &nm, ns - 1);
-            cg_printf(b, "%*sfloat v = %s", ind * 4, "", accix);
-            if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-            cg_printf(b, ";\n");
+            emit_acc_value(c, ind, accix);
             emit_epilogue_store(b, c->g, ind, &nm, NULL);
         }
     }

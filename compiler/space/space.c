@@ -367,13 +367,8 @@ static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int
 static int cpu_red_ladder(int64_t rem, int64_t cap, int64_t *out)
 {
     int n = divisors(rem, cap, out);
-    int base = n;
-    for (int64_t v = 16; v <= 512 && v < rem && v <= cap && n < SPACE_MAX_VALUES; v *= 2) {
-        if (rem % v == 0) continue; /* a divisor: in already */
-        bool dup = false;
-        for (int k = base; k < n && !dup; k++) dup = out[k] == v;
-        if (!dup) out[n++] = v;
-    }
+    for (int64_t v = 16; v <= 512 && v < rem && v <= cap && n < SPACE_MAX_VALUES; v *= 2)
+        if (rem % v) out[n++] = v; /* (a divisor is in already) */
     qsort(out, (size_t)n, sizeof *out, cmp_i64);
     return n;
 }
@@ -838,11 +833,13 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
      * vectorised along F: its output columns, whose broadcasts read consecutive inputs and
      * whose block is stored as rows; a GEMM: its only one, the rows of A) */
     unsigned rows_axis = reuse_axes;
+    int rows_x = -1; /* that axis, when it is one of several */
     for (int x = ns - 1; x >= 0 && sp->sketch == SKETCH_CPU_TILE; x--)
         if (((reuse_axes >> x) & 1u) && a->extent[x] > 1) {
             rows_axis = 1u << x;
+            if (rows_axis != reuse_axes) rows_x = x;
             break;
-    }
+        }
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -867,10 +864,12 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     v = vals[0];
                     for (int k = 0; k < n; k++)
                         if (vals[k] <= 256 && e % vals[k] == 0) v = vals[k];
-                    int64_t lv = v;
-                    for (int k = 0; k < n && v < 64; k++)
-                        if (vals[k] <= 256 && e % vals[k] >= (vals[k] + 3) / 4) lv = vals[k];
-                    if (lv > v) v = lv;
+                    if (v < 64) {
+                        int64_t lv = v;
+                        for (int k = 0; k < n; k++)
+                            if (vals[k] <= 256 && e % vals[k] >= (vals[k] + 3) / 4) lv = vals[k];
+                        if (lv > v) v = lv;
+                    }
                     for (int k = 0; k < n && v < 16; k++)
                         if (vals[k] >= 16 && e % vals[k] == 0) v = vals[k];
                     /* ... and small enough that the packed operands fit their buffers (the
@@ -916,21 +915,18 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                         }
                     nonlast *= v;
                 }
-                else if (sl->level == 2 && !last)
+                else if (sl->level == 2 && !last) {
                     /* the accumulator block grows along the axes the packable operand (B of a
                      * GEMM, the input of a conv) does not depend on, so that operand's panel
-                     * is reused over the whole block instead of re-packed per task */
-                {
-                    /* ... the rows' axis first: another gets what its whole extent leaves
-                     * (a conv along F: a block of output rows, each one whole) */
+                     * is reused over the whole block instead of re-packed per task; the rows'
+                     * axis first: another gets what its whole extent leaves (a conv along F:
+                     * a block of output rows, each one whole) */
                     int64_t cap = (reuse_axes >> sl->axis) & 1u ? 64 : 1;
-                    for (int y = 0; y < ns && cap > 1; y++)
-                        if (y != sl->axis && ((rows_axis >> y) & 1u) && rows_axis != reuse_axes) {
-                            int64_t t3 = space_tile(sp, out, y, 3);
-                            int64_t across = (a->extent[y] + t3 - 1) / (t3 > 0 ? t3 : 1);
-                            cap = 64 / (across < 64 ? across : 64);
-                            if (cap < 1) cap = 1;
-                        }
+                    if (cap > 1 && rows_x >= 0 && rows_x != sl->axis) {
+                        int64_t t3 = space_tile(sp, out, rows_x, 3);
+                        int64_t across = ceil_div(a->extent[rows_x], t3 > 0 ? t3 : 1);
+                        cap = 64 / (across < 64 ? across : 64);
+                    }
                     v = pick_le(vals, n, cap);
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {

@@ -534,6 +534,35 @@ static void small_l3(built *b)
     b->sp->tgt.cpu.l3_bytes = 64 << 10;
 }
 
+/* The default of each workload on both ISAs, with a 64 KiB L3, checked against the reference;
+ * `streamed`: the source must stream its rows, and the serial kernel is checked too (its
+ * scratch row outside any parallel region). */
+static void check_small_l3_defaults(const char *const *wls, int n, bool streamed)
+{
+    for (int i = 0; i < n; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            small_l3(&b);
+            space_sched s;
+            space_default(b.sp, &s);
+            if (streamed) {
+                tlm_error err;
+                cg_kernel k;
+                cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+                cr_expect(rows_streamed(k.source), "%s: not streamed", wls[i]);
+                cg_kernel_free(&k);
+            }
+            check_schedule(&b, &s, wls[i]);
+            if (streamed) {
+                for (int sl = 0; sl < b.sp->n_slot; sl++)
+                    if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
+                check_schedule(&b, &s, wls[i]);
+            }
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* Rows kernels whose output outgrows the last-level cache stream it out from a per-thread
  * scratch row (non-temporal stores): checked here on a target that says its L3 is 64 KiB. */
 Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
@@ -544,25 +573,7 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
         "\"relu\"]}",
         "{\"op\":\"rms_norm\",\"shape\":{\"R\":31,\"C\":515}}",
     };
-    for (int i = 0; i < 3; i++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            small_l3(&b);
-            space_sched s;
-            space_default(b.sp, &s);
-            tlm_error err;
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            cr_expect(rows_streamed(k.source), "%s: not streamed", wls[i]);
-            cg_kernel_free(&k);
-            check_schedule(&b, &s, wls[i]);
-            /* serial too: the scratch row outside any parallel region */
-            for (int sl = 0; sl < b.sp->n_slot; sl++)
-                if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
-            check_schedule(&b, &s, wls[i]);
-            free(b.g);
-            free(b.sp);
-        }
+    check_small_l3_defaults(wls, 3, true);
     /* and a small output keeps plain stores */
     built b = build(wls[0], "cpu");
     space_sched s;
@@ -655,16 +666,7 @@ Test(codegen_cpu, rows_vec_streamed_long_rows)
         "{\"op\":\"layer_norm\",\"shape\":{\"R\":7,\"C\":40961}}",
         "{\"op\":\"rms_norm\",\"shape\":{\"R\":3,\"C\":65537},\"eps\":1e-6}",
     };
-    for (int i = 0; i < 3; i++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            small_l3(&b);
-            space_sched s;
-            space_default(b.sp, &s);
-            check_schedule(&b, &s, wls[i]);
-            free(b.g);
-            free(b.sp);
-        }
+    check_small_l3_defaults(wls, 3, false);
 }
 
 /* The generic (named) target path: portable -march flags, 8 lanes, 16 registers. */
