@@ -9,10 +9,13 @@
  * vector-extension types along the last spatial axis, so the accumulators live in registers
  * and every load is classified once at generation time as broadcast, contiguous vector, or
  * strided gather. Selects whose condition moves with the vector lanes (padding on the
- * innermost axis) get a run-time "all lanes inside" test with a lane-wise fallback.
+ * innermost axis) get a run-time "all lanes inside" test with a lane-wise fallback; a padded
+ * input the register tile reads unpacked is copied once per call with its padding written in
+ * (plan_padcopies) when the work outweighs the copy, and its selects become plain loads.
  */
 #include "compiler/codegen/codegen.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,10 +128,27 @@ typedef struct {
     bool pack_glob[IR_MAX_EXPR];
     int64_t pack_blocks[IR_MAX_EXPR];
     int64_t pack_stride[IR_MAX_EXPR];
+    /* padded copies (plan_padcopies): tensor pad_src[i] copied once per call, before the
+     * task loop, into tensor pad_dst[i] of gpad with the padding written in (pad_lo[i][d]
+     * leading points on dim d, filled with pad_fill[i]); c->g and c->a then point into gpad,
+     * where the padding selects that read it are plain loads */
+    ir_subgraph *gpad;
+    int npad;
+    int pad_src[IR_MAX_TENSORS], pad_dst[IR_MAX_TENSORS];
+    int64_t pad_lo[IR_MAX_TENSORS][IR_MAX_DIMS];
+    double pad_fill[IR_MAX_TENSORS];
 } cgc;
 
 /* Floats a call may pack ahead of its task loop (all global panels together): 64 MiB. */
 #define CPU_PACK_GLOBAL_MAX (16ll << 20)
+
+static bool affine_eq(const ir_affine *p, const ir_affine *q, int n)
+{
+    if (p->off != q->off) return false;
+    for (int x = 0; x < n; x++)
+        if (p->coef[x] != q->coef[x]) return false;
+    return true;
+}
 
 static int pack_index(const cgc *c, int id)
 {
@@ -935,8 +955,11 @@ static void plan_packs(cgc *c)
         if (shared) total += blocks * c->pack_stride[pi];
     }
     /* worth it when the panels stay in L2, or when each task would spend a large share of
-     * its time packing (one copied float per 8 vector FMAs or more: a conv along F whose
-     * task is an output row repacks all the weights for it) */
+     * its time packing: one copied float per 8 vector FMAs or more, counting a float read
+     * across the vector axis (a transposing pack: a conv's weights along F) as 4, each lane
+     * from its own line. A conv along F whose task is an output row repacks all the weights
+     * for it; one whose task is 40 columns by 4 rows by 64 filters spent a third of its time
+     * transposing its weights (10 vector FMAs per packed float): 5.6 -> 3.6 ms packed once. */
     int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
     double fma = 1, packed = 0;
     for (int xx = 0; xx < ns; xx++) fma *= (double)(c->T[xx][1] * c->T[xx][2] * c->T[xx][3]);
@@ -946,7 +969,10 @@ static void plan_packs(cgc *c)
         double per_task = (double)c->pack_size[pi];
         for (int xx = 0; xx < ns + nr; xx++)
             if (c->pack_mask[pi] & (1u << xx)) per_task *= (double)c->T[xx][xx < ns ? 1 : 0];
-        packed += per_task;
+        const ir_expr *e = &a->expr[c->pack_id[pi]];
+        if (e->kind == IR_E_SELECT) e = &a->expr[e->a];
+        bool across = e->kind == IR_E_LOAD && flat_coef(c->g, e, x) != 1;
+        packed += per_task * (across ? 4 : 1);
     }
     bool costly = packed * 8 > fma;
     if (total > CPU_PACK_GLOBAL_MAX || (total * 4 > l2 / 2 && !costly))
@@ -994,6 +1020,181 @@ static void emit_global_frees(cgc *c)
 {
     for (int pi = 0; pi < c->npack; pi++)
         if (c->pack_glob[pi]) cg_line(&c->b, 1, "free(G%d);", pi);
+    for (int k = 0; k < c->npad; k++) cg_line(&c->b, 1, "free(%s);", c->g->tensor[c->pad_dst[k]].name);
+}
+
+/* ---- padded copies ---- */
+
+/* The least and the largest value of affine f over the stage's iteration domain. */
+static void affine_range(const cgc *c, const ir_affine *f, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = f->off;
+    for (int x = 0; x < c->ns + c->nr; x++) {
+        int64_t v = (int64_t)f->coef[x] * (c->E[x] - 1);
+        if (v < 0) *lo += v;
+        else *hi += v;
+    }
+}
+
+/* A padding select that the register tile reads unpacked (a conv's input when the vectors
+ * run along F) costs the border tiles a bound check per point, which also keeps GCC from
+ * strength-reducing their addresses: the edge tiles of a 3x3 conv ran at about half speed,
+ * 13 % of the whole on a 80x80 plane. When the work is large beside the copy (8 vector FMAs
+ * per copied float or more: the copy costs about 2 %), the tensor is copied once per call
+ * with its padding written in, and those selects become plain loads of the copy. A select
+ * whose checks always hold becomes its load. Each check must bound one dim of the loaded
+ * tensor by that dim's size (the padding selects the convolutions and pools build). */
+static void plan_padcopies(cgc *c)
+{
+    const ir_subgraph *g = c->g;
+    const ir_stage *a = c->a;
+    int n = c->ns + c->nr;
+    if (c->W <= 1 || !unpacked_selects(c)) return;
+    int npad = 0, src[IR_MAX_TENSORS], copy_of[IR_MAX_EXPR];
+    int64_t lo[IR_MAX_TENSORS][IR_MAX_DIMS], hi[IR_MAX_TENSORS][IR_MAX_DIMS];
+    double fill[IR_MAX_TENSORS];
+    for (int id = 0; id < a->n_expr; id++) {
+        const ir_expr *e = &a->expr[id];
+        copy_of[id] = -2; /* untouched */
+        if (e->kind != IR_E_SELECT || pack_index(c, id) >= 0) continue;
+        const ir_expr *ld = &a->expr[e->a], *alt = &a->expr[e->b];
+        if (ld->kind != IR_E_LOAD || alt->kind != IR_E_CONST) return;
+        const ir_tensor *t = &g->tensor[ld->tensor];
+        bool checked[IR_MAX_DIMS] = {false};
+        for (int i = 0; i < e->ncond; i++) {
+            int d = 0;
+            while (d < t->ndim && !(affine_eq(&e->cond[i], &ld->idx[d], n) && e->cond_hi[i] == t->shape[d]))
+                d++;
+            if (d == t->ndim) return;
+            checked[d] = true;
+        }
+        int64_t l[IR_MAX_DIMS] = {0}, h[IR_MAX_DIMS] = {0};
+        bool any = false;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t mn, mx;
+            affine_range(c, &ld->idx[d], &mn, &mx);
+            l[d] = mn < 0 ? -mn : 0;
+            h[d] = mx >= t->shape[d] ? mx - t->shape[d] + 1 : 0;
+            if ((l[d] || h[d]) && !checked[d]) return; /* not a padding select */
+            any |= l[d] || h[d];
+        }
+        copy_of[id] = -1; /* its checks always hold */
+        if (!any) continue;
+        int k = 0;
+        while (k < npad && !(src[k] == ld->tensor && fill[k] == alt->value &&
+                             !memcmp(lo[k], l, sizeof l) && !memcmp(hi[k], h, sizeof h)))
+            k++;
+        if (k == npad) {
+            if (g->n_tensor + npad == IR_MAX_TENSORS) return;
+            src[k] = ld->tensor;
+            fill[k] = alt->value;
+            memcpy(lo[k], l, sizeof l);
+            memcpy(hi[k], h, sizeof h);
+            npad++;
+        }
+        copy_of[id] = k;
+    }
+    double floats = 0, fma = 1;
+    for (int k = 0; k < npad; k++) {
+        double f = 1;
+        for (int d = 0; d < g->tensor[src[k]].ndim; d++)
+            f *= (double)(g->tensor[src[k]].shape[d] + lo[k][d] + hi[k][d]);
+        floats += f;
+    }
+    for (int x = 0; x < n; x++) fma *= (double)c->E[x];
+    fma /= c->W;
+    if (floats > CPU_PACK_GLOBAL_MAX || fma < 8 * floats) return;
+
+    ir_subgraph *gp = malloc(sizeof *gp);
+    if (!gp) return; /* the kernel keeps its bound checks */
+    *gp = *g;
+    for (int k = 0; k < npad; k++) {
+        int dst = gp->n_tensor++;
+        ir_tensor *t = &gp->tensor[dst];
+        *t = g->tensor[src[k]];
+        snprintf(t->name, sizeof t->name, "Pad%d", k);
+        t->kind = IR_T_TEMP;
+        for (int d = 0; d < t->ndim; d++) t->shape[d] += lo[k][d] + hi[k][d];
+        c->pad_src[k] = src[k];
+        c->pad_dst[k] = dst;
+        memcpy(c->pad_lo[k], lo[k], sizeof lo[k]);
+        c->pad_fill[k] = fill[k];
+    }
+    c->npad = npad;
+    ir_stage *pa = &gp->stage[gp->anchor];
+    for (int id = 0; id < a->n_expr; id++) {
+        if (copy_of[id] == -2) continue;
+        pa->expr[id] = a->expr[a->expr[id].a]; /* the load, of the copy when padded */
+        if (copy_of[id] < 0) continue;
+        int k = copy_of[id];
+        pa->expr[id].tensor = c->pad_dst[k];
+        for (int d = 0; d < IR_MAX_DIMS; d++) pa->expr[id].idx[d].off += c->pad_lo[k][d];
+    }
+    c->gpad = gp;
+    c->g = gp;
+    c->a = pa;
+}
+
+/* The padded copies, row by row of their last dim (in parallel when the kernel is). */
+static void emit_padcopies(cgc *c, int ind, bool par)
+{
+    cg_buf *b = &c->b;
+    for (int k = 0; k < c->npad; k++) {
+        const ir_tensor *t = &c->g->tensor[c->pad_dst[k]], *ts = &c->g->tensor[c->pad_src[k]];
+        const char *sn = c->nm.tensor[c->pad_src[k]];
+        c->nm.tensor[c->pad_dst[k]] = t->name;
+        int nd = t->ndim;
+        const int64_t *lo = c->pad_lo[k];
+        int64_t rows = 1, st[IR_MAX_DIMS];
+        for (int d = 0; d < nd - 1; d++) rows *= t->shape[d];
+        cg_strides(ts, st);
+        char fill[48];
+        double f = c->pad_fill[k];
+        if (isinf(f)) snprintf(fill, sizeof fill, "%sINFINITY", f < 0 ? "-" : "");
+        else if (f == 0) snprintf(fill, sizeof fill, "0.0f");
+        else snprintf(fill, sizeof fill, "(float)%.17g", f);
+        int64_t wd = t->shape[nd - 1], ws = ts->shape[nd - 1], ld = lo[nd - 1];
+        cg_printf(b, "%*s/* %s with its padding written in (%s), once per call:", ind * 4, "", sn, fill);
+        for (int d = 0; d < nd; d++) cg_printf(b, " [%lld]", (long long)t->shape[d]);
+        cg_printf(b, " */\n");
+        cg_line(b, ind, "float *const %s = (float *)aligned_alloc(64, %lld);", t->name,
+                (long long)((rows * wd * 4 + 63) / 64 * 64));
+        cg_line(b, ind, "if (!%s) __builtin_trap();", t->name);
+        if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+        cg_line(b, ind, "for (int64_t prow = 0; prow < %lld; prow++) {", (long long)rows);
+        cg_line(b, ind + 1, "float *const pd = %s + prow * %lld;", t->name, (long long)wd);
+        cg_line(b, ind + 1, "int64_t prem = prow;");
+        for (int d = nd - 2; d >= 0; d--) {
+            cg_printf(b, "%*sconst int64_t p%d = prem %% %lld", (ind + 1) * 4, "", d,
+                      (long long)t->shape[d]);
+            cg_printf(b, lo[d] ? " - %lld;\n" : ";\n", (long long)lo[d]);
+            cg_line(b, ind + 1, "prem /= %lld;", (long long)t->shape[d]);
+        }
+        cg_line(b, ind + 1, "(void)prem;");
+        bool first = true;
+        for (int d = 0; d < nd - 1; d++) {
+            if (t->shape[d] == ts->shape[d]) continue;
+            if (first) cg_printf(b, "%*sif (", (ind + 1) * 4, "");
+            cg_printf(b, "%s(uint64_t)p%d >= %lluu", first ? "" : " || ", d,
+                      (unsigned long long)ts->shape[d]);
+            first = false;
+        }
+        if (!first) {
+            cg_printf(b, ") {\n");
+            cg_line(b, ind + 2, "for (int64_t j = 0; j < %lld; j++) pd[j] = %s;", (long long)wd, fill);
+            cg_line(b, ind + 2, "continue;");
+            cg_line(b, ind + 1, "}");
+        }
+        cg_printf(b, "%*sconst float *const ps = %s", (ind + 1) * 4, "", sn);
+        for (int d = 0; d < nd - 1; d++) cg_printf(b, " + p%d * %lld", d, (long long)st[d]);
+        cg_printf(b, ";\n");
+        if (ld) cg_line(b, ind + 1, "for (int64_t j = 0; j < %lld; j++) pd[j] = %s;", (long long)ld, fill);
+        cg_line(b, ind + 1, "memcpy(pd + %lld, ps, %lld);", (long long)ld, (long long)(ws * 4));
+        if (ld + ws < wd)
+            cg_line(b, ind + 1, "for (int64_t j = %lld; j < %lld; j++) pd[j] = %s;", (long long)(ld + ws),
+                    (long long)wd, fill);
+        cg_line(b, ind, "}");
+    }
 }
 
 static int gen_tile(cgc *c, const char *entry)
@@ -1024,10 +1225,13 @@ static int gen_tile(cgc *c, const char *entry)
     char fb[IR_MAX_AXES][96];
     for (int i = 0; i < ns + nr; i++) full_index(c, i, fb[i], sizeof fb[i]);
     plan_packs(c);
+    plan_padcopies(c);
+    a = c->a;
 
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     int ind = 1;
+    emit_padcopies(c, ind, par != 0);
     emit_global_packs(c, ind, par != 0, fb);
     /* fused parallel task loop over s0 (and s1) */
     int fused_levels = par == 2 ? 2 : 1;
@@ -1420,14 +1624,6 @@ static bool expr_inner(const ir_stage *st, int id, int nra)
                 if (e->cond[k].coef[x]) return true;
         return expr_inner(st, e->a, nra) || expr_inner(st, e->b, nra);
     }
-    return true;
-}
-
-static bool affine_eq(const ir_affine *p, const ir_affine *q, int n)
-{
-    if (p->off != q->off) return false;
-    for (int x = 0; x < n; x++)
-        if (p->coef[x] != q->coef[x]) return false;
     return true;
 }
 
@@ -2272,6 +2468,7 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
     int rc = cpu_routes[sp->sketch](c, entry);
     if (rc == 0) emit_packed(&c->b, sp->g, entry);
     char *src = cg_buf_take(&c->b);
+    free(c->gpad);
     free(c);
     if (rc) {
         free(src);

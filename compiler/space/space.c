@@ -737,8 +737,36 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
             if (r > 256) r = 256;
             score *= r / (r + 0.5 * lanes);
         }
+        /* vectors along another axis than the output's last cost a transposing write-back
+         * (and, for a conv along F, its weights are packed across F); but with 32 registers a
+         * windowed conv's direct micro-kernel (filters x output columns: packed weights
+         * loaded, inputs broadcast, the window whole in each chunk) beats an im2col panel
+         * per task once the window is deep enough to amortise the write-back (K >= 64):
+         * 1.1-1.35x on padded 3x3, dilated, strided and 6x6-stem convs on AVX-512 (the
+         * padding is copied in once, see codegen's plan_padcopies). It lost with 16
+         * registers (AVX2: 2-vector tiles, 5-40 %), on 1x1 convs, at K = 36, on 1-D convs
+         * (1x3: 4-10 %) and on the unpadded 16x16/16 patch embedding (20 %+). */
         const ir_tensor *o = &sp->g->tensor[sp->g->output];
-        if (x != o->ndim - 1) score *= 0.45;
+        int deep = 0;
+        int64_t K = 1;
+        for (int r = ns; r < ns + sp->n_reduce; r++) {
+            deep += a->extent[r] > 1;
+            K *= a->extent[r];
+        }
+        bool padded = false;
+        for (int id = 0; id < a->n_expr; id++) padded |= a->expr[id].kind == IR_E_SELECT;
+        bool direct = sp->tgt.cpu.vector_registers > 16 && deep >= 3 && K >= 64 && padded;
+        /* ... along F: the window's input (a load over several reduction axes and other
+         * spatial axes) is broadcast, it does not move with the vectors */
+        for (int id = 0; id < a->n_expr && direct; id++) {
+            if (a->expr[id].kind != IR_E_LOAD) continue;
+            unsigned m = space_expr_axes(sp, id);
+            int nred = 0;
+            for (int r = ns; r < ns + sp->n_reduce; r++) nred += (m >> r) & 1u;
+            unsigned others = m & ((1u << ns) - 1u) & ~(1u << x);
+            if (nred >= 2 && others && load_coef(sp, &a->expr[id], x) != 0) direct = false;
+        }
+        if (x != o->ndim - 1) score *= direct ? 1.1 : 0.45;
         if (score > best_score * 1.0001) best_score = score, best = vals[k];
     }
     return best;
@@ -873,13 +901,22 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     for (int k = 0; k < n && v < 16; k++)
                         if (vals[k] >= 16 && e % vals[k] == 0) v = vals[k];
                     /* ... and small enough that the packed operands fit their buffers (the
-                     * reduction axes after this one at 1) */
+                     * reduction axes after this one at 1; vectors along F: a conv's window
+                     * axes after it whole, so that the channels give way, not the window:
+                     * a window split in chunks reloads the accumulators and repacks per tap) */
                     space_sched t = *out;
+                    int upto = i + 1;
+                    for (int j = i + 1; j < sp->n_slot && vx != ns - 1; j++)
+                        if (sp->slot[j].kind == SLOT_TILE && sp->slot[j].axis >= ns &&
+                            a->extent[sp->slot[j].axis] <= 16) {
+                            t.v[j] = a->extent[sp->slot[j].axis];
+                            upto = j + 1;
+                        }
                     int64_t fit = v;
                     for (int k = n - 1; k > 0; k--) {
                         if (vals[k] > fit) continue;
                         t.v[i] = vals[k];
-                        if (space_cpu_pack_floats(sp, &t, i + 1) <= CPU_PACK_MAX) break;
+                        if (space_cpu_pack_floats(sp, &t, upto) <= CPU_PACK_MAX) break;
                         fit = vals[k - 1];
                     }
                     /* a sliver of a long prime axis (1009 = 1 x 1009) costs more than not
@@ -922,6 +959,9 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * axis first: another gets what its whole extent leaves (a conv along F:
                      * a block of output rows, each one whole) */
                     int64_t cap = (reuse_axes >> sl->axis) & 1u ? 64 : 1;
+                    /* vectors along F: the block is one output row (the weights' panel
+                     * stays in L1 over it); more rows go to level 1, below */
+                    if (vx != ns - 1 && rows_x >= 0 && rows_x != sl->axis) cap = 1;
                     if (cap > 1 && rows_x >= 0 && rows_x != sl->axis) {
                         int64_t t3 = space_tile(sp, out, rows_x, 3);
                         int64_t across = ceil_div(a->extent[rows_x], t3 > 0 ? t3 : 1);
@@ -942,6 +982,14 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     gemv = true;
                 }
                 else if (sl->level == 2) v = pick_le(vals, n, 2);
+                else if (sl->level == 1 && vx != ns - 1 && rows_x >= 0 && sl->axis < rows_x &&
+                         a->extent[sl->axis] >= 16 && ((reuse_axes >> sl->axis) & 1u)) {
+                    /* vectors along F: a task takes 4 output rows of one filter block, whose
+                     * weights (packed once) are read from L2 for each; a task per row read
+                     * all the filters' weights from L3 per row (sd15 downsampler: 13 -> 7.7
+                     * ms) */
+                    v = pick_le(vals, n, 4);
+                }
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
                 bool last = sl->axis == ns - 1, prev = sl->axis == ns - 2;

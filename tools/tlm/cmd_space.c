@@ -3,7 +3,9 @@
  *
  * Prints one JSON object: {"workload_hash", "target": canonical name, "target_hash",
  * "sketch", "slots": [{"name", "kind"[, "axis", "level"]}], "log10_size", "size_exact",
- * "default": printed schedule, "samples": [printed schedule, ...]}.
+ * "default": printed schedule, "default_by_vector_axis": {axis: printed schedule, ...} (CPU_TILE
+ * with a reduction: the rule of thumb with the vectors along each axis they may take),
+ * "samples": [printed schedule, ...]}.
  * Samples are drawn with space_sample from the RNG state cli_seed_state(S); the first one is
  * the schedule `tlm compile --schedule random:S` builds, so a sample seen here can be
  * compiled by its seed. */
@@ -104,11 +106,27 @@ static json_t *describe(const ir_workload *w, const target *t, const space *sp,
         space_sample(sp, &rng, &s);
         json_array_append_new(samples, sched_json(sp, &s));
     }
+    /* CPU_TILE with a reduction: the rule of thumb for each axis the vectors may run along
+     * (what the default would be with that vector axis), keyed by the axis' name */
+    json_t *by_axis = json_object();
+    if (by_axis && sp->sketch == SKETCH_CPU_TILE && sp->n_reduce > 0 && sp->n_slot > 0 &&
+        sp->slot[0].kind == SLOT_VECTORIZE) {
+        int64_t vals[SPACE_MAX_VALUES];
+        space_sched none;
+        memset(&none, 0, sizeof none);
+        int n = space_legal_values(sp, 0, &none, vals);
+        const ir_stage *a = &sp->g->stage[sp->g->anchor];
+        for (int k = 0; k < n; k++) {
+            if (vals[k] < 1) continue;
+            space_default_vectorized(sp, vals[k], &s);
+            json_object_set_new(by_axis, a->axis[a->n_spatial - vals[k]], sched_json(sp, &s));
+        }
+    }
     json_t *out =
-        json_pack("{s:s, s:s, s:s, s:s, s:o*, s:f, s:b, s:o*, s:o*}", "workload_hash", whex,
+        json_pack("{s:s, s:s, s:s, s:s, s:o*, s:f, s:b, s:o*, s:o*, s:o*}", "workload_hash", whex,
                   "target", t->name, "target_hash", thex, "sketch", space_sketch_name(sp->sketch),
                   "slots", slots, "log10_size", isfinite(lsz) ? lsz : 0.0, "size_exact", exact != 0,
-                  "default", def, "samples", samples);
+                  "default", def, "default_by_vector_axis", by_axis, "samples", samples);
     if (!out || !slots || json_array_size(slots) != (size_t)sp->n_slot || !samples ||
         json_array_size(samples) != nsamp) {
         json_decref(out);

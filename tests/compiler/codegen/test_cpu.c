@@ -815,6 +815,69 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
     }
 }
 
+/* A padded conv whose register tile reads its input unpacked (vectors along F) reads a copy
+ * of the input with the padding written in, made once per call, instead of bound-checking
+ * its border tiles: checked against the reference with symmetric and uneven padding, strides,
+ * dilation and a 1-D conv, both ISAs; where the work is small beside the copy (one filter),
+ * the kernel keeps its checks. */
+Test(codegen_cpu, padding_copied_in_once)
+{
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    static const struct {
+        const char *wl;
+        bool copied;
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":11,\"W\":11,\"F\":24,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
+         true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":5,\"H\":13,\"W\":9,\"F\":17,"
+         "\"KH\":5,\"KW\":3},\"stride\":[2,1],\"pad\":[2,1]}",
+         true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":6,\"H\":12,\"W\":12,\"F\":32,"
+         "\"KH\":3,\"KW\":3},\"pad\":[2,2],\"dilation\":[2,2],\"epilogue\":[\"relu\"]}",
+         true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":9,\"H\":1,\"W\":31,\"F\":48,"
+         "\"KH\":1,\"KW\":5},\"pad\":[0,2]}",
+         true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":15,\"W\":15,\"F\":1,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+         false},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[ci].wl, tgs[ti]);
+            space_sched s;
+            /* vectors along F for the filters, along OW for the single one */
+            space_default_vectorized(b.sp, cases[ci].copied ? 3 : 1, &s);
+            /* the input unpacked: with vectors along OW, packing would copy it per task */
+            int64_t vals[SPACE_MAX_VALUES];
+            for (int i = 1; i < b.sp->n_slot; i++) {
+                if (b.sp->slot[i].kind != SLOT_PACK || cases[ci].copied) continue;
+                cr_assert_gt(space_legal_values(b.sp, i, &s, vals), 0);
+                s.v[i] = vals[0];
+                cr_assert_eq(s.v[i], 0);
+            }
+            tlm_error err;
+            tlm_err_clear(&err);
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            char text[2048];
+            space_print(b.sp, &s, text, sizeof text);
+            bool copied = strstr(k.source, "with its padding written in (0.0f)") != NULL;
+            cr_expect_eq(copied, cases[ci].copied, "%s: case %zu [%s]: copied %d", tgs[ti], ci,
+                         text, copied);
+            /* a copied kernel has no bound check left (no interior test, no checked load);
+             * the other keeps both */
+            bool checks = strstr(k.source, "(uint64_t)((") != NULL;
+            cr_expect_eq(checks, !cases[ci].copied, "%s: case %zu [%s]: bound checks %d", tgs[ti],
+                         ci, text, checks);
+            check_kernel(b.g, &b.t, &k, cases[ci].wl, text);
+            cg_kernel_free(&k);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 Test(codegen_cpu, harness_catches_a_wrong_kernel)
 {
     built b = build("{\"op\":\"dense\",\"shape\":{\"M\":8,\"N\":8,\"K\":8}}", "cpu");
