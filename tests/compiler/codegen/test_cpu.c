@@ -910,7 +910,8 @@ Test(codegen_cpu, block_along_f_copied_out_transposed)
         }
         char text[2048];
         space_print(b.sp, &s, text, sizeof text);
-        cr_assert_eq(space_tile(b.sp, &s, 1, 2) * space_tile(b.sp, &s, 1, 3), 48, "%s: [%s]", tgs[ti], text);
+        cr_assert_eq(space_tile(b.sp, &s, 1, 2) * space_tile(b.sp, &s, 1, 3), 48, "%s: [%s]",
+                     tgs[ti], text);
         cr_assert_eq(space_tile(b.sp, &s, 3, 2) * space_tile(b.sp, &s, 3, 3), 21);
         tlm_error err;
         tlm_err_clear(&err);
