@@ -955,11 +955,14 @@ static void plan_packs(cgc *c)
         if (shared) total += blocks * c->pack_stride[pi];
     }
     /* worth it when the panels stay in L2, or when each task would spend a large share of
-     * its time packing: one copied float per 8 vector FMAs or more, counting a float read
-     * across the vector axis (a transposing pack: a conv's weights along F) as 4, each lane
-     * from its own line. A conv along F whose task is an output row repacks all the weights
-     * for it; one whose task is 40 columns by 4 rows by 64 filters spent a third of its time
-     * transposing its weights (10 vector FMAs per packed float): 5.6 -> 3.6 ms packed once. */
+     * its time transposing: one float read across the vector axis (each lane from its own
+     * line: a conv's weights along F) per 32 vector FMAs or more. A conv along F whose task is
+     * an output row repacks all the weights for it; one whose task is 40 columns by 4 rows by
+     * 64 filters spent a third of its time transposing its weights (10 vector FMAs per packed
+     * float): 5.6 -> 3.6 ms packed once. Contiguous panels larger than that are packed per
+     * task even when it costs a float per 3 FMAs: packed once, they were read back from L3
+     * slower (a 577 x 1152 x 384 GEMM's B, 1.8 MB: 2.4 -> 2.2 ms per task; a 1x1 conv's
+     * 1.3 MB input: 1.78 -> 1.50 ms). */
     int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
     double fma = 1, packed = 0;
     for (int xx = 0; xx < ns; xx++) fma *= (double)(c->T[xx][1] * c->T[xx][2] * c->T[xx][3]);
@@ -971,10 +974,9 @@ static void plan_packs(cgc *c)
             if (c->pack_mask[pi] & (1u << xx)) per_task *= (double)c->T[xx][xx < ns ? 1 : 0];
         const ir_expr *e = &a->expr[c->pack_id[pi]];
         if (e->kind == IR_E_SELECT) e = &a->expr[e->a];
-        bool across = e->kind == IR_E_LOAD && flat_coef(c->g, e, x) != 1;
-        packed += per_task * (across ? 4 : 1);
+        if (e->kind == IR_E_LOAD && flat_coef(c->g, e, x) != 1) packed += per_task;
     }
-    bool costly = packed * 8 > fma;
+    bool costly = packed * 32 > fma;
     if (total > CPU_PACK_GLOBAL_MAX || (total * 4 > l2 / 2 && !costly))
         for (int pi = 0; pi < c->npack; pi++) c->pack_glob[pi] = false;
 }

@@ -45,9 +45,9 @@
  *             into contiguous vectors); legal when vectorising and the buffers fit
  *             CPU_PACK_MAX floats. Codegen packs panels that 4 or more tasks read once per
  *             call, ahead of the task loop, when they fit half an L2 or would otherwise cost
- *             a task one copied float per 8 vector FMAs (a float read across the vector axis,
- *             a transposing pack, counted as 4: a conv's weights along F); others are packed
- *             by each task, hot in its cache when used. A padding select the register tile
+ *             a task one float read across the vector axis (a transposing pack: a conv's
+ *             weights along F) per 32 vector FMAs; others are packed by each task, hot in its
+ *             cache when used. A padding select the register tile
  *             reads unpacked (a conv's input when the vectors run along F) reads instead a
  *             copy of its tensor with the padding written in, made once per call, when the
  *             work is 8 vector FMAs per copied float or more: no bound checks, no edge tiles.
