@@ -101,6 +101,10 @@ def main():
     ap.add_argument("--results", default="bench/results/real_shapes.jsonl")
     ap.add_argument("--torch", default=None, help="standalone peers_torch.py output")
     ap.add_argument("--ort", default=None, help="standalone peers_ort.py output")
+    ap.add_argument("--avx2-peers", default=None,
+                    help="peers measured held to AVX2 (real_shapes --part peers under "
+                         "OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 "
+                         "ATEN_CPU_CAPABILITY=avx2): the cpu:avx2 rows' peers")
     ap.add_argument("--md", default="bench/results/real_shapes.md")
     ap.add_argument("--png", default="bench/results/real_shapes.png")
     ap.add_argument("--wall", type=float, default=None, help="wall seconds of the whole run")
@@ -131,6 +135,12 @@ def main():
     # standalone peer files first; the sweep's own lines (asked beside our kernels) win
     torch = {r["name"]: r for r in read_jsonl(args.torch) + rows if r.get("kind") == "torch"}
     ort = {r["name"]: r for r in read_jsonl(args.ort) + rows if r.get("kind") == "ort"}
+    # the cpu:avx2 rows' peers held to AVX2, where measured (ONNX Runtime stays native)
+    avx2_rows = read_jsonl(args.avx2_peers)
+    avx2_peers = {r["name"]: r for r in avx2_rows if r.get("kind") == "peers"}
+    avx2_torch = {r["name"]: r for r in avx2_rows if r.get("kind") == "torch"}
+    avx2_core = next((r.get("openblas_core") for r in avx2_rows
+                      if r.get("kind") == "host" and r.get("openblas_core")), None)
     targets = []
     for (_, t) in ours:
         if t not in targets:
@@ -177,6 +187,17 @@ def main():
             if not o:
                 continue
             d, b = o["default"], o["best"]
+            held = {}
+            if t == "cpu:avx2" and name in avx2_peers:
+                q = avx2_peers[name]
+                held = {"plain_s": q.get("openblas_s") if w["op"] in ("dense", "batch_matmul")
+                        else q.get("dnnl_plain_s"),
+                        "blocked_s": q.get("dnnl_blocked_s"),
+                        "dnnl_matmul_s": q.get("dnnl_matmul_s"),
+                        "peer_impl": q.get("dnnl_blocked_impl") or q.get("dnnl_plain_impl"),
+                        "openblas_epi": q.get("openblas_epilogue")}
+                if name in avx2_torch:
+                    held["torch_s"] = avx2_torch[name].get("median_s")
             rec["t"][t] = {
                 "def_s": d.get("median_s"), "def_gf": d.get("gflops"), "def_status": d["status"],
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
@@ -185,8 +206,13 @@ def main():
                 "compile": o.get("compile_s"), "sched": o.get("best_schedule"),
                 "random_n": (o.get("random_n") or 0) + (o.get("variants") or 0),
                 "tried": o.get("random_tried", o.get("random_n")),
+                "peers": held,
             }
         recs.append(rec)
+
+    def view(r, t):
+        """r with target t's own peers (the AVX2-held ones for cpu:avx2) in place."""
+        return {**r, **r["t"].get(t, {}).get("peers", {})}
 
     def gf(sec, flops):
         return flops / sec / 1e9 if sec and sec > 0 and flops else None
@@ -231,8 +257,14 @@ def main():
              f"initializers), OpenBLAS sgemm (dense, batch_matmul as B calls), oneDNN plain "
              f"(our ABI's layouts) and blocked (its own layouts, reorders not timed) for convs, "
              f"oneDNN softmax / layer_norm / pooling.\n")
+    held = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("peers"))
+    held_txt = (f"the peers of its {held} rows held to AVX2 in a second pass after the sweep "
+                f"(OpenBLAS pinned to its {avx2_core or 'Haswell'} kernels by OPENBLAS_CORETYPE, "
+                f"oneDNN by ONEDNN_MAX_CPU_ISA=AVX2, PyTorch also by ATEN_CPU_CAPABILITY=avx2; "
+                f"ONNX Runtime has no such cap and stays native)" if held else
+                "the peers run their native kernels")
     L.append(f"Ours: targets {', '.join('`' + t + '`' for t in targets)} (`cpu:avx2` is x86-64-v3 "
-             f"code run on this host; the peers always run their native kernels). `default` = "
+             f"code run on this host; {held_txt}). `default` = "
              f"space_default through the pipeline (what the server serves untrained; 7 timing "
              f"samples, 5 with --quick); `best` = the fastest of the default, the variants (the "
              f"rule of thumb along each other vector axis the space offers, and the default with "
@@ -256,7 +288,8 @@ def main():
         rs = [r for r in recs if t in r["t"]]
 
         def g(key_ours, key_peer, pred=lambda r: True):
-            return geomean([ratio(r[key_peer], r["t"][t][key_ours]) for r in rs if pred(r)])
+            return geomean([ratio(view(r, t)[key_peer], r["t"][t][key_ours]) for r in rs
+                            if pred(r)])
 
         is_mm = lambda r: r["w"]["op"] in ("dense", "batch_matmul")
         is_conv = lambda r: r["w"]["op"] in ("conv2d", "depthwise_conv2d")
@@ -290,8 +323,8 @@ def main():
         rs = [r for r in recs if r["group"] == gname]
         cells = []
         for t in targets:
-            d = geomean([ratio(r["torch_s"], r["t"].get(t, {}).get("def_s")) for r in rs])
-            b = geomean([ratio(r["torch_s"], r["t"].get(t, {}).get("best_s")) for r in rs])
+            d = geomean([ratio(view(r, t)["torch_s"], r["t"].get(t, {}).get("def_s")) for r in rs])
+            b = geomean([ratio(view(r, t)["torch_s"], r["t"].get(t, {}).get("best_s")) for r in rs])
             cells.append(f"{fmt(d)} / {fmt(b)}")
         L.append(f"| {gname} | {len(rs)} | " + " | ".join(cells) + " |")
     L.append("")
@@ -312,7 +345,8 @@ def main():
     crit("best / PyTorch, geomean", "≥ 1.2", lambda t: summary[t]["best_pt"], lambda v: v >= 1.2)
 
     def worst(t, pred, peer_key):
-        xs = [ratio(r[peer_key], r["t"][t]["best_s"]) for r in recs if t in r["t"] and pred(r)]
+        xs = [ratio(view(r, t)[peer_key], r["t"][t]["best_s"]) for r in recs
+              if t in r["t"] and pred(r)]
         xs = [x for x in xs if x]
         return min(xs) if xs else None
 
@@ -351,6 +385,7 @@ def main():
         for r in recs:
             if t not in r["t"]:
                 continue
+            r = view(r, t)
             o = r["t"][t]
             fl = r["flops"]
             d_gf = o["def_gf"] if o["def_s"] and fl else None
@@ -423,8 +458,10 @@ def main():
     for ax, t in zip(axes[0], targets):
         ys = list(range(len(names)))
         by = {r["name"]: r for r in recs}
-        d = [ratio(by[n]["torch_s"], by[n]["t"].get(t, {}).get("def_s")) or 0 for n in names]
-        b = [ratio(by[n]["torch_s"], by[n]["t"].get(t, {}).get("best_s")) or 0 for n in names]
+        d = [ratio(view(by[n], t)["torch_s"], by[n]["t"].get(t, {}).get("def_s")) or 0
+             for n in names]
+        b = [ratio(view(by[n], t)["torch_s"], by[n]["t"].get(t, {}).get("best_s")) or 0
+             for n in names]
         # bars grow from 1x: right = ours faster, left = slower
         bb = [x if x > 0 else 1.0 for x in b]
         dd = [x if x > 0 else 1.0 for x in d]
