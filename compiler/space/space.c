@@ -968,6 +968,22 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                         cap = 64 / (across < 64 ? across : 64);
                     }
                     v = pick_le(vals, n, cap);
+                    /* ... and even blocks: a smaller block (down to half) that cuts the tiles
+                     * into equal pieces beats a ragged last block, whose short tasks leave a
+                     * thread idle under the static split (1021 rows = 171 tiles of 6: 3 x 57,
+                     * not 64 + 64 + 43; 1.17x on a prime GEMM on AVX2) */
+                    int64_t t3 = space_tile(sp, out, sl->axis, 3);
+                    int64_t tiles = ceil_div(a->extent[sl->axis], t3 > 0 ? t3 : 1);
+                    if (v > 1 && tiles > v && tiles % v != 0) {
+                        int64_t best = v, waste = ceil_div(tiles, v) * v - tiles;
+                        for (int k = 0; k < n; k++)
+                            if (vals[k] < v && 2 * vals[k] >= v &&
+                                ceil_div(tiles, vals[k]) * vals[k] - tiles < waste) {
+                                best = vals[k];
+                                waste = ceil_div(tiles, vals[k]) * vals[k] - tiles;
+                            }
+                        if (waste * 8 <= tiles) v = best; /* within an eighth of a block */
+                    }
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
                     /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded

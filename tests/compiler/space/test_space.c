@@ -709,6 +709,30 @@ Test(space, reduction_chunks_need_not_divide)
     }
 }
 
+/* A GEMM's block of register rows cuts the rows into equal pieces when a block down to half
+ * the usual size does: 1021 rows are 171 tiles of 6, 3 x 57 on AVX2 (not 64 + 64 + 43) and
+ * 9 x 19 on AVX-512 (not 5 x 32 + 11); 768 rows (128 tiles, 2 x 64) are even already. */
+Test(space, gemm_row_blocks_come_out_even)
+{
+    static const struct {
+        const char *wl, *tg;
+        int64_t rows3, rows2;
+    } cases[] = {
+        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx2", 6, 57},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx512", 6, 19},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":768,\"N\":1024,\"K\":512}}", "cpu:avx2", 6, 64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_tile(b.sp, &d, 0, 3), cases[i].rows3, "case %zu", i);
+        cr_expect_eq(space_tile(b.sp, &d, 0, 2), cases[i].rows2, "case %zu: %lld", i,
+                     (long long)space_tile(b.sp, &d, 0, 2));
+        unbuild(&b);
+    }
+}
+
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
 {
     static const struct {
