@@ -603,29 +603,37 @@ static void loop_inside(cgc *c, int ind, int i, int l)
 
 /* The s2 and s3 loops over every spatial axis (the last one vectorised) down to one output
  * point, with each axis' full index declared; returns the new indent and fills nm. */
+/* The s2 and s3 loops of spatial axis i over the block's points inside the extent (the last
+ * tile of a padded axis stops at it); returns the new indent. */
+static int block_axis_loops(cgc *c, int ind, int i, bool simd)
+{
+    char v[16];
+    const char *n = c->a->axis[i];
+    snprintf(v, sizeof v, "%s2", n);
+    if (c->pad[i])
+        loop_inside(c, ind++, i, 2);
+    else
+        loop(&c->b, ind++, v, c->T[i][2]);
+    snprintf(v, sizeof v, "%s3", n);
+    if (c->pad[i])
+        cg_line(&c->b, ind, "const int64_t %s3_n = tlm_imin(%lld, %lld - ((%s0 * %lld + %s1) * "
+                "%lld + %s2) * %lld);", n, (long long)c->T[i][3], (long long)c->E[i], n,
+                (long long)c->T[i][1], n, (long long)c->T[i][2], n, (long long)c->T[i][3]);
+    if (simd) cg_line(&c->b, ind, "#pragma omp simd");
+    if (c->pad[i])
+        cg_line(&c->b, ind++, "for (int64_t %s = 0; %s < %s3_n; %s++) {", v, v, n, v);
+    else
+        loop(&c->b, ind++, v, c->T[i][3]);
+    return ind;
+}
+
 static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm, int inner)
 {
     const ir_stage *a = c->a;
     int ns = c->ns;
     for (int k = 0; k < ns; k++) {
         int i = k < ns - 1 ? (k < inner ? k : k + 1) : inner; /* `inner` innermost */
-        char v[16];
-        const char *n = a->axis[i];
-        snprintf(v, sizeof v, "%s2", n);
-        if (c->pad[i])
-            loop_inside(c, ind++, i, 2);
-        else
-            loop(&c->b, ind++, v, c->T[i][2]);
-        snprintf(v, sizeof v, "%s3", n);
-        if (c->pad[i]) /* the last tile of a padded axis stops at its extent */
-            cg_line(&c->b, ind, "const int64_t %s3_n = tlm_imin(%lld, %lld - ((%s0 * %lld + %s1) * "
-                    "%lld + %s2) * %lld);", n, (long long)c->T[i][3], (long long)c->E[i], n,
-                    (long long)c->T[i][1], n, (long long)c->T[i][2], n, (long long)c->T[i][3]);
-        if (vec && k == ns - 1) cg_line(&c->b, ind, "#pragma omp simd");
-        if (c->pad[i])
-            cg_line(&c->b, ind++, "for (int64_t %s = 0; %s < %s3_n; %s++) {", v, v, n, v);
-        else
-            loop(&c->b, ind++, v, c->T[i][3]);
+        ind = block_axis_loops(c, ind, i, vec && k == ns - 1);
     }
     *nm = c->nm;
     for (int i = 0; i < ns; i++) {
@@ -1242,24 +1250,9 @@ static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_
     cg_names nm = c->nm;
     for (int i = 0; i < ns; i++) {
         if (i == x || i == L) continue;
-        char v[16];
-        const char *n = a->axis[i];
-        snprintf(v, sizeof v, "%s2", n);
-        if (c->pad[i])
-            loop_inside(c, ind++, i, 2);
-        else
-            loop(b, ind++, v, c->T[i][2]);
-        snprintf(v, sizeof v, "%s3", n);
-        if (c->pad[i]) {
-            cg_line(b, ind, "const int64_t %s3_n = tlm_imin(%lld, %lld - ((%s0 * %lld + %s1) * "
-                    "%lld + %s2) * %lld);", n, (long long)c->T[i][3], (long long)c->E[i], n,
-                    (long long)c->T[i][1], n, (long long)c->T[i][2], n, (long long)c->T[i][3]);
-            cg_line(b, ind++, "for (int64_t %s = 0; %s < %s3_n; %s++) {", v, v, n, v);
-        } else {
-            loop(b, ind++, v, c->T[i][3]);
-        }
-        cg_line(b, ind, "const int64_t %s = %s;", n, fb[i]);
-        nm.axis[i] = n;
+        ind = block_axis_loops(c, ind, i, false);
+        cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
+        nm.axis[i] = a->axis[i];
     }
     /* the other axes' offset in the block */
     char off[256];
