@@ -764,6 +764,33 @@ Test(codegen_cpu, activations_keep_special_values)
             }
 }
 
+/* A slot value a test asks for: slots of this kind (axis and level too for tiles; -1: any). */
+typedef struct {
+    space_slot_kind kind;
+    int axis, level;
+    int64_t v;
+} want_rule;
+
+/* s with every slot after VECTORIZE set, in order, to the value the last matching rule asks
+ * for where that value is legal given the slots before it, else to the first legal value. */
+static void force_slots(const space *sp, space_sched *s, const want_rule *rules, int n_rules)
+{
+    int64_t vals[SPACE_MAX_VALUES];
+    for (int i = 1; i < sp->n_slot; i++) {
+        const space_slot *sl = &sp->slot[i];
+        int64_t want = s->v[i];
+        for (int r = 0; r < n_rules; r++)
+            if (rules[r].kind == sl->kind && (rules[r].axis < 0 || rules[r].axis == sl->axis) &&
+                (rules[r].level < 0 || rules[r].level == sl->level))
+                want = rules[r].v;
+        int n = space_legal_values(sp, i, s, vals);
+        int64_t pick = vals[0];
+        for (int q = 0; q < n; q++)
+            if (vals[q] == want) pick = want;
+        s->v[i] = pick;
+    }
+}
+
 /* Packed operands that many tasks read are packed once per call (the weights of a conv
  * vectorised along F, under every output row), and the epilogue of a block whose vectors run
  * along F runs in place before the block is copied out: checked against the reference with a
@@ -781,20 +808,12 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
         cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), 3);
         /* force: the filters' vectors, 5 padded column rows (13 = 5 + 5 + 3), C in chunks of
          * 16, small blocks (39 tasks read the weights), packed */
-        int64_t vals[SPACE_MAX_VALUES];
-        for (int i = 1; i < b.sp->n_slot; i++) {
-            const space_slot *sl = &b.sp->slot[i];
-            int64_t want = s.v[i];
-            if (sl->kind == SLOT_TILE && sl->level == 3 && sl->axis == 3) want = 5;
-            if (sl->kind == SLOT_TILE && sl->level == 2 && sl->axis != 1) want = 1; /* tasks */
-            if (sl->kind == SLOT_TILE && sl->axis == 4) want = 16;                  /* c */
-            if (sl->kind == SLOT_PACK || sl->kind == SLOT_PARALLEL) want = 1;
-            int n = space_legal_values(b.sp, i, &s, vals);
-            int64_t pick = vals[0];
-            for (int q = 0; q < n; q++)
-                if (vals[q] == want) pick = want;
-            s.v[i] = pick;
-        }
+        static const want_rule rules[] = {
+            {SLOT_TILE, 3, 3, 5},       {SLOT_TILE, 0, 2, 1},   {SLOT_TILE, 2, 2, 1},
+            {SLOT_TILE, 3, 2, 1},       {SLOT_TILE, 4, -1, 16}, {SLOT_PACK, -1, -1, 1},
+            {SLOT_PARALLEL, -1, -1, 1},
+        };
+        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
         cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, -1), 1);
         tlm_error err;
         tlm_err_clear(&err);
@@ -880,8 +899,8 @@ Test(codegen_cpu, padding_copied_in_once)
 
 /* A block vectorised along F is copied out in W x W tiles transposed in registers; its
  * ragged edges (a block of 48 filters over 40, rows of 21 columns: 16 + 5 on AVX-512,
- * 2 x 8 + 5 on AVX2) go point by point. Checked
- * against the reference with two images, bias and relu, both ISAs. */
+ * 2 x 8 + 5 on AVX2) go point by point. Checked against the reference with two images,
+ * bias and relu, both ISAs. */
 Test(codegen_cpu, block_along_f_copied_out_transposed)
 {
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
@@ -893,21 +912,13 @@ Test(codegen_cpu, block_along_f_copied_out_transposed)
         space_sched s;
         space_default_vectorized(b.sp, 3, &s);
         cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), 3);
-        int64_t vals[SPACE_MAX_VALUES];
-        for (int i = 1; i < b.sp->n_slot; i++) {
-            const space_slot *sl = &b.sp->slot[i];
-            int64_t want = s.v[i];
-            if (sl->kind == SLOT_TILE && sl->axis == 1 && sl->level == 3) want = 16;
-            if (sl->kind == SLOT_TILE && sl->axis == 1 && sl->level == 2) want = 3;
-            if (sl->kind == SLOT_TILE && sl->axis == 3 && sl->level == 3) want = 3;
-            if (sl->kind == SLOT_TILE && sl->axis == 3 && sl->level == 2) want = 7;
-            if (sl->kind == SLOT_TILE && sl->level == 1 && sl->axis < 4) want = 1;
-            int n = space_legal_values(b.sp, i, &s, vals);
-            int64_t pick = vals[0];
-            for (int q = 0; q < n; q++)
-                if (vals[q] == want) pick = want;
-            s.v[i] = pick;
-        }
+        /* 48 filters in 16-wide rows (one or two vectors), 21 columns in 7 tiles of 3, one
+         * block per task */
+        static const want_rule rules[] = {
+            {SLOT_TILE, 1, 3, 16}, {SLOT_TILE, 1, 2, 3}, {SLOT_TILE, 3, 3, 3}, {SLOT_TILE, 3, 2, 7},
+            {SLOT_TILE, 0, 1, 1},  {SLOT_TILE, 1, 1, 1}, {SLOT_TILE, 2, 1, 1}, {SLOT_TILE, 3, 1, 1},
+        };
+        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
         char text[2048];
         space_print(b.sp, &s, text, sizeof text);
         cr_assert_eq(space_tile(b.sp, &s, 1, 2) * space_tile(b.sp, &s, 1, 3), 48, "%s: [%s]",
