@@ -781,18 +781,27 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
     int64_t e = anchor(sp)->extent[sl->axis];
     int W = space_window_lanes(sp, s, slot);
     int64_t cap = sl->axis == 3 ? 4 * W : 4;
-    /* rows under a single vector: up to 8, so that the accumulators cover the FMA latency
-     * (2 pipes x 4 cycles); a 14-wide 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s */
+    /* rows: at least enough for the accumulators (rows x vectors) to cover the FMA latency
+     * (2 pipes x 4 cycles) where the plane allows; up to 8 under a single vector (a 14-wide
+     * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
+     * AVX2, two 8-lane vectors: 5 rows, 0.079 -> 0.065 ms; 2 rows padded none but left 4
+     * accumulators) */
+    int64_t least = 1;
     if (sl->axis != 3) {
         int64_t cols = 1;
         for (int i = 0; i < slot; i++)
             if (sp->slot[i].kind == SLOT_TILE && sp->slot[i].axis == 3) cols = s->v[i];
-        if (ceil_div(cols, W) == 1) cap = 8;
+        int64_t nv = ceil_div(cols, W);
+        if (nv == 1) cap = 8;
+        if (nv == 2) cap = 6;
+        least = nv >= 2 ? ceil_div(8, nv) : 1;
+        if (least > e) least = 1;
     }
     int64_t best = vals[0], best_pad = -1;
     for (int k = 0; k < n; k++) {
         int64_t v = vals[k];
         if (v > cap) continue;
+        if (v < least && vals[n - 1] >= least) continue;
         int64_t pad = ceil_div(e, v) * v - e;
         if (sl->axis == 3) pad = ceil_div(pad, W); /* whole padded vectors */
         if (best_pad < 0 || pad <= best_pad) best = v, best_pad = pad;

@@ -733,6 +733,38 @@ Test(space, gemm_row_blocks_come_out_even)
     }
 }
 
+/* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 7x7
+ * depthwise plane takes 7 rows under one AVX-512 vector (no padded row) and 5 under two AVX2
+ * vectors (2 rows padded none but left 4 accumulators); a 56-wide plane keeps 4 rows. */
+Test(space, window_rows_cover_the_fma_latency)
+{
+    static const struct {
+        const char *wl, *tg;
+        int64_t cols, rows;
+    } cases[] = {
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":14,\"W\":14,"
+         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
+         "cpu:avx512", 16, 7},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":14,\"W\":14,"
+         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
+         "cpu:avx2", 16, 5},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,"
+         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
+         "cpu:avx512", 64, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        cr_assert_eq(b.sp->sketch, SKETCH_CPU_WINDOW, "case %zu", i);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].cols, "case %zu: cols %lld", i,
+                     (long long)space_tile(b.sp, &d, 3, 3));
+        cr_expect_eq(space_tile(b.sp, &d, 2, 3), cases[i].rows, "case %zu: rows %lld", i,
+                     (long long)space_tile(b.sp, &d, 2, 3));
+        unbuild(&b);
+    }
+}
+
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
 {
     static const struct {
