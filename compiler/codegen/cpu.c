@@ -15,7 +15,6 @@
  */
 #include "compiler/codegen/codegen.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -989,6 +988,17 @@ static void plan_packs(cgc *c)
         for (int pi = 0; pi < c->npack; pi++) c->pack_glob[pi] = false;
 }
 
+/* A buffer the kernel holds for one call (global packs, padded copies), freed by
+ * emit_global_frees: a failed allocation means the process is out of memory, and a void
+ * kernel has no way to say so (kernels are measured in child processes, where a trap is
+ * reported as a crash). */
+static void emit_call_buffer(cgc *c, int ind, const char *name, int64_t bytes)
+{
+    cg_line(&c->b, ind, "float *const %s = (float *)aligned_alloc(64, %lld);", name,
+            (long long)bytes);
+    cg_line(&c->b, ind, "if (!%s) __builtin_trap();", name);
+}
+
 /* The global packs: G<i> allocated and filled panel by panel (in parallel when the kernel
  * is) before the task loop; freed after it (emit_global_frees). */
 static void emit_global_packs(cgc *c, int ind, bool par, char fb[][96])
@@ -1000,10 +1010,9 @@ static void emit_global_packs(cgc *c, int ind, bool par, char fb[][96])
         int64_t n = c->pack_blocks[pi] * c->pack_stride[pi];
         cg_line(b, ind, "/* operand %d packed once: %lld panels of %lld floats */", pi,
                 (long long)c->pack_blocks[pi], (long long)c->pack_stride[pi]);
-        cg_line(b, ind, "float *const G%d = (float *)aligned_alloc(64, %lld);", pi,
-                (long long)(n * 4));
-        /* at most half an L2: failing, the process is out of memory and has no answer */
-        cg_line(b, ind, "if (!G%d) __builtin_trap();", pi);
+        char gn[16];
+        snprintf(gn, sizeof gn, "G%d", pi);
+        emit_call_buffer(c, ind, gn, n * 4);
         if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
         cg_line(b, ind, "for (int64_t pb = 0; pb < %lld; pb++) {", (long long)c->pack_blocks[pi]);
         int pind = ind + 1;
@@ -1158,18 +1167,13 @@ static void emit_padcopies(cgc *c, int ind, bool par)
         int64_t rows = 1, st[IR_MAX_DIMS];
         for (int d = 0; d < nd - 1; d++) rows *= t->shape[d];
         cg_strides(ts, st);
-        char fill[48];
-        double f = c->pad_fill[k];
-        if (isinf(f)) snprintf(fill, sizeof fill, "%sINFINITY", f < 0 ? "-" : "");
-        else if (f == 0) snprintf(fill, sizeof fill, "0.0f");
-        else snprintf(fill, sizeof fill, "(float)%.17g", f);
+        char fill[64];
+        cg_float_literal(c->pad_fill[k], fill, sizeof fill);
         int64_t wd = t->shape[nd - 1], ws = ts->shape[nd - 1], ld = lo[nd - 1];
         cg_printf(b, "%*s/* %s with its padding written in (%s), once per call:", ind * 4, "", sn, fill);
         for (int d = 0; d < nd; d++) cg_printf(b, " [%lld]", (long long)t->shape[d]);
         cg_printf(b, " */\n");
-        cg_line(b, ind, "float *const %s = (float *)aligned_alloc(64, %lld);", t->name,
-                (long long)((rows * wd * 4 + 63) / 64 * 64));
-        cg_line(b, ind, "if (!%s) __builtin_trap();", t->name);
+        emit_call_buffer(c, ind, t->name, (rows * wd * 4 + 63) / 64 * 64);
         if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
         cg_line(b, ind, "for (int64_t prow = 0; prow < %lld; prow++) {", (long long)rows);
         cg_line(b, ind + 1, "float *const pd = %s + prow * %lld;", t->name, (long long)wd);
@@ -1205,6 +1209,13 @@ static void emit_padcopies(cgc *c, int ind, bool par)
                     (long long)wd, fill);
         cg_line(b, ind, "}");
     }
+}
+
+/* Whether a block is copied out transposed (emit_copyout_transposed): vectorised, with a
+ * reduction, along another axis than the output's last, in 8 or 16 lanes. */
+static bool copyout_transposes(const cgc *c, bool vec)
+{
+    return vec && c->nr > 0 && c->x != c->ns - 1 && (c->W == 8 || c->W == 16);
 }
 
 /* tlm_transpose: W vectors of W lanes transposed in registers (r[i][j] <- r[j][i]), by
@@ -1320,7 +1331,7 @@ static int gen_tile(cgc *c, const char *entry)
         if (moves && range_select(c, e)) c->masked = true;
     }
     if (c->W > 1) emit_vec_helpers(c);
-    if ((c->W == 8 || c->W == 16) && vec && x != ns - 1 && nr > 0) emit_transpose_helper(c);
+    if (copyout_transposes(c, vec)) emit_transpose_helper(c);
 
     /* register tile size */
     int64_t nv = 1;
@@ -1478,7 +1489,7 @@ static int gen_tile(cgc *c, const char *entry)
             emit_acc_value(c, ind, accix);
             emit_epilogue_store(b, c->g, ind, &nm, accix);
             while (ind > oind) cg_line(b, --ind, "}");
-            if (c->W == 8 || c->W == 16) {
+            if (copyout_transposes(c, vec)) {
                 emit_copyout_transposed(c, ind, fb, accst);
             } else {
                 ind = output_loops(c, ind, vec, fb, &nm, ns - 1);

@@ -695,6 +695,17 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     int lanes = vec_lanes(sp);
     int64_t best = 1;
     double best_score = -1;
+    /* a padded windowed conv deep enough for the direct micro-kernel on 32 registers (the
+     * vector axis it needs is checked per candidate, below) */
+    int deep = 0;
+    int64_t K = 1;
+    for (int r = ns; r < ns + sp->n_reduce; r++) {
+        deep += a->extent[r] > 1;
+        K *= a->extent[r];
+    }
+    bool padded = false;
+    for (int id = 0; id < a->n_expr; id++) padded |= a->expr[id].kind == IR_E_SELECT;
+    const bool windowed = sp->tgt.cpu.vector_registers > 16 && deep >= 3 && K >= 64 && padded;
     for (int k = 0; k < n; k++) {
         if (vals[k] < 1) continue;
         int x = ns - (int)vals[k];
@@ -747,15 +758,7 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
          * registers (AVX2: 2-vector tiles, 5-40 %), on 1x1 convs, at K = 36, on 1-D convs
          * (1x3: 4-10 %) and on the unpadded 16x16/16 patch embedding (20 %+). */
         const ir_tensor *o = &sp->g->tensor[sp->g->output];
-        int deep = 0;
-        int64_t K = 1;
-        for (int r = ns; r < ns + sp->n_reduce; r++) {
-            deep += a->extent[r] > 1;
-            K *= a->extent[r];
-        }
-        bool padded = false;
-        for (int id = 0; id < a->n_expr; id++) padded |= a->expr[id].kind == IR_E_SELECT;
-        bool direct = sp->tgt.cpu.vector_registers > 16 && deep >= 3 && K >= 64 && padded;
+        bool direct = windowed;
         /* ... along F: the window's input (a load over several reduction axes and other
          * spatial axes) is broadcast, it does not move with the vectors */
         for (int id = 0; id < a->n_expr && direct; id++) {
@@ -985,12 +988,10 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     int64_t tiles = ceil_div(a->extent[sl->axis], t3 > 0 ? t3 : 1);
                     if (v > 1 && tiles > v && tiles % v != 0) {
                         int64_t best = v, waste = ceil_div(tiles, v) * v - tiles;
-                        for (int k = 0; k < n; k++)
-                            if (vals[k] < v && 2 * vals[k] >= v &&
-                                ceil_div(tiles, vals[k]) * vals[k] - tiles < waste) {
-                                best = vals[k];
-                                waste = ceil_div(tiles, vals[k]) * vals[k] - tiles;
-                            }
+                        for (int k = 0; k < n; k++) {
+                            int64_t w = ceil_div(tiles, vals[k]) * vals[k] - tiles;
+                            if (vals[k] < v && 2 * vals[k] >= v && w < waste) best = vals[k], waste = w;
+                        }
                         if (waste * 8 <= tiles) v = best; /* within an eighth of a block */
                     }
                 }

@@ -791,6 +791,15 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
     }
 }
 
+/* The rule of thumb with the vectors along F (axis 3 from the last of a conv's n, f, oh, ow),
+ * then the rules' slot values where legal. */
+static void schedule_along_f(const space *sp, space_sched *s, const want_rule *rules, int n_rules)
+{
+    space_default_vectorized(sp, 3, s);
+    cr_assert_eq(space_get(sp, s, SLOT_VECTORIZE, -1), 3);
+    force_slots(sp, s, rules, n_rules);
+}
+
 /* Packed operands that many tasks read are packed once per call (the weights of a conv
  * vectorised along F, under every output row), and the epilogue of a block whose vectors run
  * along F runs in place before the block is copied out: checked against the reference with a
@@ -804,8 +813,6 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
     for (int ti = 0; ti < 2; ti++) {
         built b = build(wl, tgs[ti]);
         space_sched s;
-        space_default_vectorized(b.sp, 3, &s);
-        cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), 3);
         /* force: the filters' vectors, 5 padded column rows (13 = 5 + 5 + 3), C in chunks of
          * 16, small blocks (39 tasks read the weights), packed */
         static const want_rule rules[] = {
@@ -813,7 +820,7 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
             {SLOT_TILE, 3, 2, 1},       {SLOT_TILE, 4, -1, 16}, {SLOT_PACK, -1, -1, 1},
             {SLOT_PARALLEL, -1, -1, 1},
         };
-        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
+        schedule_along_f(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
         cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, -1), 1);
         tlm_error err;
         tlm_err_clear(&err);
@@ -910,15 +917,13 @@ Test(codegen_cpu, block_along_f_copied_out_transposed)
     for (int ti = 0; ti < 2; ti++) {
         built b = build(wl, tgs[ti]);
         space_sched s;
-        space_default_vectorized(b.sp, 3, &s);
-        cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), 3);
         /* 48 filters in 16-wide rows (one or two vectors), 21 columns in 7 tiles of 3, one
          * block per task */
         static const want_rule rules[] = {
             {SLOT_TILE, 1, 3, 16}, {SLOT_TILE, 1, 2, 3}, {SLOT_TILE, 3, 3, 3}, {SLOT_TILE, 3, 2, 7},
             {SLOT_TILE, 0, 1, 1},  {SLOT_TILE, 1, 1, 1}, {SLOT_TILE, 2, 1, 1}, {SLOT_TILE, 3, 1, 1},
         };
-        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
+        schedule_along_f(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
         char text[2048];
         space_print(b.sp, &s, text, sizeof text);
         cr_assert_eq(space_tile(b.sp, &s, 1, 2) * space_tile(b.sp, &s, 1, 3), 48, "%s: [%s]",

@@ -709,28 +709,47 @@ Test(space, reduction_chunks_need_not_divide)
     }
 }
 
+/* Two tiles of a workload's default on a target (tile AXIS.LEVEL wants WANT), its sketch
+ * first. */
+typedef struct {
+    const char *wl, *tg;
+    space_sketch sketch;
+    int axis[2], level[2];
+    int64_t want[2];
+} default_tiles;
+
+static void expect_default_tiles(const default_tiles *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const default_tiles *c = &cases[i];
+        built b = build(c->wl, c->tg);
+        cr_assert_eq(b.sp->sketch, c->sketch, "case %zu", i);
+        space_sched d;
+        space_default(b.sp, &d);
+        for (int k = 0; k < 2; k++) {
+            int64_t got = space_tile(b.sp, &d, c->axis[k], c->level[k]);
+            cr_expect_eq(got, c->want[k], "case %zu on %s: tile %s.%d is %lld", i, c->tg,
+                         b.sp->g->stage[b.sp->g->anchor].axis[c->axis[k]], c->level[k],
+                         (long long)got);
+        }
+        unbuild(&b);
+    }
+}
+
 /* A GEMM's block of register rows cuts the rows into equal pieces when a block down to half
  * the usual size does: 1021 rows are 171 tiles of 6, 3 x 57 on AVX2 (not 64 + 64 + 43) and
  * 9 x 19 on AVX-512 (not 5 x 32 + 11); 768 rows (128 tiles, 2 x 64) are even already. */
 Test(space, gemm_row_blocks_come_out_even)
 {
-    static const struct {
-        const char *wl, *tg;
-        int64_t rows3, rows2;
-    } cases[] = {
-        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx2", 6, 57},
-        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx512", 6, 19},
-        {"{\"op\":\"dense\",\"shape\":{\"M\":768,\"N\":1024,\"K\":512}}", "cpu:avx2", 6, 64},
+    static const default_tiles cases[] = {
+        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 0}, {3, 2}, {6, 57}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":1021,\"N\":1031,\"K\":1009}}", "cpu:avx512",
+         SKETCH_CPU_TILE, {0, 0}, {3, 2}, {6, 19}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":768,\"N\":1024,\"K\":512}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 0}, {3, 2}, {6, 64}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        built b = build(cases[i].wl, cases[i].tg);
-        space_sched d;
-        space_default(b.sp, &d);
-        cr_expect_eq(space_tile(b.sp, &d, 0, 3), cases[i].rows3, "case %zu", i);
-        cr_expect_eq(space_tile(b.sp, &d, 0, 2), cases[i].rows2, "case %zu: %lld", i,
-                     (long long)space_tile(b.sp, &d, 0, 2));
-        unbuild(&b);
-    }
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 7x7
@@ -738,31 +757,15 @@ Test(space, gemm_row_blocks_come_out_even)
  * vectors (2 rows padded none but left 4 accumulators); a 56-wide plane keeps 4 rows. */
 Test(space, window_rows_cover_the_fma_latency)
 {
-    static const struct {
-        const char *wl, *tg;
-        int64_t cols, rows;
-    } cases[] = {
-        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":14,\"W\":14,"
-         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
-         "cpu:avx512", 16, 7},
-        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":14,\"W\":14,"
-         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
-         "cpu:avx2", 16, 5},
-        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,"
-         "\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
-         "cpu:avx512", 64, 4},
+#define DW(h, c) "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #h \
+                 ",\"W\":" #h ",\"KH\":7,\"KW\":7},\"pad\":[3,3]}"
+    static const default_tiles cases[] = {
+        {DW(14, 384), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 7}},
+        {DW(14, 384), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 5}},
+        {DW(56, 96), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        built b = build(cases[i].wl, cases[i].tg);
-        cr_assert_eq(b.sp->sketch, SKETCH_CPU_WINDOW, "case %zu", i);
-        space_sched d;
-        space_default(b.sp, &d);
-        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].cols, "case %zu: cols %lld", i,
-                     (long long)space_tile(b.sp, &d, 3, 3));
-        cr_expect_eq(space_tile(b.sp, &d, 2, 3), cases[i].rows, "case %zu: rows %lld", i,
-                     (long long)space_tile(b.sp, &d, 2, 3));
-        unbuild(&b);
-    }
+#undef DW
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
