@@ -28,16 +28,17 @@ static const part_row PARTS[] = {
 };
 
 /* Per sm_XX: the representative part (as in compiler/target) for parts without a row, the
- * shared-memory allocation unit and the per-block reservation (CUDA occupancy calculator). */
+ * shared-memory allocation unit and the per-block reservation (CUDA occupancy calculator),
+ * and the unified L1 + shared-memory array of an SM (the tuning guides of each arch). */
 typedef struct {
     int sm;
     const char *rep;
-    int smem_unit, smem_reserved;
+    int smem_unit, smem_reserved, l1_smem_kib;
 } arch_row;
 
 static const arch_row ARCHS[] = {
-    {70, "v100", 256, 0},   {75, "t4", 256, 0},    {80, "a100", 128, 1024},
-    {86, "a10", 128, 1024}, {89, "l4", 128, 1024}, {90, "h100", 128, 1024},
+    {70, "v100", 256, 0, 128},   {75, "t4", 256, 0, 96},     {80, "a100", 128, 1024, 192},
+    {86, "a10", 128, 1024, 128}, {89, "l4", 128, 1024, 128}, {90, "h100", 128, 1024, 256},
 };
 
 #define NPARTS ((int)(sizeof PARTS / sizeof PARTS[0]))
@@ -52,7 +53,7 @@ static const arch_row ARCHS[] = {
 #define SHFL_CYCLES 30.0   /* one warp shuffle step */
 #define LAUNCH_S 2e-6      /* back-to-back launch overhead */
 #define MAX_ILP 32.0
-#define L1_BYTES 32768.0 /* L1 data an SM keeps for unstaged loads (the carveout's least) */
+#define L1_MIN 16384.0 /* L1 data an SM keeps whatever the shared-memory carveout */
 
 static const part_row *part_of(const char *name)
 {
@@ -99,6 +100,7 @@ int measure_gpu_hw_get(const target *t, measure_gpu_hw *hw, tlm_error *err)
     hw->smem_per_sm = g->smem_per_sm;
     hw->smem_unit = ar->smem_unit;
     hw->smem_reserved = ar->smem_reserved;
+    hw->l1_smem_bytes = ar->l1_smem_kib * 1024;
     hw->l2_bytes = g->l2_bytes;
     return 0;
 }
@@ -203,7 +205,7 @@ typedef struct {
 /* ---- GPU_TILE ---- */
 
 static void tile_work(const space *sp, const space_sched *s, const measure_gpu_hw *hw, double nb,
-                      double nt, int B, block_work *w)
+                      double nt, double l1_blk, block_work *w)
 {
     const ir_subgraph *g = sp->g;
     const ir_stage *a = &g->stage[g->anchor];
@@ -237,14 +239,14 @@ static void tile_work(const space *sp, const space_sched *s, const measure_gpu_h
     w->fp_ops = fp32_ops(g) / nb;
     w->warp_instr = w->fp_ops / 32;
     double coal_worst = 1, ways_worst = 1, mlp_bytes = 0;
-    /* unstaged: L1 keeps the chunk's footprints of the resident blocks when they fit */
+    /* unstaged: L1 keeps a block's chunk footprint when its share of L1 holds it */
     double chunk_fp = 0;
     for (int id = 0; id < a->n_expr && !stage; id++) {
         const ir_expr *e = &a->expr[id];
         if (e->kind == IR_E_LOAD && g->tensor[e->tensor].kind == IR_T_INPUT)
             chunk_fp += footprint(&g->tensor[e->tensor], e, box, naxes, NULL) * 4;
     }
-    double l1_hit = chunk_fp * B <= L1_BYTES ? 1.0 : L1_BYTES / (chunk_fp * B);
+    double l1_hit = chunk_fp <= l1_blk ? 1.0 : l1_blk / chunk_fp;
     const int eb = 4;
     const ir_expr *seen[IR_MAX_EXPR];
     int nseen = 0;
@@ -453,13 +455,14 @@ static double mma_dram(const space *sp, const space_sched *s, double nb, double 
 /* ---- GPU_ROWS ---- */
 
 static void rows_work(const space *sp, const space_sched *s, const measure_gpu_hw *hw, double nb,
-                      double nt, block_work *w)
+                      double nt, double l1_blk, block_work *w)
 {
     const ir_subgraph *g = sp->g;
     const int eb = 4;
     double rows_blk = (double)space_get(sp, s, SLOT_ROWS, 1);
-    double reads = 0;
+    double first = 0, again = 0; /* first reads of each input, and the passes after */
     int red = 0;
+    bool read_once[IR_MAX_TENSORS] = {false};
     for (int si = 0; si < g->n_stage; si++) {
         const ir_stage *st = &g->stage[si];
         red += st->reduce != IR_RED_NONE;
@@ -469,14 +472,23 @@ static void rows_work(const space *sp, const space_sched *s, const measure_gpu_h
             if (e->kind != IR_E_LOAD || g->tensor[e->tensor].kind != IR_T_INPUT || seen[e->tensor])
                 continue;
             seen[e->tensor] = true;
-            reads += (double)ir_tensor_numel(&g->tensor[e->tensor]) * eb;
+            double bytes = (double)ir_tensor_numel(&g->tensor[e->tensor]) * eb;
+            if (read_once[e->tensor])
+                again += bytes;
+            else
+                first += bytes;
+            read_once[e->tensor] = true;
         }
     }
+    /* later passes over a block's rows hit L1 while its share of L1 holds them */
+    double rows_in = first / nb;
+    double hit = rows_in <= l1_blk ? 1.0 : l1_blk / rows_in;
     double out_b = (double)ir_tensor_numel(&g->tensor[g->output]) * eb;
-    w->l2_bytes = (reads + out_b) / nb;
+    w->l2_bytes = (first + again * (1 - hit) + out_b) / nb;
+    double l1_reads = (first + again) / nb;
     w->fp_ops = (double)ir_subgraph_flops(g) / nb;
-    w->warp_instr = w->fp_ops / 32 + 2 * w->l2_bytes / eb / 32 + rows_blk * red * 12;
-    w->wavefronts = w->l2_bytes / SMEM_BYTES_CLK + rows_blk * red * 2;
+    w->warp_instr = w->fp_ops / 32 + 2 * (l1_reads + out_b / nb) / eb / 32 + rows_blk * red * 12;
+    w->wavefronts = (l1_reads + out_b / nb) / SMEM_BYTES_CLK + rows_blk * red * 2;
     w->ilp = 2;
     w->lat_cycles = LAT_SMEM;
     w->local_iters = rows_blk;
@@ -542,18 +554,20 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     out->occupancy = (double)(B * W) / hw.max_warps_sm;
     double wave_blocks = (double)hw.sm_count * B;
     out->waves = nb / wave_blocks;
+    double l1_sm = hw.l1_smem_bytes - (double)B * (smem > 0 ? smem_blk : 0);
+    double l1_blk = (l1_sm > L1_MIN ? l1_sm : L1_MIN) / B;
 
     /* 2.-4. per-block work */
     block_work w;
     memset(&w, 0, sizeof w);
     if (sp->sketch == SKETCH_GPU_TILE) {
-        tile_work(sp, s, &hw, nb, nt, B, &w);
+        tile_work(sp, s, &hw, nb, nt, l1_blk, &w);
         w.dram_total = tile_dram(sp, s, nb, wave_blocks);
     } else if (sp->sketch == SKETCH_GPU_MMA) {
         if ((rc = mma_work(sp, s, &hw, nb, nt, &w, err))) return rc;
         w.dram_total = mma_dram(sp, s, nb, wave_blocks);
     } else {
-        rows_work(sp, s, &hw, nb, nt, &w);
+        rows_work(sp, s, &hw, nb, nt, l1_blk, &w);
     }
     double local = 0;
     if (spills > 0)

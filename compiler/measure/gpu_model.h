@@ -17,8 +17,9 @@
  * limits of its sm_XX, bandwidth, peak FP32 and tensor FLOP/s) plus this module's tables:
  * per part the clock the peaks are quoted at, the L2 bandwidth, the DRAM latency and the share
  * of the tensor peak mma.sync reaches (on sm_90 the datasheet peak needs wgmma, which the
- * generator does not emit); per sm_XX the shared-memory allocation unit and the per-block
- * reservation. Unknown parts take their sm's representative row.
+ * generator does not emit); per sm_XX the shared-memory allocation unit, the per-block
+ * reservation and the unified L1 + shared-memory size. Unknown parts take their sm's representative
+ * row.
  *
  * The model, for a launch of NB blocks of T threads (W = ceil(T/32) warps):
  *  1. Occupancy. Registers per warp = ceil(regs*32/256)*256; shared memory per block =
@@ -41,15 +42,18 @@
  *     - issue: warp instructions (FMA + loads + one address op per load) over 4 schedulers.
  *  3. Global memory. Bytes SMs pull from L2 per block: staged inputs = the bounding box of
  *     every distinct load over the block tile and one reduction chunk, per chunk; unstaged
- *     loads the same footprint (L1 holds a chunk) times the coalescing factor, and when the
- *     resident blocks' chunk footprints exceed L1 (32 KiB assumed: the least the shared-memory
- *     carveout leaves) the missing share of every request's sectors again; the output (and
+ *     loads the same footprint (L1 holds a chunk) times the coalescing factor, and when a
+ *     block's chunk footprint exceeds its share of L1 (L1 = the SM's unified L1 + shared
+ *     memory less the resident blocks' shared memory, at least 16 KiB, over B) the missing
+ *     share of every request's sectors again; the output (and
  *     epilogue inputs) once, times its coalescing factor. Coalescing factor = 32-byte sectors
  *     a warp touches / sectors its useful bytes need: for a global stride s (elements) along
  *     the threadIdx.x axis, lanes l, element e bytes: s = 0 → 1 (broadcast), else
  *     min(l, ceil(l*|s|*e/32)) / ceil(l*e/32). Staging copies run flat over the box: factor
  *     32*ceil(run/32)/run for the box's contiguous run of bytes. GPU_ROWS: every stage reads
- *     its inputs once per row (the rows in flight stay in L2: DRAM sees them once).
+ *     its inputs once per row; the first pass comes from L2, later passes hit L1 as far as
+ *     the block's rows fit its share of L1 (the rows in flight stay in L2: DRAM sees them
+ *     once).
  *     DRAM bytes: blocks of a wave (NB_wave = SMs*B consecutive block indices, the last
  *     spatial axis fastest; GPU_MMA: m fastest) share their operands in L2, so each wave reads
  *     from DRAM the footprint of every load over the union of its blocks' tiles and the whole
@@ -104,6 +108,7 @@ typedef struct measure_gpu_hw {
     double mma_sync_eff;     /* share of tensor_flops_sm mma.sync reaches */
     int regs_per_sm, max_warps_sm, max_blocks_sm, max_threads_block;
     int smem_per_sm, smem_unit, smem_reserved; /* bytes */
+    int l1_smem_bytes;                         /* the unified L1 + shared memory of an SM */
     int64_t l2_bytes;
 } measure_gpu_hw;
 
