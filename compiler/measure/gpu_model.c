@@ -599,11 +599,10 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
         double h = (kb * W / SCHEDULERS) * w.ilp / w.lat_cycles;
         if (h > 1) h = 1;
         if (r == 0 || full == 0) hide_full = h;
-        double rt = kb * c / h;
-        if (w.serial && kb == 1)
-            rt += w.lat_floor_s; /* nothing runs while the lone block waits for its copy */
-        else if (w.lat_floor_s > rt)
-            rt = w.lat_floor_s;
+        /* a single-buffered block waits out its copies itself: its own chain is the floor
+         * plus its compute; the other resident blocks overlap it */
+        double rt = kb * c / h, own = w.serial ? w.lat_floor_s + c / h : w.lat_floor_s;
+        if (own > rt) rt = own;
         t_sm += n * rt;
     }
     out->hide = hide_full;
@@ -625,6 +624,8 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     /* 6. total */
     if (t_mem > t_sm) bound = t_dram >= t_l2 ? "dram" : "l2";
     double t = (t_sm > t_mem ? t_sm : t_mem) + LAUNCH_S;
+    /* single-buffered copies overlap compute only across the other resident blocks */
+    if (w.serial) t += (t_sm < t_mem ? t_sm : t_mem) / B;
     double flops = (double)ir_subgraph_flops(sp->g);
     double peak = sp->sketch == SKETCH_GPU_MMA ? hw.tensor_flops_sm * hw.sm_count
                                                : hw.fp32_flops_sm * hw.sm_count;

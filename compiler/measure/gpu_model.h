@@ -77,13 +77,15 @@
  *     unstaged: per non-unrolled reduction iteration an L2 round trip / ilp; GPU_MMA: per
  *     k-step an L2 round trip / max(1, PIPELINE-1) stages in flight, plus a sync; GPU_ROWS:
  *     per row and reducing stage a shuffle tree (5 x 30 cycles) and two syncs.
- *        round(k blocks) = max(k * c / h(k*W), floor), or k * c / h + floor for a lone
- *        single-buffered block (staged GPU_TILE, GPU_MMA with PIPELINE 1: nothing else on
- *        the SM runs while it waits for its copy)
+ *        round(k blocks) = max(k * c / h(k*W), floor), or max(k * c / h, floor + c / h) for
+ *        single-buffered blocks (staged GPU_TILE, GPU_MMA with PIPELINE 1: a block waits out
+ *        its own copies before it computes; the other resident blocks overlap it)
  *     The busiest SM runs ceil(NB/SMs) blocks in rounds of B: full rounds plus one partial
  *     round (the tail: a partial round of a latency-bound kernel costs a full one).
  *        t_sm = sum of its rounds
- *  6. Total: t = max(t_sm, t_mem) + 2 µs launch, never below the roofline floor
+ *  6. Total: t = max(t_sm, t_mem) + 2 µs launch, plus min(t_sm, t_mem) / B for
+ *     single-buffered kernels (a block's copy overlaps only the other resident blocks'
+ *     compute), never below the roofline floor
  *     max(compulsory bytes / peak DRAM, FLOPs / peak FLOP/s (tensor peak for GPU_MMA)).
  */
 #ifndef TLM_GPU_MODEL_H

@@ -192,8 +192,9 @@ Test(gpu_model, uncoalesced_mapping_is_slower)
     built_free(u);
 }
 
-/* Tensor-core tiles read by ldmatrix without the XOR swizzle conflict in the banks. */
-Test(gpu_model, unswizzled_tiles_conflict)
+/* Tensor-core tiles read by ldmatrix without the XOR swizzle conflict in the banks; without
+ * a pipeline the copies are not hidden. */
+Test(gpu_model, unswizzled_or_unpipelined_tiles_cost_time)
 {
     need_nvrtc();
     const char *wl =
@@ -206,8 +207,14 @@ Test(gpu_model, unswizzled_tiles_conflict)
     cr_assert_gt(pb.bank_ways, 1.0);
     cr_assert_gt(pb.smem_wavefronts, pa.smem_wavefronts);
     cr_assert_geq(pb.time_s, pa.time_s);
+    /* one shared-memory stage: every block waits out its own copies */
+    built *c = build(wl, "cuda:sm_90",
+                     "warp_m=64 warp_n=32 warps_m=2 warps_n=4 block_k=32 pipeline=1 swizzle=1");
+    measure_gpu_pred pc = predict(c, NULL);
+    cr_assert_gt(pc.time_s, pa.time_s * 1.05, "pipeline 1: %g vs 3: %g", pc.time_s, pa.time_s);
     built_free(a);
     built_free(b);
+    built_free(c);
 }
 
 /* More work is never faster: the default schedules of growing GEMMs and row counts. */
