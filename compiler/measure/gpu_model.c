@@ -494,7 +494,8 @@ static void rows_work(const space *sp, const space_sched *s, const measure_gpu_h
     w->local_iters = rows_blk;
     w->coalesce = 1;
     w->bank_ways = 1;
-    double per_row = (double)ir_stage_points(&g->stage[g->anchor]) / (double)sp->rows;
+    double per_row =
+        (double)ir_stage_points(&g->stage[g->anchor]) / (double)(sp->rows > 0 ? sp->rows : 1);
     double per_thread = cdiv(per_row, nt);
     w->bytes_in_flight = (per_thread < 4 ? per_thread : 4) * eb;
     w->lat_floor_s = rows_blk * red * (5 * SHFL_CYCLES + 2 * SYNC_CYCLES) / hw->clock_hz;
