@@ -124,16 +124,23 @@ static double cdiv(double a, double b)
     return ceil(a / b);
 }
 
-/* 32-byte sectors one warp request touches for `lanes` lanes at element stride s (elements of
- * eb bytes), and the sectors its useful bytes need; the ratio is the coalescing factor. */
+/* 32-byte sectors one warp request touches when its lanes run `lanes` at a time along an
+ * axis of global stride s (elements of eb bytes); the other 32/lanes groups are elsewhere. */
+static double warp_sectors(int64_t s, int lanes, int eb)
+{
+    if (lanes < 1) lanes = 1;
+    int64_t a = s < 0 ? -s : s;
+    double per = a == 0 ? 1.0 : cdiv((double)lanes * (double)a * eb, 32.0);
+    if (per > lanes) per = lanes;
+    return per * (32.0 / lanes);
+}
+
+/* Sectors touched / sectors the useful bytes need: 1 when coalesced or broadcast. */
 static double coalesce_factor(int64_t s, int lanes, int eb)
 {
-    if (s == 0 || lanes <= 1) return 1.0;
-    int64_t a = s < 0 ? -s : s;
-    double touched = cdiv((double)lanes * (double)a * eb, 32.0);
-    if (touched > lanes) touched = lanes;
-    double needed = cdiv((double)lanes * eb, 32.0);
-    return touched / needed;
+    if (lanes < 1) lanes = 1;
+    double needed = (s == 0 ? 1.0 : cdiv((double)lanes * eb, 32.0)) * (32.0 / lanes);
+    return warp_sectors(s, lanes, eb) / needed;
 }
 
 static bool same_load(const ir_expr *x, const ir_expr *y, int ndim)
@@ -239,26 +246,26 @@ static void tile_work(const space *sp, const space_sched *s, const measure_gpu_h
     w->fp_ops = fp32_ops(g) / nb;
     w->warp_instr = w->fp_ops / 32;
     double coal_worst = 1, ways_worst = 1, mlp_bytes = 0;
-    /* unstaged: L1 keeps a block's chunk footprint when its share of L1 holds it */
-    double chunk_fp = 0;
-    for (int id = 0; id < a->n_expr && !stage; id++) {
-        const ir_expr *e = &a->expr[id];
-        if (e->kind == IR_E_LOAD && g->tensor[e->tensor].kind == IR_T_INPUT)
-            chunk_fp += footprint(&g->tensor[e->tensor], e, box, naxes, NULL) * 4;
-    }
-    double l1_hit = chunk_fp <= l1_blk ? 1.0 : l1_blk / chunk_fp;
     const int eb = 4;
+    /* the distinct input loads (a load repeated in the body is read once) */
     const ir_expr *seen[IR_MAX_EXPR];
     int nseen = 0;
     for (int id = 0; id < a->n_expr; id++) {
         const ir_expr *e = &a->expr[id];
         if (e->kind != IR_E_LOAD || g->tensor[e->tensor].kind != IR_T_INPUT) continue;
-        const ir_tensor *t = &g->tensor[e->tensor];
         bool dup = false;
         for (int k = 0; k < nseen && !dup; k++)
-            dup = same_load(seen[k], e, t->ndim);
-        if (dup) continue;
-        seen[nseen++] = e;
+            dup = same_load(seen[k], e, g->tensor[e->tensor].ndim);
+        if (!dup) seen[nseen++] = e;
+    }
+    /* unstaged: L1 keeps a block's chunk footprint when its share of L1 holds it */
+    double chunk_fp = 0;
+    for (int k = 0; k < nseen && !stage; k++)
+        chunk_fp += footprint(&g->tensor[seen[k]->tensor], seen[k], box, naxes, NULL) * eb;
+    double l1_hit = chunk_fp <= l1_blk ? 1.0 : l1_blk / chunk_fp;
+    for (int k = 0; k < nseen; k++) {
+        const ir_expr *e = seen[k];
+        const ir_tensor *t = &g->tensor[e->tensor];
         int64_t size[IR_MAX_DIMS];
         double fp = footprint(t, e, box, naxes, size);
         /* per-thread loads of one chunk: the register tile over the axes it depends on (the
@@ -308,7 +315,7 @@ static void tile_work(const space *sp, const space_sched *s, const measure_gpu_h
             double coal = coalesce_factor(gs, lanes, eb);
             if (coal > coal_worst) coal_worst = coal;
             /* L1: one 128-byte wavefront per 4 sectors a request touches */
-            double sectors = coal * cdiv((double)lanes * eb, 32.0) * (32.0 / lanes);
+            double sectors = warp_sectors(gs, lanes, eb);
             w->wavefronts += reqs * (sectors > 4 ? cdiv(sectors, 4.0) : 1.0);
             w->l2_bytes += fp * eb * nchunks * coal + reqs * sectors * 32 * (1 - l1_hit);
             mlp_bytes += (per_thread < 4 ? per_thread : 4) * eb;
