@@ -38,8 +38,14 @@
  *       generator's one-float row padding), lanes = threads along that axis (<= 32), 1 for a
  *       broadcast (stride 0). Plus the staging stores. GPU_MMA: ldmatrix reads of both tiles
  *       per warp, with ways 1 when swizzled, else 8 / (distinct 16-byte bank groups among the
- *       8 row addresses of one 8x8 matrix) = the row length's power-of-two conflict;
- *     - issue: warp instructions (FMA + loads + one address op per load) over 4 schedulers.
+ *       8 row addresses of one 8x8 matrix) = the row length's power-of-two conflict, plus
+ *       the cp.async stores. Unstaged GPU_TILE loads use the same L1 path: ceil(sectors/4)
+ *       wavefronts per warp request. GPU_ROWS: every pass's bytes / 128, plus 2 per row and
+ *       reducing stage (the partials through shared memory);
+ *     - issue: warp instructions over 4 schedulers: FP32 lane ops / 32, 2 per load request
+ *       (the load and its address), 3 per staging copy (load, store, index); GPU_MMA: the
+ *       mma.sync, ldmatrix (512 bytes each) and cp.async (16 bytes each) instructions;
+ *       GPU_ROWS: 12 per row and reducing stage (shuffles, syncs).
  *  3. Global memory. Bytes SMs pull from L2 per block: staged inputs = the bounding box of
  *     every distinct load over the block tile and one reduction chunk, per chunk; unstaged
  *     loads the same footprint (L1 holds a chunk) times the coalescing factor, and when a
