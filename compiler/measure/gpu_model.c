@@ -217,19 +217,20 @@ static void tile_work(const space *sp, const space_sched *s, const measure_gpu_h
     const ir_subgraph *g = sp->g;
     const ir_stage *a = &g->stage[g->anchor];
     int ns = sp->n_spatial, nr = sp->n_reduce, naxes = ns + nr;
-    int64_t T[IR_MAX_AXES][5], box[IR_MAX_AXES], reg[IR_MAX_AXES];
+    int64_t T[IR_MAX_AXES][5], box[IR_MAX_AXES], ibox[IR_MAX_AXES], reg[IR_MAX_AXES];
     double nchunks = 1, inner_iters = 1, acc = 1;
     for (int x = 0; x < ns; x++) {
         for (int l = 0; l < 5; l++)
             T[x][l] = space_tile(sp, s, x, l);
-        box[x] = T[x][1] * T[x][2] * T[x][3] * T[x][4];
+        box[x] = ibox[x] = T[x][1] * T[x][2] * T[x][3] * T[x][4];
         reg[x] = T[x][1] * T[x][3] * T[x][4];
         acc *= (double)reg[x];
     }
     for (int r = 0; r < nr; r++) {
         int x = ns + r;
         int64_t r0 = space_tile(sp, s, x, 0), r1 = space_tile(sp, s, x, 1);
-        box[x] = r1 * space_tile(sp, s, x, 2);
+        ibox[x] = space_tile(sp, s, x, 2);
+        box[x] = r1 * ibox[x];
         nchunks *= (double)r0;
         inner_iters *= (double)(r0 * r1);
     }
@@ -258,11 +259,12 @@ static void tile_work(const space *sp, const space_sched *s, const measure_gpu_h
             dup = same_load(seen[k], e, g->tensor[e->tensor].ndim);
         if (!dup) seen[nseen++] = e;
     }
-    /* unstaged: L1 keeps a block's chunk footprint when its share of L1 holds it */
-    double chunk_fp = 0;
+    /* unstaged: the unrolled body reuses what one r1 iteration touches (the block tile over
+     * the innermost reduction tile) from L1, when the block's share of L1 holds it */
+    double inner_fp = 0;
     for (int k = 0; k < nseen && !stage; k++)
-        chunk_fp += footprint(&g->tensor[seen[k]->tensor], seen[k], box, naxes, NULL) * eb;
-    double l1_hit = chunk_fp <= l1_blk ? 1.0 : l1_blk / chunk_fp;
+        inner_fp += footprint(&g->tensor[seen[k]->tensor], seen[k], ibox, naxes, NULL) * eb;
+    double l1_hit = inner_fp <= l1_blk ? 1.0 : l1_blk / inner_fp;
     for (int k = 0; k < nseen; k++) {
         const ir_expr *e = seen[k];
         const ir_tensor *t = &g->tensor[e->tensor];
@@ -562,8 +564,10 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     out->occupancy = (double)(B * W) / hw.max_warps_sm;
     double wave_blocks = (double)hw.sm_count * B;
     out->waves = nb / wave_blocks;
-    double l1_sm = hw.l1_smem_bytes - (double)B * (smem > 0 ? smem_blk : 0);
-    double l1_blk = (l1_sm > L1_MIN ? l1_sm : L1_MIN) / B;
+    /* L1 is shared by the blocks an SM actually holds (a small grid leaves it to fewer) */
+    double resident_blocks = fmin((double)B, cdiv(nb, hw.sm_count));
+    double l1_sm = hw.l1_smem_bytes - resident_blocks * (smem > 0 ? smem_blk : 0);
+    double l1_blk = (l1_sm > L1_MIN ? l1_sm : L1_MIN) / resident_blocks;
 
     /* 2.-4. per-block work */
     block_work w;

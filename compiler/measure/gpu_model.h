@@ -48,18 +48,19 @@
  *       GPU_ROWS: 12 per row and reducing stage (shuffles, syncs).
  *  3. Global memory. Bytes SMs pull from L2 per block: staged inputs = the bounding box of
  *     every distinct load over the block tile and one reduction chunk, per chunk; unstaged
- *     loads the same footprint (L1 holds a chunk) times the coalescing factor, and when a
- *     block's chunk footprint exceeds its share of L1 (L1 = the SM's unified L1 + shared
- *     memory less the resident blocks' shared memory, at least 16 KiB, over B) the missing
- *     share of every request's sectors again; the output (and
- *     epilogue inputs) once, times its coalescing factor. Coalescing factor = 32-byte sectors
- *     a warp touches / sectors its useful bytes need: for a global stride s (elements) along
- *     the threadIdx.x axis, lanes l, element e bytes: s = 0 → 1 (broadcast), else
- *     min(l, ceil(l*|s|*e/32)) / ceil(l*e/32). Staging copies run flat over the box: factor
- *     32*ceil(run/32)/run for the box's contiguous run of bytes. GPU_ROWS: every stage reads
- *     its inputs once per row; the first pass comes from L2, later passes hit L1 as far as
- *     the block's rows fit its share of L1 (the rows in flight stay in L2: DRAM sees them
- *     once).
+ *     loads the same footprint (L1 holds a chunk) times the coalescing factor, plus, when the
+ *     footprint of one r1 iteration (the block tile over the innermost reduction tile: what
+ *     the unrolled body reuses) exceeds the block's share of L1, the missing share of every
+ *     request's sectors again (L1 = the SM's unified L1 + shared memory less the resident
+ *     blocks' shared memory, at least 16 KiB, over the blocks an SM holds, min(B,
+ *     ceil(NB/SMs))); the output (and epilogue inputs) once, times its coalescing factor.
+ *     Coalescing factor = 32-byte sectors a warp touches / sectors its useful bytes need:
+ *     for a global stride s (elements) along the threadIdx.x axis, lanes l, element e bytes:
+ *     s = 0 → 1 (broadcast), else min(l, ceil(l*|s|*e/32)) / ceil(l*e/32). Staging copies
+ *     run flat over the box: factor 32*ceil(run/32)/run for the box's contiguous run of
+ *     bytes. GPU_ROWS: every stage reads its inputs once per row; the first pass comes from
+ *     L2, later passes hit L1 as far as the block's rows fit its share of L1 (the rows in
+ *     flight stay in L2: DRAM sees them once).
  *     DRAM bytes: blocks of a wave (NB_wave = SMs*B consecutive block indices, the last
  *     spatial axis fastest; GPU_MMA: m fastest) share their operands in L2, so each wave reads
  *     from DRAM the footprint of every load over the union of its blocks' tiles and the whole
