@@ -8,7 +8,8 @@
 # build and OpenBLAS thread count give the same bytes), and writes DIR/tlm.bin (default
 # model_weights/) and DIR/MANIFEST: the vocabulary version and hash, the weights' SHA-256
 # (which is what makes tlmd and `tlm model info` call them trained), the data's hash, size
-# and measurement count, the commands, the training summary, and whether tlmd should serve
+# and measurement count, which targets were trained on measured and which on modelled labels
+# (cuda records of `tlm datagen --labels model`), the commands, the training summary, and whether tlmd should serve
 # them (serve = default until the held-out evaluation says they beat the rule of thumb). The checkpoint lives in
 # var/weights/ so an interrupted run resumes (--fresh starts over).
 set -eu
@@ -58,6 +59,8 @@ data_sha=$(cat "${data[@]}" | sha256sum | cut -c1-64)
 data_bytes=$(cat "${data[@]}" | wc -c)
 measurements=$(cat "${files[@]}" | wc -l)
 info=$("$TLM" model info "$out/tlm.bin")
+labels=$(sed -n 's/^ *"labels_line": "\(.*\)",\{0,1\}$/\1/p' "$work/summary.json")
+gpu_model=$(sed -n 's/^ *"gpu_model": "\(.*\)",\{0,1\}$/\1/p' "$work/summary.json")
 vocab=$(printf '%s' "$info" | sed -n 's/.*"vocab_hash": "\([0-9a-f]*\)".*/\1/p')
 lang_version=$(sed -n 's/^#define LANG_VERSION \([0-9]*\).*/\1/p' compiler/lang/lang.h)
 {
@@ -74,7 +77,9 @@ lang_version=$(sed -n 's/^#define LANG_VERSION \([0-9]*\).*/\1/p' compiler/lang/
     echo "data_sha256 = $data_sha"
     echo "data_bytes = $data_bytes"
     echo "records = $measurements"
-    echo "labels = measured (CPU, this repository's bench host; no modelled labels)"
+    echo "# labels: per target, measured (timed on hardware) or modelled (predicted by the analytic"
+    echo "# GPU model, compiler/measure/gpu_model.h, $gpu_model: cuda targets without a GPU); from tlm train"
+    echo "labels = ${labels:-none} ; targets absent here were not trained on"
     echo "command = make weights   (scripts/make_weights.sh: tlm train ${recipe[*]})"
     echo "summary = $(tr -d '\n ' < "$work/summary.json")"
     echo "eval = bench/results/eval.md (bench/eval.sh: one pass vs default vs search vs PyTorch on a held-out slice)"

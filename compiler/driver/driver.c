@@ -131,6 +131,11 @@ static int build_cuda(const space *sp, cg_kernel *k, drv_artifact *a, tlm_error 
             a->launch.block[i] = (unsigned)k->block[i];
         }
         a->launch.smem = (unsigned)k->smem_bytes;
+        a->regs = c.regs;
+        a->smem_static = c.smem_bytes;
+        a->spill_stores = c.spill_stores;
+        a->spill_loads = c.spill_loads;
+        a->stack_bytes = c.stack_bytes;
     }
     tc_cubin_free(&c);
     return rc;
@@ -161,6 +166,26 @@ int drv_build(const space *sp, const space_sched *s, drv_artifact *out, tlm_erro
     if (rc == 0) tlm_sha256_hex(out->binary, out->binary_size, out->sha256);
     cg_kernel_free(&k);
     return rc;
+}
+
+int drv_gpu_model(const space *sp, const space_sched *s, const drv_artifact *a,
+                  measure_gpu_pred *out, tlm_error *err)
+{
+    if (!a || !a->format || strcmp(a->format, "cubin"))
+        return tlm_err_set(err, TLM_EINVAL, "format", "the GPU model needs a built cubin");
+    measure_gpu_kernel k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < 3; i++) {
+        k.grid[i] = a->launch.grid[i];
+        k.block[i] = a->launch.block[i];
+    }
+    k.smem_dynamic = a->launch.smem;
+    k.regs = a->regs;
+    k.smem_static = a->smem_static;
+    k.spill_stores = a->spill_stores;
+    k.spill_loads = a->spill_loads;
+    k.stack_bytes = a->stack_bytes;
+    return measure_gpu_model(sp, s, &k, out, err);
 }
 
 void drv_artifact_free(drv_artifact *a)

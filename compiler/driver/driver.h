@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/measure/gpu_model.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/util/err.h"
@@ -42,6 +43,8 @@ typedef struct drv_artifact {
     char schedule[DRV_SCHED_MAX];
     char flags[256];
     measure_launch launch; /* CUDA launch (zero for CPU) */
+    /* CUDA: ptxas figures of the entry (tc_cubin's; -1 where unknown, all 0 for CPU) */
+    int regs, smem_static, spill_stores, spill_loads, stack_bytes;
     double codegen_s, compile_s;
 } drv_artifact;
 
@@ -60,5 +63,11 @@ int drv_toolchain_key(const target *t, char *buf, size_t cap);
  * temporary file). See measure_cpu for what the result means. */
 int drv_measure_cpu(const ir_subgraph *g, const drv_artifact *a, const measure_opts *opts,
                     measure_result *res, tlm_error *err);
+
+/* Predicts the time of a built CUDA artifact of schedule s with the analytic GPU model
+ * (compiler/measure/gpu_model.h) from its launch and ptxas figures. TLM_EINVAL for a CPU
+ * artifact; otherwise measure_gpu_model's codes. */
+int drv_gpu_model(const space *sp, const space_sched *s, const drv_artifact *a,
+                  measure_gpu_pred *out, tlm_error *err);
 
 #endif

@@ -160,7 +160,8 @@ int pl_prepare(pl_job *j, const ir_workload *wl, const target *t, const pl_opts 
                                  "not run, on this machine"
                                : "this machine's CPU cannot run %s kernels",
                            t->name);
-    if (op->mode == PL_MODE_TUNE && !j->can_run)
+    j->can_model = op->model_labels && t->kind == TARGET_CUDA && !j->can_run;
+    if (op->mode == PL_MODE_TUNE && !j->can_run && !j->can_model)
         return tlm_err_set(err, TLM_EUNSUPPORTED, "mode",
                            "tuning measures every candidate, and this machine cannot run %s "
                            "kernels (%s); use generate or topk, or tune on a machine that can",
@@ -253,6 +254,37 @@ static void measure_into(pl_job *j, const drv_artifact *a, pl_record *r)
     if (mr.rel_err >= 0) r->rel_err = mr.rel_err;
 }
 
+/* Labels the built CUDA artifact *a of candidate r->cand with the GPU model into record r. */
+static void model_into(pl_job *j, const drv_artifact *a, pl_record *r)
+{
+    measure_gpu_pred p;
+    tlm_error me;
+    tlm_err_clear(&me);
+    double t0 = tlm_now_s();
+    int mrc = drv_gpu_model(j->sp, &j->cands[r->cand].sched, a, &p, &me);
+    r->measure_s = tlm_now_s() - t0;
+    j->measure_s += r->measure_s;
+    if (mrc) {
+        snprintf(r->status, sizeof r->status, "model_error");
+        snprintf(r->detail, sizeof r->detail, "%s: %.200s", MEASURE_GPU_MODEL_ID, me.msg);
+        return;
+    }
+    snprintf(r->status, sizeof r->status, "modelled");
+    r->median_s = r->min_s = p.time_s;
+    r->gflops = p.flops / p.time_s * 1e-9;
+    r->n_samples = 0;
+    measure_gpu_pred_text(&p, j->tgt.gpu.part, r->detail, sizeof r->detail);
+}
+
+/* Measures (or, for cuda without a GPU under model_labels, models) candidate r->cand. */
+static void label_into(pl_job *j, const drv_artifact *a, pl_record *r)
+{
+    if (j->can_run)
+        measure_into(j, a, r);
+    else if (j->can_model)
+        model_into(j, a, r);
+}
+
 /* Appends the record of a build of candidate i (rc: drv_build's code, *a its artifact,
  * *be its error); a failed build's artifact is released (its source kept once for
  * inspection). NULL when even the record could not be kept. */
@@ -296,7 +328,7 @@ int pl_evaluate(pl_job *j, int i, bool measure, drv_artifact *art_out, tlm_error
         *err = be;
         return ri;
     }
-    if (measure && j->can_run) measure_into(j, &a, r);
+    if (measure) label_into(j, &a, r);
     if (art_out)
         *art_out = a;
     else
@@ -371,9 +403,9 @@ int pl_evaluate_batch(pl_job *j, const int *idx, int n, bool measure, int thread
         if (b.rcs[k] == TLM_EUNSUPPORTED && !strcmp(b.errs[k].msg, "cancelled"))
             snprintf(r->status, sizeof r->status, "cancelled");
         if (rec_out) rec_out[k] = j->n_recs - 1;
-        if (!b.rcs[k] && measure && j->can_run &&
+        if (!b.rcs[k] && measure &&
             !(j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)))
-            measure_into(j, &b.arts[k], r);
+            label_into(j, &b.arts[k], r);
         drv_artifact_free(&b.arts[k]);
     }
     free(b.arts);
@@ -508,6 +540,11 @@ int pl_run(pl_job *j, const ir_workload *wl, const target *t, const pl_opts *o, 
 bool pl_record_storable(const pl_record *r)
 {
     return strcmp(r->status, "built") != 0 && strcmp(r->status, "cancelled") != 0;
+}
+
+bool pl_record_timed(const pl_record *r)
+{
+    return (!strcmp(r->status, "ok") || !strcmp(r->status, "modelled")) && r->median_s > 0;
 }
 
 void pl_job_free(pl_job *j)

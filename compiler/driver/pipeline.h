@@ -28,6 +28,14 @@
  *    status is not "ok" (wrong, crash, timeout, load_error) is never chosen; when none is ok
  *    the job fails with TLM_ERUNTIME naming the first candidate's status. Measurements run
  *    in child processes (compiler/measure), so a broken kernel never takes the caller down.
+ *  - Modelled labels (opts.model_labels, cuda targets on a host that cannot run them): where a
+ *    search hook asks for measurements (pl_evaluate / pl_evaluate_batch with `measure`), each
+ *    built candidate is labelled by the analytic GPU model (compiler/measure/gpu_model.h)
+ *    instead: its record gets status "modelled" (never "ok": a prediction is not a
+ *    measurement), median_s = min_s = the predicted time, n_samples 0, and the model's
+ *    figures in detail; a kernel the model rejects (no block fits an SM) gets status
+ *    "model_error". This is what lets TUNE run for cuda targets without a GPU (datagen's
+ *    labeller). pl_finish's own choice (the non-search modes) never uses modelled times.
  *  - Records: every candidate tried gives one pl_record (schedule, source, status, timings)
  *    in j->recs, in the order they were tried; the measured ones and the build failures are
  *    the ones to store (pl_record_storable). The caller stores them (compiler/ knows nothing
@@ -102,6 +110,8 @@ typedef struct pl_opts {
     void (*progress)(const struct pl_job *j, const struct pl_progress *p, void *user);
     void (*on_records)(const struct pl_job *j, int from, int to, void *user);
     void *user;
+    /* cuda targets: label candidates with the GPU model instead of measuring (see above) */
+    bool model_labels;
 } pl_opts;
 
 /* A search's progress, after each measured batch. */
@@ -127,7 +137,8 @@ typedef struct pl_record {
     pl_source source;
     char schedule[DRV_SCHED_MAX];
     /* "ok" | "wrong" | "crash" | "timeout" | "load_error" (measured), "build_error" (codegen,
-     * compiler or device limits failed), "built" (compiled, not measured: not a measurement) */
+     * compiler or device limits failed), "built" (compiled, not measured: not a measurement),
+     * "modelled" | "model_error" (labelled by the GPU model, not measured: see above) */
     char status[16];
     double median_s, min_s, gflops, rel_err; /* NAN when not timed / not checked */
     int n_samples;
@@ -148,6 +159,8 @@ typedef struct pl_job {
     char whash[65];
     char target_hash[65];
     bool can_run; /* this host can run kernels of tgt */
+    bool can_model; /* model_labels on a cuda target this host cannot run: searches label by
+                     * the GPU model */
     /* candidates, in the order they are tried */
     pl_candidate *cands;
     int n_cands, cap_cands;
@@ -223,6 +236,8 @@ bool pl_has_search(pl_mode mode);
 
 /* Whether record r is a measurement or a build failure worth storing ("built" is not). */
 bool pl_record_storable(const pl_record *r);
+/* Whether record r carries a time a search may rank by: "ok" (measured) or "modelled". */
+bool pl_record_timed(const pl_record *r);
 
 /* The decision tokens of candidate i as tensor-language text (for records and the store). */
 int pl_sentence(const pl_job *j, int i, char *buf, size_t cap);

@@ -150,7 +150,7 @@ static int eval_build_measure(pl_job *j, const int *idx, int n, double *secs, vo
     int rc = pl_evaluate_batch(j, idx, n, true, o->build_threads, rec, err);
     for (int k = 0; k < n; k++) {
         const pl_record *r = rc ? NULL : &j->recs[rec[k]];
-        secs[k] = r && !strcmp(r->status, "ok") && r->median_s > 0 ? r->median_s : INFINITY;
+        secs[k] = r && pl_record_timed(r) ? r->median_s : INFINITY;
     }
     free(rec);
     return rc;
@@ -649,7 +649,7 @@ static int state_choose(tstate *t, tlm_error *err)
     }
     const pl_record *r = NULL; /* its latest measurement (the confirmation's, if any) */
     for (int k = j->n_recs - 1; k >= 0 && !r; k--)
-        if (j->recs[k].cand == best && !strcmp(j->recs[k].status, "ok")) r = &j->recs[k];
+        if (j->recs[k].cand == best && pl_record_timed(&j->recs[k])) r = &j->recs[k];
     measure_result mr;
     memset(&mr, 0, sizeof mr);
     mr.status = MEASURE_OK;
@@ -664,7 +664,9 @@ static int state_choose(tstate *t, tlm_error *err)
         mr.median_s = t->st.best_s;
         mr.rel_err = -1;
     }
-    pl_choose(j, best, &a, r ? &mr : NULL, "tuned");
+    /* a modelled time (pl_opts.model_labels) is not a measurement of the chosen kernel */
+    bool modelled = r && strcmp(r->status, "ok");
+    pl_choose(j, best, &a, r && !modelled ? &mr : NULL, modelled ? "tuned_by_model" : "tuned");
     j->source = PL_SRC_TUNED;
     return 0;
 }

@@ -510,6 +510,14 @@ Test(tlm_compile, cuda_writes_cu_cubin_and_launch)
     json_t *res = json_object_get(m, "resources");
     cr_expect_gt(json_integer_value(json_object_get(res, "registers")), 0);
     cr_expect_null(json_object_get(m, "status"));
+    /* the GPU model's prediction, labelled as one (not a measurement: no status) */
+    json_t *gm = json_object_get(m, "gpu_model");
+    cr_assert_not_null(gm, "meta.json has no gpu_model");
+    cr_expect_str_eq(jstr(gm, "kind"), "prediction");
+    cr_expect_str_eq(jstr(gm, "id"), "gpu_model/1");
+    double gt = json_number_value(json_object_get(gm, "time_s"));
+    cr_expect(gt > 0 && isfinite(gt), "time_s %g", gt);
+    cr_expect_geq(json_integer_value(json_object_get(gm, "blocks_per_sm")), 1);
     json_decref(m);
     json_decref(sum);
     free_result(&r);

@@ -9,8 +9,12 @@
  *                              workload_hash, sketch, schedule (printed), entry, format,
  *                              launch, source, binary, binary_sha256, binary_size, flops,
  *                              bytes, toolchain (identity), compile_flags; CUDA: resources
- *                              (ptxas figures); with --measure: status, median_s, min_s,
- *                              gflops, rel_err, n_samples, seed, detail
+ *                              (ptxas figures) and gpu_model (the analytic GPU model's
+ *                              PREDICTION for the target, compiler/measure/gpu_model.h: id,
+ *                              time_s, bound, occupancy, limiter, blocks_per_sm, waves,
+ *                              dram_bytes, l2_bytes, coalesce, bank_ways, detail; or error);
+ *                              with --measure: status, median_s, min_s, gflops, rel_err,
+ *                              n_samples, seed, detail
  * and prints a short JSON summary on stdout: {dir, source, binary, meta, workload_hash,
  * schedule, binary_sha256, status ("compiled" or the measurement's status)}.
  * Files of the other target kind left in DIR by an earlier run are removed, and so are the
@@ -39,6 +43,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/driver/pipeline.h"
+#include "compiler/measure/gpu_model.h"
 #include "compiler/measure/measure.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
@@ -191,6 +196,24 @@ static int write_artifact(const target *t, const drv_artifact *a, const char *bi
     json_object_set_new(meta, "binary_sha256", json_string(a->sha256));
     json_object_set_new(meta, "binary_size", json_integer((json_int_t)a->binary_size));
     return 0;
+}
+
+/* A cuda kernel's predicted time by the GPU model (never a measurement: it says so). */
+static json_t *gpu_model_json(const pl_job *j, const drv_artifact *a)
+{
+    measure_gpu_pred p;
+    tlm_error e;
+    tlm_err_clear(&e);
+    if (drv_gpu_model(j->sp, &j->cands[j->chosen].sched, a, &p, &e))
+        return json_pack("{s:s, s:s}", "id", MEASURE_GPU_MODEL_ID, "error", e.msg);
+    char detail[512];
+    measure_gpu_pred_text(&p, j->tgt.gpu.part, detail, sizeof detail);
+    return json_pack("{s:s, s:s, s:f, s:s, s:f, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:s}", "id",
+                     MEASURE_GPU_MODEL_ID, "kind", "prediction", "time_s", p.time_s, "bound",
+                     p.bound, "occupancy", p.occupancy, "limiter", p.limiter, "blocks_per_sm",
+                     p.blocks_per_sm, "waves", p.waves, "dram_bytes", p.dram_bytes, "l2_bytes",
+                     p.l2_bytes, "coalesce", p.coalesce, "bank_ways", p.bank_ways, "detail",
+                     detail);
 }
 
 /* The pipeline measured the chosen kernel (--measure): its figures go into meta.json. */
@@ -367,6 +390,7 @@ static int run_compile(int argc, char **argv)
         rc = work_failed(&err);
         goto done;
     }
+    if (t.kind == TARGET_CUDA) json_object_set_new(st.meta, "gpu_model", gpu_model_json(j, art));
     if (j->measured) measurement_into(j, st.meta);
     char *meta_text = json_dumps(st.meta, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!meta_text) {

@@ -2,7 +2,7 @@
  *
  *   tlm datagen --store FILE --target T [--suite zoo|FILE] [--per-task N] [--trials-cap N]
  *               [--budget-measurements M] [--max-gflop G] [--exclude FILE] [--seed S]
- *               [--weights F] [--list] [--quiet]
+ *               [--weights F] [--labels measured|model] [--list] [--quiet]
  *
  * Tasks are the kernels of the zoo's models under augmentations (batch sizes, image sizes,
  * sequence lengths: the table below), or the workloads of a suite file (bench/suites format
@@ -18,6 +18,14 @@
  * With --weights (a round of the learning loop: generate, measure, fine-tune) the model's
  * beam joins every search's first round, so the schedules it writes are measured beside the
  * default and the samples, and the next `tlm train` learns from its hits and misses.
+ *
+ * Labels: CPU targets are measured on this host. cuda targets cannot be measured here (no GPU
+ * is used), so a cuda datagen needs --labels model: every candidate is still compiled to a
+ * cubin by NVRTC (no GPU needed) and labelled by the analytic GPU model
+ * (compiler/measure/gpu_model.h) from its launch and ptxas figures; its records get status
+ * "modelled", never "ok", so they are never mistaken for measurements (`tlm records export`
+ * carries the status, `tlm train` counts modelled and measured labels apart). Records measured
+ * on a GPU elsewhere come in through `tlm records import`.
  * Prints one JSON summary; progress (one line per task) on stderr. */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +37,7 @@
 #include "compiler/lang/lang.h"
 #include "compiler/target/target.h"
 #include "compiler/tlm/tlm.h"
+#include "compiler/toolchain/toolchain.h"
 #include "compiler/tune/tune.h"
 #include "compiler/util/util.h"
 #include "proto/workload.h"
@@ -48,6 +57,8 @@ static const char datagen_usage[] =
     "  --seed S                task order and search seeds (default 1)\n"
     "  --weights F             a round of the learning loop: the model's beam joins each\n"
     "                          search's first round, so its schedules get measured too\n"
+    "  --labels L              measured (default; CPU targets) | model (cuda targets: NVRTC\n"
+    "                          cubins labelled by the analytic GPU model, status \"modelled\")\n"
     "  --list                  print the tasks (JSON) and measure nothing\n"
     "  --quiet                 no progress on stderr\n";
 
@@ -92,7 +103,7 @@ typedef struct {
 } dg_tasks;
 
 typedef struct {
-    const char *store, *tg, *suite, *exclude, *weights;
+    const char *store, *tg, *suite, *exclude, *weights, *labels;
     uint64_t per_task, budget, seed;
     double max_gflop;
     bool list, quiet;
@@ -226,7 +237,12 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
             a->exclude = v;
         else if (!strcmp(k, "--weights"))
             a->weights = v;
-        else if (!strcmp(k, "--per-task"))
+        else if (!strcmp(k, "--labels")) {
+            a->labels = v;
+            if (strcmp(v, "measured") && strcmp(v, "model"))
+                rc = tlm_err_set(err, TLM_EINVAL, "--labels",
+                                 "unknown labels \"%s\"; allowed: measured, model", v);
+        } else if (!strcmp(k, "--per-task"))
             rc = cli_parse_u64("--per-task", v, 100000, &a->per_task, err);
         else if (!strcmp(k, "--budget-measurements"))
             rc = cli_parse_u64("--budget-measurements", v, UINT32_MAX, &a->budget, err);
@@ -297,6 +313,21 @@ static int run_datagen(int argc, char **argv)
     if (prc) return prc < 0 ? CLI_OK : prc;
     target t;
     if (target_parse(a.tg, &t, &err)) return cli_report(&err);
+    bool model_labels = a.labels && !strcmp(a.labels, "model");
+    if (t.kind == TARGET_CUDA && !model_labels && !a.list)
+        return cli_usage_error("datagen: %s kernels cannot be measured on this machine (no GPU is "
+                               "used here); label them with the analytic GPU model: --labels "
+                               "model (records get status \"modelled\"), or import records "
+                               "measured on a GPU with `tlm records import`",
+                               t.name);
+    if (t.kind != TARGET_CUDA && model_labels)
+        return cli_usage_error("datagen: --labels model is for cuda targets; %s kernels are "
+                               "measured on this host (--labels measured)",
+                               t.name);
+    if (model_labels && !a.list && tc_nvrtc_available(&err)) {
+        snprintf(err.field, sizeof err.field, "--labels");
+        return cli_report(&err);
+    }
     dg_tasks ts = {0}, ex = {0};
     int rc = !strcmp(a.suite, "zoo") ? zoo_tasks(&ts, &err) : suite_tasks(a.suite, &ts, &err);
     if (!rc && a.exclude) rc = suite_tasks(a.exclude, &ex, &err);
@@ -361,6 +392,7 @@ static int run_datagen(int argc, char **argv)
         po.mode = PL_MODE_TUNE;
         po.on_records = on_records;
         po.user = &ctx;
+        po.model_labels = model_labels;
         po.mo.seed = (a.seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
         pl_job j;
         tlm_error e;
@@ -381,7 +413,7 @@ static int run_datagen(int argc, char **argv)
         tune_opts_init(&o);
         o.trials = (int)a.per_task - (have > 0 ? have : 0); /* only what is missing */
         o.seed = a.seed * 1000003u + (uint64_t)i;
-        o.confirm = 1;
+        o.confirm = model_labels ? 0 : 1; /* a second look at a deterministic model adds nothing */
         o.model = model; /* one second look: the label is the best, not the luckiest */
         int before = ctx.stored;
         tune_stats s = {0};
@@ -399,9 +431,10 @@ static int run_datagen(int argc, char **argv)
         pl_job_free(&j);
     }
     json_t *r =
-        json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "target", t.name, "tasks", ts.n,
-                  "tuned", done, "skipped", skipped, "failed", failed, "excluded", excluded,
-                  "too_large", large, "measurements", ctx.stored, "elapsed_s", tlm_now_s() - t0);
+        json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}", "target", t.name, "labels",
+                  model_labels ? "model" : "measured", "tasks", ts.n, "tuned", done, "skipped",
+                  skipped, "failed", failed, "excluded", excluded, "too_large", large,
+                  "measurements", ctx.stored, "elapsed_s", tlm_now_s() - t0);
     int out = cli_print_json(r);
     json_decref(r);
     store_close(ctx.st);

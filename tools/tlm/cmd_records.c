@@ -9,6 +9,11 @@
  *    object), "sketch", "schedule", "sentence", "status", "median_s", "min_s", "n_samples",
  *    "gflops", "rel_err", "toolchain", "model_id", "schedule_source", "host_id", "detail",
  *    "created_at" (µs since the epoch)}
+ * "status" is "ok" for a measurement, the failure otherwise ("wrong", "crash", ...), or
+ * "modelled" / "model_error" for a cuda record labelled by the analytic GPU model instead
+ * of measured (`tlm datagen --labels model`; its "detail" holds the model's figures): such a
+ * record is a prediction, so `--status ok` never exports it, and records measured on a GPU
+ * imported beside it stay distinct (the status is part of a record's identity).
  * Numbers that were not measured are null. Import keeps created_at and host_id and merges
  * duplicates (store_measurement_import): importing a file twice adds nothing the second time.
  * A malformed line is reported with its number and skipped; the summary on stdout counts

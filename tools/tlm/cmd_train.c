@@ -11,6 +11,14 @@
  * grammar forces (slot names, [EOS]) carry no decision. A record whose schedule no longer
  * parses in today's space is counted as stale and skipped.
  *
+ * Labels: records with status "ok" are measurements; records with status "modelled" carry
+ * the analytic GPU model's prediction (cuda targets trained without a GPU: `tlm datagen
+ * --labels model`). Both are labels, never mixed: in a group that has any measurement, the
+ * modelled records are dropped (counted as records_modelled_superseded), so imported GPU
+ * measurements take over from the model group by group. The summary counts the records and
+ * groups of each kind per target ("labels", and "labels_line", the text MANIFEST's labels
+ * line is written from).
+ *
  * Validation: groups whose workload hash falls in the --val-pct bucket are held out (never
  * trained on); their loss is reported every --eval-every steps and, at the end, how often
  * greedy decoding writes exactly the best measured schedule (val_exact) and the share of
@@ -35,6 +43,7 @@
 #include <cblas.h>
 
 #include "compiler/driver/driver.h"
+#include "compiler/measure/gpu_model.h"
 #include "compiler/lang/lang.h"
 #include "compiler/space/space.h"
 #include "compiler/target/target.h"
@@ -76,6 +85,7 @@ typedef struct {
     char *sched;
     double s;
     bool is_default; /* schedule_source "default" */
+    bool modelled;   /* status "modelled": a GPU-model prediction, not a measurement */
 } tr_meas;
 
 typedef struct {
@@ -117,6 +127,7 @@ typedef struct {
     tr_ex *ex;
     int n_ex, cap_ex;
     long read, ok, stale, skipped;
+    long modelled, superseded; /* of ok: modelled records; modelled records dropped */
     int max_len;
 } tr_data;
 
@@ -171,7 +182,8 @@ static int read_records(const char *path, const tr_args *a, tr_data *d, tlm_erro
         if (!st || !wh || !tg || !sk || !sc || !json_is_object(wl)) {
             rc = tlm_err_set(err, TLM_EINVAL, "--records",
                              "%s:%ld: not a measurement record (tlm-records/1)", path, lineno);
-        } else if (strcmp(st, "ok") || !(s > 0) || (a->target && strcmp(a->target, tg))) {
+        } else if ((strcmp(st, "ok") && strcmp(st, "modelled")) || !(s > 0) ||
+                   (a->target && strcmp(a->target, tg))) {
             d->skipped++;
         } else {
             tr_group *g = group_for(d, wh, tg, sk, wl);
@@ -186,6 +198,8 @@ static int read_records(const char *path, const tr_args *a, tr_data *d, tlm_erro
                 const char *src = json_string_value(json_object_get(r, "schedule_source"));
                 g->m[g->n].sched = strdup(sc);
                 g->m[g->n].is_default = src && !strcmp(src, "default");
+                g->m[g->n].modelled = !strcmp(st, "modelled");
+                d->modelled += g->m[g->n].modelled;
                 g->m[g->n++].s = s;
                 d->ok++;
             }
@@ -268,6 +282,88 @@ static int add_example(tr_data *d, const space *sp, const space_sched *s, float 
     d->n_ex++;
     if (n > d->max_len) d->max_len = n;
     return 0;
+}
+
+/* Measured labels win: a group with any measurement drops its modelled records. */
+static void drop_superseded(tr_data *d)
+{
+    for (int gi = 0; gi < d->n; gi++) {
+        tr_group *g = &d->g[gi];
+        bool measured = false;
+        for (int k = 0; k < g->n && !measured; k++)
+            measured = !g->m[k].modelled;
+        if (!measured) continue;
+        int kept = 0;
+        for (int k = 0; k < g->n; k++) {
+            if (g->m[k].modelled) {
+                free(g->m[k].sched);
+                d->superseded++;
+                d->modelled--;
+                d->ok--;
+            } else {
+                g->m[kept++] = g->m[k];
+            }
+        }
+        g->n = kept;
+    }
+}
+
+/* Per target: records and built groups of each label kind, as JSON and as one line of text
+ * ("cpu:avx2: measured (120 records, 3 groups); cuda:sm_90: modelled by gpu_model/1 (...)"). */
+static json_t *labels_summary(const tr_data *d, char *line, size_t cap)
+{
+    json_t *o = json_object();
+    for (int gi = 0; gi < d->n; gi++) {
+        const tr_group *g = &d->g[gi];
+        json_t *t = json_object_get(o, g->target);
+        if (!t) {
+            t = json_pack("{s:I, s:I, s:I, s:I}", "measured_records", (json_int_t)0,
+                          "modelled_records", (json_int_t)0, "measured_groups", (json_int_t)0,
+                          "modelled_groups", (json_int_t)0);
+            json_object_set_new(o, g->target, t);
+        }
+        long mod = 0;
+        for (int k = 0; k < g->n; k++)
+            mod += g->m[k].modelled;
+        const char *keys[2][2] = {{"measured_records", "measured_groups"},
+                                  {"modelled_records", "modelled_groups"}};
+        json_int_t nm = json_integer_value(json_object_get(t, keys[0][0]));
+        json_int_t nd = json_integer_value(json_object_get(t, keys[1][0]));
+        json_object_set_new(t, keys[0][0], json_integer(nm + (g->n - mod)));
+        json_object_set_new(t, keys[1][0], json_integer(nd + mod));
+        if (g->built) {
+            const char *gk = keys[g->n > 0 && g->m[0].modelled][1];
+            json_object_set_new(t, gk,
+                                json_integer(json_integer_value(json_object_get(t, gk)) + 1));
+        }
+    }
+    size_t len = 0;
+    line[0] = 0;
+    const char *name;
+    json_t *t;
+    json_object_foreach(o, name, t)
+    {
+        json_int_t mr = json_integer_value(json_object_get(t, "measured_records"));
+        json_int_t dr = json_integer_value(json_object_get(t, "modelled_records"));
+        json_int_t mg = json_integer_value(json_object_get(t, "measured_groups"));
+        json_int_t dg = json_integer_value(json_object_get(t, "modelled_groups"));
+        char part[256];
+        if (mr && dr)
+            snprintf(part, sizeof part,
+                     "%s: measured (%lld records, %lld groups) and modelled by the GPU model "
+                     "(%lld records, %lld groups)",
+                     name, (long long)mr, (long long)mg, (long long)dr, (long long)dg);
+        else if (dr)
+            snprintf(part, sizeof part, "%s: modelled by the GPU model (%lld records, %lld groups)",
+                     name, (long long)dr, (long long)dg);
+        else
+            snprintf(part, sizeof part, "%s: measured (%lld records, %lld groups)", name,
+                     (long long)mr, (long long)mg);
+        int n = snprintf(line + len, cap - len, "%s%s", len ? "; " : "", part);
+        if (n < 0 || (size_t)n >= cap - len) break;
+        len += (size_t)n;
+    }
+    return o;
 }
 
 /* Rebuilds each group's space and turns its best schedules into examples. */
@@ -550,6 +646,7 @@ static int run_train(int argc, char **argv)
     int rc = 0;
     for (int i = 0; i < a.n_records && !rc; i++)
         rc = read_records(a.records[i], &a, &d, &err);
+    if (!rc) drop_superseded(&d);
     if (!rc) rc = build_examples(&d, &a, &err);
     int *train = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *train);
     int *val = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *val);
@@ -697,10 +794,15 @@ static int run_train(int argc, char **argv)
         double t1 = tlm_now_s();
         decode_check(m, &d, true, d.n, &exact, &slots);
         decode_check(m, &d, false, 200, &texact, &tslots);
+        char line[2048];
+        json_t *labels = labels_summary(&d, line, sizeof line);
         json_t *r = json_pack(
-            "{s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:f, "
-            "s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:i}",
+            "{s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:s, s:I, s:I, s:i, s:i, s:i, s:i, s:i, "
+            "s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:i}",
             "out", a.out, "records_read", (json_int_t)d.read, "records_ok", (json_int_t)d.ok,
+            "labels_measured", (json_int_t)(d.ok - d.modelled), "labels_modelled",
+            (json_int_t)d.modelled, "records_modelled_superseded", (json_int_t)d.superseded,
+            "gpu_model", MEASURE_GPU_MODEL_ID, "labels", labels, "labels_line", line,
             "records_stale", (json_int_t)d.stale, "records_skipped", (json_int_t)d.skipped,
             "groups_train", g_train, "groups_val", g_val, "examples_train", n_train, "examples_val",
             n_val, "max_len", d.max_len, "steps", (int)a.steps, "params", (int)m->n_params,

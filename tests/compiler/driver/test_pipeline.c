@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 
 #include "compiler/driver/pipeline.h"
+#include "compiler/toolchain/toolchain.h"
 
 static void dense(ir_workload *w, int64_t M, int64_t N, int64_t K)
 {
@@ -348,4 +349,54 @@ Test(pipeline, a_batch_builds_in_parallel_and_records_in_order)
         cr_assert(!pl_record_storable(&j.recs[rec[k]]));
     }
     pl_job_free(&j);
+}
+
+/* cuda without a GPU: TUNE is refused unless model_labels, which labels every evaluated
+ * candidate with the GPU model: status "modelled" (storable and timed, never "ok"). A choice
+ * made on modelled times is not a measurement of the kernel. */
+Test(pipeline, model_labels_label_cuda_candidates_as_modelled)
+{
+    tlm_error e;
+    tlm_err_clear(&e);
+    if (tc_nvrtc_available(&e)) cr_skip_test("NVRTC is not available: %s", e.msg);
+    ir_workload w;
+    dense(&w, 64, 64, 64);
+    target t = tgt("cuda:sm_90");
+    pl_opts o;
+    pl_opts_init(&o);
+    o.mode = PL_MODE_TUNE;
+    pl_set_search(PL_MODE_TUNE, toy_search, &calls);
+    pl_job j;
+    cr_assert_eq(pl_prepare(&j, &w, &t, &o, &e), TLM_EUNSUPPORTED);
+    cr_assert_str_eq(e.field, "mode");
+    pl_job_free(&j);
+    o.model_labels = true;
+    cr_assert_eq(pl_prepare(&j, &w, &t, &o, &e), 0, "%s", e.msg);
+    cr_assert(!j.can_run);
+    cr_assert(j.can_model);
+    space_sched s;
+    space_default(j.sp, &s);
+    cr_assert_eq(pl_add_candidate(&j, &s, PL_SRC_DEFAULT, NAN, &e), 0, "%s", e.msg);
+    int ri = pl_evaluate(&j, 0, true, NULL, &e);
+    cr_assert_geq(ri, 0, "%s", e.msg);
+    const pl_record *r = &j.recs[ri];
+    cr_assert_str_eq(r->status, "modelled");
+    cr_assert(r->median_s > 0 && isfinite(r->median_s));
+    cr_assert_eq(r->n_samples, 0);
+    cr_assert(!strncmp(r->detail, MEASURE_GPU_MODEL_ID, strlen(MEASURE_GPU_MODEL_ID)), "%s",
+              r->detail);
+    cr_assert(pl_record_storable(r));
+    cr_assert(pl_record_timed(r));
+    /* without `measure` the candidate is only built */
+    ri = pl_evaluate(&j, 0, false, NULL, &e);
+    cr_assert_str_eq(j.recs[ri].status, "built");
+    cr_assert(!pl_record_timed(&j.recs[ri]));
+    pl_job_free(&j);
+    /* model_labels changes nothing for a CPU target this host runs: it measures */
+    target cpu = tgt("cpu");
+    o.mode = PL_MODE_DEFAULT;
+    cr_assert_eq(pl_prepare(&j, &w, &cpu, &o, &e), 0, "%s", e.msg);
+    cr_assert(!j.can_model);
+    pl_job_free(&j);
+    pl_set_search(PL_MODE_TUNE, NULL, NULL);
 }

@@ -1,0 +1,215 @@
+/* test_tlm_datagen.c — cuda training data without a GPU, through the real `tlm` binary
+ * (TLM_BIN, default build/san/tlm): `tlm datagen --labels model` compiles every candidate with
+ * NVRTC and labels it with the analytic GPU model; its records carry status "modelled" through
+ * `tlm records export` (and never pass as measurements: `--status ok` exports none of them);
+ * a record measured on a GPU comes in through `tlm records import` beside them, distinct; and
+ * `tlm train` counts modelled and measured labels apart, the measurement superseding the
+ * model in its group. Also the refusals: a cuda datagen without --labels model, --labels
+ * model on a CPU target, an unknown --labels. (CPU datagen: tests/tools/test_tlm_train.c.) */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "compiler/toolchain/toolchain.h"
+
+static char g_dir[64];
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-datagen-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(tlm_datagen, .init = setup, .fini = teardown, .timeout = 300);
+
+#include "tests/common/run_tool.h"
+
+static void path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", g_dir, name);
+}
+
+static const char *SUITE =
+    "{\"workloads\": ["
+    "{\"name\": \"d\", \"workload\": {\"op\": \"dense\", \"shape\": {\"M\": 64, \"N\": 64, \"K\": "
+    "32}}},"
+    "{\"name\": \"s\", \"workload\": {\"op\": \"softmax\", \"shape\": {\"R\": 8, \"C\": 64}}},"
+    "{\"name\": \"c\", \"workload\": {\"op\": \"conv2d\", \"shape\": {\"N\": 1, \"C\": 4, \"H\": "
+    "9, \"W\": 9, \"F\": 8, \"KH\": 3, \"KW\": 3}}}]}";
+
+static json_t *run_json(run_result *r)
+{
+    cr_assert_eq(r->status, 0, "exit %d: %s", r->status, r->err);
+    json_error_t je;
+    json_t *o = json_loads(r->out, 0, &je);
+    cr_assert_not_null(o, "not JSON: %s", r->out);
+    return o;
+}
+
+static long long jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+Test(tlm_datagen, cuda_needs_labels_model)
+{
+    char db[128], suite[128];
+    path(db, sizeof db, "a.db");
+    path(suite, sizeof suite, "suite.json");
+    write_file(suite, SUITE);
+    run_result r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db);
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "cannot be measured") && strstr(r.err, "--labels model"),
+              "the refusal names the flag: %s", r.err);
+    free_result(&r);
+    r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db, "--labels",
+            "measured");
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "--labels model"), "%s", r.err);
+    free_result(&r);
+    r = RUN("datagen", "--suite", suite, "--target", "cpu:avx2", "--store", db, "--labels",
+            "model");
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "for cuda targets"), "%s", r.err);
+    free_result(&r);
+    r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db, "--labels",
+            "guess");
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "--labels") && strstr(r.err, "measured, model"), "%s", r.err);
+    free_result(&r);
+}
+
+/* The lines of a JSONL file as JSON objects. */
+static json_t *read_jsonl(const char *p)
+{
+    char *text = slurp(p);
+    json_t *arr = json_array();
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o, "not JSON: %s", line);
+        json_array_append_new(arr, o);
+    }
+    free(text);
+    return arr;
+}
+
+Test(tlm_datagen, modelled_records_stay_marked_and_train_counts_them_apart)
+{
+    tlm_error e;
+    tlm_err_clear(&e);
+    if (tc_nvrtc_available(&e)) cr_skip_test("NVRTC is not available: %s", e.msg);
+    char db[128], suite[128], out[128], ok_out[128], gpu[128], weights[128];
+    path(db, sizeof db, "a.db");
+    path(suite, sizeof suite, "suite.json");
+    path(out, sizeof out, "all.jsonl");
+    path(ok_out, sizeof ok_out, "ok.jsonl");
+    path(gpu, sizeof gpu, "gpu.jsonl");
+    path(weights, sizeof weights, "w.bin");
+    write_file(suite, SUITE);
+    run_result r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db,
+                       "--labels", "model", "--per-task", "3", "--quiet");
+    json_t *o = run_json(&r);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "labels")), "model");
+    cr_assert_eq(jint(o, "tuned"), 3);
+    cr_assert_eq(jint(o, "failed"), 0, "%s", r.out);
+    cr_assert_eq(jint(o, "measurements"), 9);
+    json_decref(o);
+    free_result(&r);
+
+    /* export: every record modelled, with the model's figures; none passes as "ok" */
+    r = RUN("records", "export", "--store", db, "-o", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    json_t *recs = read_jsonl(out);
+    cr_assert_eq(json_array_size(recs), 9);
+    size_t i;
+    json_t *rec;
+    json_array_foreach(recs, i, rec)
+    {
+        cr_assert_str_eq(json_string_value(json_object_get(rec, "status")), "modelled");
+        cr_assert_str_eq(json_string_value(json_object_get(rec, "target")), "cuda:sm_90");
+        double t = json_number_value(json_object_get(rec, "median_s"));
+        cr_assert(t > 0 && isfinite(t), "median_s %g", t);
+        cr_assert_eq(jint(rec, "n_samples"), 0, "a prediction has no samples");
+        const char *detail = json_string_value(json_object_get(rec, "detail"));
+        cr_assert(detail && !strncmp(detail, "gpu_model/", 10), "detail %s", detail);
+    }
+    r = RUN("records", "export", "--store", db, "--status", "ok", "-o", ok_out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    char *ok_text = slurp(ok_out);
+    cr_assert_eq(count_lines(ok_text), 0, "modelled records never export as measurements: %s",
+                 ok_text);
+    free(ok_text);
+
+    /* a record measured on a lent GPU: the first record's schedule, status ok, another host */
+    json_t *m = json_deep_copy(json_array_get(recs, 0));
+    json_object_set_new(m, "status", json_string("ok"));
+    json_object_set_new(m, "median_s", json_real(1e-6));
+    json_object_set_new(m, "min_s", json_real(1e-6));
+    json_object_set_new(m, "n_samples", json_integer(7));
+    json_object_set_new(m, "host_id", json_string("lent-gpu-host"));
+    json_object_set_new(m, "detail", json_null());
+    const char *m_wh = json_string_value(json_object_get(m, "workload_hash"));
+    int in_group = 0; /* modelled records of the same workload (one sketch per workload here) */
+    json_array_foreach(recs, i, rec) in_group +=
+        !strcmp(json_string_value(json_object_get(rec, "workload_hash")), m_wh);
+    char *line = json_dumps(m, JSON_COMPACT);
+    char text[8192];
+    snprintf(text, sizeof text, "%s\n", line);
+    write_file(gpu, text);
+    free(line);
+    json_decref(m);
+    json_decref(recs);
+    r = RUN("records", "import", "--store", db, gpu);
+    o = run_json(&r);
+    cr_assert_eq(jint(o, "added"), 1, "%s", r.out);
+    json_decref(o);
+    free_result(&r);
+    r = RUN("records", "export", "--store", db, "-o", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    recs = read_jsonl(out);
+    cr_assert_eq(json_array_size(recs), 10, "the measurement is kept beside the prediction");
+    int ok = 0, modelled = 0;
+    json_array_foreach(recs, i, rec)
+    {
+        const char *st = json_string_value(json_object_get(rec, "status"));
+        ok += !strcmp(st, "ok");
+        modelled += !strcmp(st, "modelled");
+    }
+    cr_assert_eq(ok, 1);
+    cr_assert_eq(modelled, 9);
+    json_decref(recs);
+
+    /* train: labels counted apart; the measured group drops its modelled records */
+    r = RUN("train", "--records", out, "--out", weights, "--layers", "1", "--heads", "1", "--dim",
+            "16", "--steps", "2", "--batch", "2", "--val-pct", "0", "--quiet");
+    o = run_json(&r);
+    cr_assert_eq(jint(o, "labels_measured"), 1, "%s", r.out);
+    cr_assert_eq(jint(o, "labels_modelled"), 9 - in_group, "%s", r.out);
+    cr_assert_eq(jint(o, "records_modelled_superseded"), in_group, "%s", r.out);
+    json_t *t = json_object_get(json_object_get(o, "labels"), "cuda:sm_90");
+    cr_assert_not_null(t, "%s", r.out);
+    cr_assert_eq(jint(t, "measured_groups"), 1, "%s", r.out);
+    cr_assert_eq(jint(t, "modelled_groups"), 2, "%s", r.out);
+    cr_assert_eq(jint(t, "measured_records"), 1);
+    cr_assert_eq(jint(t, "modelled_records"), 9 - in_group);
+    const char *labels_line = json_string_value(json_object_get(o, "labels_line"));
+    cr_assert(labels_line && strstr(labels_line, "cuda:sm_90: measured") &&
+                  strstr(labels_line, "modelled by the GPU model"),
+              "%s", labels_line);
+    json_decref(o);
+    free_result(&r);
+}
