@@ -850,11 +850,12 @@ static int hrun_step(hrun *h, tlm_error *err)
         st[k]->wins += improved;
         st[k]->fails += failed;
     }
-    json_array_insert_new(m->evidence_new[l], 0,
-                          json_pack("{s:s, s:o, s:o, s:b}", "workload", j->whash, "before_ms",
-                                    isfinite(before) ? json_real(before * 1e3) : json_null(),
-                                    "after_ms", failed ? json_null() : json_real(secs * 1e3),
-                                    "failed", failed));
+    json_array_insert_new(
+        m->evidence_new[l], 0,
+        json_pack("{s:s, s:o, s:o, s:b, s:s, s:s}", "workload", j->whash, "before_ms",
+                  isfinite(before) ? json_real(before * 1e3) : json_null(), "after_ms",
+                  failed ? json_null() : json_real(secs * 1e3), "failed", failed, "gen",
+                  htam_gen_name(gen), "slot", j->sp->slot[slot].name));
     while (json_array_size(m->evidence_new[l]) > MAX_EVIDENCE)
         json_array_remove(m->evidence_new[l], MAX_EVIDENCE);
     int step = res->steps + 1;

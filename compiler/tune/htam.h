@@ -8,7 +8,8 @@
  *    statistics (tries, wins, failures, reward);
  *  - local nodes under a global node: concrete strategies, each naming the decision slots it
  *    changes (kind, tile level, which axes) and how (one step up or down the legal values,
- *    toggle, resample), with statistics and recent evidence (workload, ms before/after);
+ *    toggle, resample), with statistics and recent evidence (workload, ms before/after, the
+ *    slot rewritten and who wrote it: gen);
  *  - transition edges between global nodes: the reward of following direction a by b.
  * One step: the state (the current best, the last outcome, the trajectory) → a global node by
  * a transition-aware score, Q(g) + exploration + Σ_k w_k U(g_{t-k} → g) (w = 1, 1/2, 1/4 over

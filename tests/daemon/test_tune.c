@@ -207,6 +207,51 @@ Test(tune, strategy_htam_on_several_kernels_spends_one_budget)
     teardown(&d);
 }
 
+/* Trained weights that their MANIFEST holds back from serving still write HTAM's slots. */
+Test(tune, htam_regenerates_with_trained_weights_held_back_from_serving)
+{
+    tlmd d;
+    setup_dir(&d);
+    char sha[65], man[400], path[400];
+    tlm_weights_trained(d.weights, sha);
+    cr_assert(sha[0]);
+    snprintf(man, sizeof man, "trained = true\nsha256 = %s\nserve = default\n", sha);
+    snprintf(path, sizeof path, "%s/MANIFEST", d.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(man, f);
+    fclose(f);
+    start(&d, NULL);
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\","
+                      "\"budget\":{\"trials\":5},\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
+    resp_free(&r);
+    /* the evidence in the stored memory says who wrote each step */
+    sqlite3 *h = NULL;
+    cr_assert_eq(sqlite3_open_v2(d.store, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT payload FROM tuner_nodes WHERE workload_hash = "
+                                    "'htam' AND target_hash = 'cpu'",
+                                    -1, &s, NULL),
+                 SQLITE_OK);
+    int tlm = 0, mutation = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(s, 0);
+        for (const char *q = p; q && (q = strstr(q, "\"gen\":\"tlm\"")); q++)
+            tlm++;
+        for (const char *q = p; q && (q = strstr(q, "\"gen\":\"mutation\"")); q++)
+            mutation++;
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    cr_assert_eq(tlm + mutation, 4, "four steps of evidence (%d tlm, %d mutation)", tlm, mutation);
+    cr_assert_geq(tlm, 1, "the model wrote a step");
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 typedef struct {
     tlmd *d;
     long status;
