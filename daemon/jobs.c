@@ -941,16 +941,8 @@ static void group_work(pool_work *w)
         o.model = g->model;
         g->rc = tune_strategy_parse(g->strategy, &o.strategy, &g->err);
         if (!g->rc && o.strategy == TUNE_HTAM) {
-            /* HTAM refines one kernel at a time: the budget is shared out evenly */
-            for (int i = 0; i < g->ready; i++) {
-                pl_job *pj = &g->list[i]->pj;
-                pj->o.trials = o.trials / g->ready > 2 ? o.trials / g->ready : 2;
-                tlm_error he;
-                if (htam_search_hook(pj, &he) && !g->rc) {
-                    g->rc = he.code ? he.code : TLM_ERUNTIME;
-                    g->err = he;
-                }
-            }
+            /* one budget over the kernels, through the search's task scheduler */
+            g->rc = htam_search_tasks(tasks, g->ready, o.trials, o.seconds, o.seed, &g->err);
         } else if (!g->rc) {
             g->rc = tune_tasks(tasks, g->ready, &o, NULL, NULL, &g->err);
         }

@@ -539,16 +539,19 @@ static int setup_weights(tlmd_config *c)
                  srv.env.model_id, srv.env.weights_trained ? "true" : "false");
         return 0;
     }
-    tlm_model_free(m);
     if (held_back) {
+        /* not served, but kept: HTAM refinement regenerates its strategies' slots with them */
+        srv.model = m;
         snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
                  "the weights %s are trained but their MANIFEST holds them back (serve = default: "
                  "they lose to the rule-of-thumb schedules on the held-out evaluation); "
                  "--serve-untrained serves them anyway",
                  c->weights);
-        tlmd_log(LOG_WARN, "weights_held_back", "path=\"%s\" schedules=default", c->weights);
+        tlmd_log(LOG_WARN, "weights_held_back", "path=\"%s\" schedules=default htam_regen=tlm",
+                 c->weights);
         return 0;
     }
+    tlm_model_free(m);
     snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason,
              "the weights %s are not trained (no MANIFEST next to them says trained = true for "
              "this file); --serve-untrained serves them anyway",
@@ -980,6 +983,8 @@ int main(int argc, char **argv)
     /* strategy "htam": its memory lives in this store, shared with every job */
     htam_store_io hio = {.load = store_htam_load, .save = store_htam_save, .st = env->st};
     htam_set_store_io(&hio);
+    /* trained weights (served or held back) write the slots an HTAM strategy rewrites */
+    htam_set_regen_model(srv.env.weights_trained ? srv.model : NULL);
 
     env->loop = uv_default_loop();
     uv_loop_configure(env->loop, UV_METRICS_IDLE_TIME);

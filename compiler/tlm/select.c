@@ -4,11 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Replays the decisions generated so far; the mask depends only on the tokens. */
-static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt,
-                   uint64_t *allowed, int32_t *forced, tlm_error *err)
+/* Replays the decisions generated so far into c->st. */
+static int replay(tlm_select_ctx *c, const int32_t *tokens, int n_tokens, int n_prompt,
+                  tlm_error *err)
 {
-    tlm_select_ctx *c = user;
     lang_state *st = &c->st;
     int64_t *vals = st->vals;
     memset(st, 0, sizeof *st);
@@ -19,6 +18,17 @@ static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt
         if (lang_state_push(st, tokens[i]))
             return tlm_err_set(err, TLM_EINVAL, "sentence",
                                "internal: token %d at position %d left the grammar", tokens[i], i);
+    return 0;
+}
+
+/* The mask depends only on the tokens. */
+static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt, uint64_t *allowed,
+                   int32_t *forced, tlm_error *err)
+{
+    tlm_select_ctx *c = user;
+    lang_state *st = &c->st;
+    int rc = replay(c, tokens, n_tokens, n_prompt, err);
+    if (rc) return rc;
     int next = lang_state_next(st, allowed);
     if (next == -2) return TLM_MASK_STOP;
     if (next >= 0) *forced = next;
@@ -113,5 +123,121 @@ int tlm_select_generate(const tlm_model *m, const space *sp, int k, tlm_candidat
     tlm_select_ctx_free(ctx);
     free(ctx);
     tlm_decoder_free(dec);
+    return rc;
+}
+
+/* ---- regenerating one slot ---- */
+
+typedef struct {
+    tlm_select_ctx sel; /* first: the prompt and the replay state */
+    const space_sched *base;
+    int slot;
+    tlm_value_filter allow;
+    void *allow_user;
+} regen_ctx;
+
+static bool other_than_base(int64_t v, void *user)
+{
+    return v != *(const int64_t *)user;
+}
+
+/* Keeps the legal values of the current slot that c's filter accepts. */
+static int filter_values(const regen_ctx *c, int64_t *vals, int nv)
+{
+    int n = 0;
+    for (int i = 0; i < nv; i++)
+        if (c->allow(vals[i], c->allow_user)) vals[n++] = vals[i];
+    return n;
+}
+
+/* Before the slot: base's tokens, forced; the slot: its filtered legal values; after: stop. */
+static int regen_mask(void *user, const int32_t *tokens, int n_tokens, int n_prompt,
+                      uint64_t *allowed, int32_t *forced, tlm_error *err)
+{
+    regen_ctx *c = user;
+    lang_state *st = &c->sel.st;
+    int rc = replay(&c->sel, tokens, n_tokens, n_prompt, err);
+    if (rc) return rc;
+    if (st->done || st->slot > c->slot) return TLM_MASK_STOP;
+    if (!st->want_slot && st->slot < c->slot) {
+        int enc[LANG_MAX_VALUE_TOKENS];
+        int k = lang_encode_int(c->base->v[st->slot], enc, LANG_MAX_VALUE_TOKENS);
+        if (k <= st->nprefix)
+            return tlm_err_set(err, TLM_EINVAL, "sentence", "internal: base value overrun");
+        *forced = enc[st->nprefix];
+        return TLM_MASK_NEXT;
+    }
+    if (!st->want_slot) st->nvals = filter_values(c, st->vals, st->nvals);
+    int next = lang_state_next(st, allowed);
+    if (next == -2) return TLM_MASK_STOP;
+    if (next >= 0) *forced = next;
+    return TLM_MASK_NEXT;
+}
+
+int tlm_select_regen(const tlm_model *m, const space *sp, const space_sched *base, int slot,
+                     tlm_value_filter allow, void *allow_user, int k, int64_t *vals, double *scores,
+                     int *n_out, tlm_error *err)
+{
+    *n_out = 0;
+    if (slot < 0 || slot >= sp->n_slot || base->n < sp->n_slot)
+        return tlm_err_set(err, TLM_EINVAL, "slot", "slot %d is not in the space (%d slots)", slot,
+                           sp->n_slot);
+    if (k < 1) k = 1;
+    if (k > TLM_MAX_BEAM) k = TLM_MAX_BEAM;
+    int64_t cur = base->v[slot];
+    regen_ctx *c = calloc(1, sizeof *c);
+    int64_t *legal = malloc(SPACE_MAX_VALUES * sizeof *legal);
+    if (!c || !legal) {
+        free(c);
+        free(legal);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    c->base = base;
+    c->slot = slot;
+    c->allow = allow ? allow : other_than_base;
+    c->allow_user = allow ? allow_user : &cur;
+    /* nothing to choose from: no decoding (the decoder would fail the request) */
+    space_sched prefix = *base;
+    prefix.n = slot;
+    int nv = space_legal_values(sp, slot, &prefix, legal);
+    int nallowed = filter_values(c, legal, nv > 0 ? nv : 0);
+    free(legal);
+    tlm_request req;
+    int rc = nallowed > 0 ? tlm_select_request(sp, m, k, &c->sel, &req, err) : 0;
+    if (nallowed == 0) {
+        free(c);
+        return 0;
+    }
+    req.mask = regen_mask;
+    req.user = c;
+    tlm_decoder *dec = NULL;
+    if (!rc) rc = tlm_decoder_new(m, 1, &dec, err);
+    int id = rc ? rc : tlm_decoder_add(dec, &req, err);
+    if (id < 0) rc = id;
+    if (!rc) rc = tlm_decoder_run(dec, err);
+    int nr = rc ? 0 : tlm_decoder_n_results(dec, id);
+    if (!rc && nr <= 0) {
+        const int32_t *t;
+        int n;
+        double s;
+        rc = tlm_decoder_result(dec, id, 0, &t, &n, &s, err);
+        if (!rc) rc = tlm_err_set(err, TLM_ERUNTIME, "", "the decoder produced nothing");
+    }
+    for (int r = 0; r < nr && r < k && !rc; r++) {
+        const int32_t *t;
+        int n;
+        double s;
+        rc = tlm_decoder_result(dec, id, r, &t, &n, &s, err);
+        if (!rc) rc = replay(&c->sel, t, n, 0, err);
+        if (!rc && c->sel.st.slot <= slot)
+            rc = tlm_err_set(err, TLM_ERUNTIME, "sentence", "internal: the slot is incomplete");
+        if (rc) break;
+        vals[*n_out] = c->sel.st.partial.v[slot];
+        if (scores) scores[*n_out] = s;
+        (*n_out)++;
+    }
+    tlm_decoder_free(dec);
+    tlm_select_ctx_free(&c->sel);
+    free(c);
     return rc;
 }

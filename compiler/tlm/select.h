@@ -11,6 +11,10 @@
  *    the prompt and scratch state for the callback (which runs on the decoder's thread).
  *  - tlm_select_generate is the one-shot convenience: a private decoder, k candidates by
  *    beam search (k = 1: greedy), best first.
+ *  - tlm_select_regen rewrites one decision of a known schedule: the decisions before it are
+ *    forced to the schedule's, the model chooses that slot's value under the grammar mask
+ *    narrowed by a value filter (e.g. "larger than now"), and decoding stops once the slot is
+ *    complete (what follows is the caller's: HTAM re-legalises it as the search does).
  */
 #ifndef TLM_SELECT_H
 #define TLM_SELECT_H
@@ -42,5 +46,17 @@ int tlm_select_result(const tlm_decoder *dec, int slot, int rank, const space *s
 /* k candidates for one space with a private decoder; *n_out <= k. */
 int tlm_select_generate(const tlm_model *m, const space *sp, int k, tlm_candidate *out,
                         int *n_out, tlm_error *err);
+
+/* Which of a slot's legal values the model may choose (true: allowed). */
+typedef bool (*tlm_value_filter)(int64_t v, void *user);
+
+/* Up to k values for slot `slot` of schedule `base` (complete and legal), best first by the
+ * model's log-probability (beam search over the slot's value tokens; the decisions before it
+ * are forced to base's): vals[0..*n_out), scores alike (may be NULL). Only legal values that
+ * `allow` accepts (NULL: any other than base's) are offered; *n_out is 0 when there is none.
+ * Deterministic: same model, space, base, slot and filter, same values. */
+int tlm_select_regen(const tlm_model *m, const space *sp, const space_sched *base, int slot,
+                     tlm_value_filter allow, void *allow_user, int k, int64_t *vals, double *scores,
+                     int *n_out, tlm_error *err);
 
 #endif

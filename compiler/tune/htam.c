@@ -201,6 +201,12 @@ int htam_n_locals(const htam *m)
     return m->nl;
 }
 
+int htam_local_direction(const htam *m, int l)
+{
+    if (l < 0 || l >= m->nl) return 0;
+    return m->l[l].op == OP_UP ? 1 : m->l[l].op == OP_DOWN ? -1 : 0;
+}
+
 int htam_memory_parse(const char *name, const char *field, htam_memory *out, tlm_error *err)
 {
     static const char *const names[] = {"full", "flat", "no-transitions", "no-local"};
@@ -212,6 +218,21 @@ int htam_memory_parse(const char *name, const char *field, htam_memory *out, tlm
     return tlm_err_set(err, TLM_EINVAL, field,
                        "unknown memory \"%s\"; allowed: full, flat, no-transitions, no-local",
                        name ? name : "");
+}
+
+int htam_regen_parse(const char *name, const char *field, bool *tlm, tlm_error *err)
+{
+    if (name && (!strcmp(name, "tlm") || !strcmp(name, "mutation"))) {
+        *tlm = !strcmp(name, "tlm");
+        return 0;
+    }
+    return tlm_err_set(err, TLM_EINVAL, field, "unknown generator \"%s\"; allowed: tlm, mutation",
+                       name ? name : "");
+}
+
+const char *htam_gen_name(htam_gen g)
+{
+    return g == HTAM_GEN_TLM ? "tlm" : g == HTAM_GEN_MUTATION ? "mutation" : "start";
 }
 
 /* ---- JSON ---- */
@@ -426,11 +447,10 @@ static bool slot_matches(const space *sp, const space_sched *s, int i, const lde
     }
 }
 
-/* Applies local strategy d to s: one matching slot (chosen at random among those the
- * operator changes) gets a new legal value, the later slots are re-legalised. false when no
- * slot changes. */
-static bool apply(const space *sp, const space_sched *s, const ldef *d, uint64_t *rng,
-                  int64_t *vals, space_sched *out)
+/* Picks the slot local strategy d rewrites in s: one matching slot, at random among those
+ * the operator changes, and the operator's value for it. false when no slot changes. */
+static bool pick_slot(const space *sp, const space_sched *s, const ldef *d, uint64_t *rng,
+                      int64_t *vals, int *slot, int64_t *value)
 {
     int cand[SPACE_MAX_SLOTS];
     int64_t newv[SPACE_MAX_SLOTS];
@@ -468,11 +488,62 @@ static bool apply(const space *sp, const space_sched *s, const ldef *d, uint64_t
     }
     if (n == 0) return false;
     int k = (int)(rnd(rng) % (uint64_t)n);
+    *slot = cand[k];
+    *value = newv[k];
+    return true;
+}
+
+/* s with slot i set to v and the slots after it re-legalised. */
+static void rewrite(const space *sp, const space_sched *s, int i, int64_t v, space_sched *out)
+{
     *out = *s;
     out->n = sp->n_slot;
-    out->v[cand[k]] = newv[k];
-    tune_legalise(sp, out, cand[k] + 1);
-    return true;
+    out->v[i] = v;
+    tune_legalise(sp, out, i + 1);
+}
+
+/* The operator as a constraint on the model's value: up / down the legal values, or any
+ * other value (toggle, resample). */
+typedef struct {
+    op_kind op;
+    int64_t cur;
+} op_filter;
+
+static bool op_allows(int64_t v, void *user)
+{
+    const op_filter *f = user;
+    switch (f->op) {
+    case OP_UP:
+        return v > f->cur;
+    case OP_DOWN:
+        return v < f->cur;
+    default:
+        return v != f->cur;
+    }
+}
+
+static bool seen_has(const uint64_t *seen, int n, uint64_t h)
+{
+    for (int k = 0; k < n; k++)
+        if (seen[k] == h) return true;
+    return false;
+}
+
+/* The model's value for slot i of s under d's operator: its best values (beam) in order, the
+ * first whose schedule is new. 1 with *out filled, 0 when it offers nothing new. */
+static int regen_tlm(const tlm_model *model, const space *sp, const space_sched *s, const ldef *d,
+                     int i, const uint64_t *seen, int nseen, space_sched *out, tlm_error *err)
+{
+    op_filter f = {d->op, s->v[i]};
+    int64_t vals[HTAM_REGEN_BEAM];
+    int n = 0;
+    int rc = tlm_select_regen(model, sp, s, i, op_allows, &f, HTAM_REGEN_BEAM, vals, NULL, &n, err);
+    if (rc) return rc;
+    for (int k = 0; k < n; k++) {
+        rewrite(sp, s, i, vals[k], out);
+        if (!seen_has(seen, nseen, tune_sched_hash(out))) return 1;
+    }
+    return 0;
 }
 
 /* ---- the policy ---- */
@@ -550,182 +621,401 @@ static bool stop_now(const pl_job *j, const htam_opts *o, double t0)
     return o->seconds > 0 && tlm_now_s() - t0 >= o->seconds;
 }
 
-int htam_run(htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res,
-             tlm_error *err)
+/* One kernel's refinement in progress (htam_run runs one to the end; htam_tasks runs many
+ * in rounds). */
+typedef struct {
+    htam *m;
+    pl_job *j;
+    htam_opts o;
+    htam_result *res;
+    tune_eval_fn eval;
+    void *eval_user;
+    int64_t *vals;
+    space_sched *cands; /* per local: the operator's rewrite of the current best */
+    int *cslot;         /* per local: the slot it rewrites */
+    int64_t *cval;      /* per local: the operator's value */
+    bool *lok, *lnew;   /* per local: it applies; its rewrite is new */
+    double *lscore;
+    uint64_t *seen;
+    int nseen;
+    uint64_t rng;
+    int cur, prev_g[3];
+    bool last_failed, started, exhausted;
+    double t0;
+} hrun;
+
+static void hrun_free(hrun *h)
 {
+    free(h->vals);
+    free(h->cands);
+    free(h->cslot);
+    free(h->cval);
+    free(h->lok);
+    free(h->lnew);
+    free(h->lscore);
+    free(h->seen);
+}
+
+static int hrun_init(hrun *h, htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res,
+                     double t0, tlm_error *err)
+{
+    memset(h, 0, sizeof *h);
     memset(res, 0, sizeof *res);
     res->best_cand = -1;
     res->first_s = res->best_s = INFINITY;
     if (start < 0 || start >= j->n_cands)
         return tlm_err_set(err, TLM_EINVAL, "start", "no starting candidate");
     if (o->steps < 1) return tlm_err_set(err, TLM_EINVAL, "budget.trials", "must be at least 1");
-    tune_eval_fn eval = o->eval ? o->eval : eval_local;
-    void *eval_user = o->eval ? o->eval_user : NULL;
+    h->m = m, h->j = j, h->o = *o, h->res = res, h->cur = start, h->t0 = t0;
+    h->eval = o->eval ? o->eval : eval_local;
+    h->eval_user = o->eval ? o->eval_user : NULL;
     res->traj = calloc((size_t)o->steps, sizeof *res->traj);
-    int64_t *vals = malloc(SPACE_MAX_VALUES * sizeof *vals);
-    space_sched *cands = calloc((size_t)m->nl, sizeof *cands);
-    bool *lok = calloc((size_t)m->nl, sizeof *lok);
-    double *lscore = calloc((size_t)m->nl, sizeof *lscore);
-    uint64_t *seen = calloc((size_t)o->steps + 2, sizeof *seen);
-    int rc = 0;
-    if (!res->traj || !vals || !cands || !lok || !lscore || !seen)
-        rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    uint64_t rng = o->seed ? o->seed : 1;
-    for (int i = 0; i < 4; i++) rnd(&rng);
-    const double t0 = tlm_now_s();
-    int nseen = 0, rec0 = j->n_recs;
+    h->vals = malloc(SPACE_MAX_VALUES * sizeof *h->vals);
+    h->cands = calloc((size_t)m->nl, sizeof *h->cands);
+    h->cslot = calloc((size_t)m->nl, sizeof *h->cslot);
+    h->cval = calloc((size_t)m->nl, sizeof *h->cval);
+    h->lok = calloc((size_t)m->nl, sizeof *h->lok);
+    h->lnew = calloc((size_t)m->nl, sizeof *h->lnew);
+    h->lscore = calloc((size_t)m->nl, sizeof *h->lscore);
+    h->seen = calloc((size_t)o->steps + 2, sizeof *h->seen);
+    h->prev_g[0] = h->prev_g[1] = h->prev_g[2] = -1;
+    h->rng = o->seed ? o->seed : 1;
+    for (int i = 0; i < 4; i++)
+        rnd(&h->rng);
+    if (!res->traj || !h->vals || !h->cands || !h->cslot || !h->cval || !h->lok || !h->lnew ||
+        !h->lscore || !h->seen) {
+        hrun_free(h);
+        free(res->traj);
+        res->traj = NULL;
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    return 0;
+}
 
-    /* the starting point */
+/* Measures the starting point. */
+static int hrun_start(hrun *h, tlm_error *err)
+{
+    pl_job *j = h->j;
+    htam_result *res = h->res;
+    int start = h->cur, rec0 = j->n_recs;
     double secs = INFINITY;
-    if (!rc) rc = eval(j, &start, 1, &secs, eval_user, err);
-    if (!rc) {
-        seen[nseen++] = tune_sched_hash(&j->cands[start].sched);
-        res->first_s = res->best_s = secs;
-        res->best_cand = isfinite(secs) ? start : -1;
-        res->traj[0] = (htam_step){-1, -1, secs * 1e3, false};
-        res->steps = 0;
-        if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
-    }
-    int cur = start;
-    int prev_g[3] = {-1, -1, -1};
-    bool last_failed = false;
-    double gtotal = 0;
-    for (int g = 0; g < m->ng; g++) gtotal += m->gs[g].n;
-    /* steps counts measurements, the starting point's included */
-    for (int step = 1; !rc && step < o->steps && !stop_now(j, o, t0); step++) {
-        const space_sched *base = &j->cands[cur].sched;
-        /* what every strategy would make of the current best (unseen, legal) */
-        bool gok[64] = {0};
-        int n_ok = 0;
-        for (int l = 0; l < m->nl; l++) {
-            lok[l] = apply(j->sp, base, &m->l[l], &rng, vals, &cands[l]);
-            if (lok[l]) {
-                uint64_t h = tune_sched_hash(&cands[l]);
-                for (int k = 0; k < nseen && lok[l]; k++) lok[l] = seen[k] != h;
+    int rc = h->eval(j, &start, 1, &secs, h->eval_user, err);
+    if (rc) return rc;
+    h->started = true;
+    h->seen[h->nseen++] = tune_sched_hash(&j->cands[start].sched);
+    res->first_s = res->best_s = secs;
+    res->best_cand = isfinite(secs) ? start : -1;
+    res->traj[0] = (htam_step){.global = -1,
+                               .local = -1,
+                               .ms = secs * 1e3,
+                               .gen = HTAM_GEN_START,
+                               .cand = start,
+                               .from_cand = -1,
+                               .slot = -1};
+    res->steps = 0;
+    if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
+    return 0;
+}
+
+/* Chooses a direction and a strategy among those marked in lok; l < 0 when none. */
+static void hrun_choose_strategy(hrun *h, int *gout, int *lout)
+{
+    htam *m = h->m;
+    const htam_opts *o = &h->o;
+    bool gok[64] = {0};
+    for (int k = 0; k < m->nl; k++)
+        if (h->lok[k]) gok[m->l[k].g] = true;
+    int g = -1, l = -1;
+    if (o->memory == HTAM_FLAT) {
+        double ltotal = 0;
+        for (int k = 0; k < m->nl; k++)
+            ltotal += m->ls[k].n;
+        for (int k = 0; k < m->nl; k++)
+            h->lscore[k] = q(&m->ls[k]) + explore(&m->ls[k], ltotal);
+        l = softmax_pick(h->lscore, h->lok, m->nl, o->temperature, &h->rng);
+        g = l >= 0 ? m->l[l].g : -1;
+    } else {
+        double gtotal = 0;
+        for (int k = 0; k < m->ng; k++)
+            gtotal += m->gs[k].n;
+        double gscore[64];
+        for (int k = 0; k < m->ng; k++) {
+            gscore[k] = q(&m->gs[k]) + explore(&m->gs[k], gtotal);
+            if (o->memory != HTAM_NO_TRANSITIONS) {
+                static const double w[3] = {1.0, 0.5, 0.25};
+                for (int p = 0; p < 3; p++)
+                    if (h->prev_g[p] >= 0) gscore[k] += w[p] * q(&m->es[h->prev_g[p] * m->ng + k]);
             }
-            if (lok[l]) gok[m->l[l].g] = true, n_ok++;
         }
-        if (n_ok == 0) break; /* a local optimum of every strategy: nothing new to try */
-        int g = -1, l = -1;
-        if (o->memory == HTAM_FLAT) {
-            double ltotal = 0;
-            for (int k = 0; k < m->nl; k++) ltotal += m->ls[k].n;
+        g = softmax_pick(gscore, gok, m->ng, o->temperature, &h->rng);
+        /* the local strategy under it */
+        bool under[64] = {0};
+        double ltotal = 0;
+        for (int k = 0; k < m->nl; k++) {
+            under[k] = h->lok[k] && m->l[k].g == g;
+            if (m->l[k].g == g) ltotal += m->ls[k].n;
+        }
+        if (o->memory == HTAM_NO_LOCAL) {
             for (int k = 0; k < m->nl; k++)
-                lscore[k] = q(&m->ls[k]) + explore(&m->ls[k], ltotal);
-            l = softmax_pick(lscore, lok, m->nl, o->temperature, &rng);
-            g = m->l[l].g;
+                h->lscore[k] = 0;
         } else {
-            double gscore[64];
-            for (int k = 0; k < m->ng; k++) {
-                gscore[k] = q(&m->gs[k]) + explore(&m->gs[k], gtotal);
-                if (o->memory != HTAM_NO_TRANSITIONS) {
-                    static const double w[3] = {1.0, 0.5, 0.25};
-                    for (int p = 0; p < 3; p++)
-                        if (prev_g[p] >= 0) gscore[k] += w[p] * q(&m->es[prev_g[p] * m->ng + k]);
-                }
-            }
-            g = softmax_pick(gscore, gok, m->ng, o->temperature, &rng);
-            /* the local strategy under it */
-            bool under[64] = {0};
-            double ltotal = 0;
             for (int k = 0; k < m->nl; k++) {
-                under[k] = lok[k] && m->l[k].g == g;
-                if (m->l[k].g == g) ltotal += m->ls[k].n;
+                const stats *s = &m->ls[k];
+                h->lscore[k] = q(s) + explore(s, ltotal);
+                /* after a failure, the strategies that tend to fail are avoided */
+                if (h->last_failed && s->n > 0) h->lscore[k] -= s->fails / s->n;
             }
-            if (o->memory == HTAM_NO_LOCAL) {
-                for (int k = 0; k < m->nl; k++) lscore[k] = 0;
-            } else {
-                for (int k = 0; k < m->nl; k++) {
-                    const stats *s = &m->ls[k];
-                    lscore[k] = q(s) + explore(s, ltotal);
-                    /* after a failure, the strategies that tend to fail are avoided */
-                    if (last_failed && s->n > 0) lscore[k] -= s->fails / s->n;
-                }
-            }
-            l = softmax_pick(lscore, under, m->nl, o->temperature, &rng);
         }
+        l = g >= 0 ? softmax_pick(h->lscore, under, m->nl, o->temperature, &h->rng) : -1;
+    }
+    *gout = g, *lout = l;
+}
+
+/* One step: a strategy rewrites the current best, the result is measured and the memory
+ * learns. 1 when a step was taken, 0 when no strategy has anything new, else an error. */
+static int hrun_step(hrun *h, tlm_error *err)
+{
+    htam *m = h->m;
+    pl_job *j = h->j;
+    htam_result *res = h->res;
+    const htam_opts *o = &h->o;
+    const space_sched *base = &j->cands[h->cur].sched;
+    /* what every strategy's operator would make of the current best (legal; new or not) */
+    int n_ok = 0;
+    for (int l = 0; l < m->nl; l++) {
+        h->lok[l] = pick_slot(j->sp, base, &m->l[l], &h->rng, h->vals, &h->cslot[l], &h->cval[l]);
+        h->lnew[l] = false;
+        if (h->lok[l]) {
+            rewrite(j->sp, base, h->cslot[l], h->cval[l], &h->cands[l]);
+            h->lnew[l] = !seen_has(h->seen, h->nseen, tune_sched_hash(&h->cands[l]));
+        }
+        /* without a model only a new rewrite is a candidate; with one, the model may still
+         * find a new value where the operator's is measured already */
+        if (!o->model) h->lok[l] = h->lnew[l];
+        n_ok += h->lok[l];
+    }
+    int g = -1, l = -1;
+    htam_gen gen = HTAM_GEN_MUTATION;
+    space_sched next;
+    while (n_ok > 0) {
+        hrun_choose_strategy(h, &g, &l);
         if (l < 0) break;
-        rc = pl_add_candidate(j, &cands[l], PL_SRC_HTAM, NAN, err);
-        if (rc) break;
-        int ci = j->n_cands - 1;
-        seen[nseen++] = tune_sched_hash(&cands[l]);
-        rec0 = j->n_recs;
-        secs = INFINITY;
-        rc = eval(j, &ci, 1, &secs, eval_user, err);
-        if (rc) break;
-        if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
-        /* the reward, and what the memory learns */
-        bool failed = !isfinite(secs);
-        double before = res->best_s;
-        double r = failed ? -1.0
-                          : isfinite(before) ? fmax(-1.0, fmin(1.0, log(before / secs))) : 1.0;
-        bool improved = !failed && secs < before;
-        stats *st[3] = {&m->gs[g], &m->ls[l], prev_g[0] >= 0 ? &m->es[prev_g[0] * m->ng + g] : NULL};
-        for (int k = 0; k < 3; k++) {
-            if (!st[k]) continue;
-            st[k]->n += 1;
-            st[k]->reward += r;
-            st[k]->wins += improved;
-            st[k]->fails += failed;
-        }
-        gtotal += 1;
-        json_array_insert_new(m->evidence_new[l], 0,
-                              json_pack("{s:s, s:o, s:o, s:b}", "workload", j->whash,
-                                        "before_ms", isfinite(before) ? json_real(before * 1e3)
-                                                                      : json_null(),
-                                        "after_ms", failed ? json_null() : json_real(secs * 1e3),
-                                        "failed", failed));
-        while (json_array_size(m->evidence_new[l]) > MAX_EVIDENCE)
-            json_array_remove(m->evidence_new[l], MAX_EVIDENCE);
-        res->traj[step] = (htam_step){g, l, failed ? INFINITY : secs * 1e3, improved};
-        res->steps = step;
-        if (improved) {
-            res->best_s = secs;
-            res->best_cand = ci;
-            cur = ci;
-        }
-        last_failed = failed;
-        prev_g[2] = prev_g[1], prev_g[1] = prev_g[0], prev_g[0] = g;
-        if (j->o.progress) {
-            pl_progress p = {.trials = step + 1,
-                             .trials_budget = o->steps,
-                             .elapsed_s = tlm_now_s() - t0,
-                             .best_s = res->best_s,
-                             .first_s = res->first_s,
-                             .best_cand = res->best_cand,
-                             .round = step,
-                             .phase = "measure"};
-            j->o.progress(j, &p, j->o.user);
-        }
-    }
-    if (!rc && j->o.mode == PL_MODE_TUNE) {
-        if (res->best_cand < 0) {
-            rc = tlm_err_set(err, TLM_ERUNTIME, "",
-                             "HTAM: neither the starting point nor any step was correct");
-        } else {
-            drv_artifact a;
-            tlm_error be;
-            tlm_err_clear(&be);
-            int ri = pl_evaluate(j, res->best_cand, false, &a, &be);
-            if (ri < 0 || !a.binary) {
-                *err = be;
-                rc = ri < 0 ? ri : be.code ? be.code : TLM_ERUNTIME;
-            } else {
-                measure_result mr;
-                memset(&mr, 0, sizeof mr);
-                mr.status = MEASURE_OK;
-                mr.median_s = res->best_s;
-                mr.rel_err = -1;
-                pl_choose(j, res->best_cand, &a, &mr, "htam");
-                j->source = PL_SRC_HTAM;
+        if (o->model) {
+            int got = regen_tlm(o->model, j->sp, base, &m->l[l], h->cslot[l], h->seen, h->nseen,
+                                &next, err);
+            if (got == TLM_ENOMEM) return got;
+            if (got == 1) {
+                gen = HTAM_GEN_TLM;
+                break;
             }
+            /* the model offered nothing new (or could not decode): the operator's value */
+            if (h->lnew[l]) {
+                next = h->cands[l];
+                gen = HTAM_GEN_MUTATION;
+                res->fallbacks++;
+                break;
+            }
+            h->lok[l] = false;
+            n_ok--;
+            l = -1;
+            continue;
+        }
+        next = h->cands[l];
+        break;
+    }
+    if (l < 0) return 0; /* a local optimum of every strategy: nothing new to try */
+    int rc = pl_add_candidate(j, &next, PL_SRC_HTAM, NAN, err);
+    if (rc) return rc;
+    int ci = j->n_cands - 1;
+    base = &j->cands[h->cur].sched; /* the candidates may have moved */
+    int slot = h->cslot[l];
+    int64_t from = base->v[slot], to = next.v[slot];
+    h->seen[h->nseen++] = tune_sched_hash(&next);
+    int rec0 = j->n_recs;
+    double secs = INFINITY;
+    rc = h->eval(j, &ci, 1, &secs, h->eval_user, err);
+    if (rc) return rc;
+    if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
+    /* the reward, and what the memory learns */
+    bool failed = !isfinite(secs);
+    double before = res->best_s;
+    double r = failed ? -1.0 : isfinite(before) ? fmax(-1.0, fmin(1.0, log(before / secs))) : 1.0;
+    bool improved = !failed && secs < before;
+    int *prev_g = h->prev_g;
+    stats *st[3] = {&m->gs[g], &m->ls[l], prev_g[0] >= 0 ? &m->es[prev_g[0] * m->ng + g] : NULL};
+    for (int k = 0; k < 3; k++) {
+        if (!st[k]) continue;
+        st[k]->n += 1;
+        st[k]->reward += r;
+        st[k]->wins += improved;
+        st[k]->fails += failed;
+    }
+    json_array_insert_new(
+        m->evidence_new[l], 0,
+        json_pack("{s:s, s:o, s:o, s:b, s:s, s:s}", "workload", j->whash, "before_ms",
+                  isfinite(before) ? json_real(before * 1e3) : json_null(), "after_ms",
+                  failed ? json_null() : json_real(secs * 1e3), "failed", failed, "gen",
+                  htam_gen_name(gen), "slot", j->sp->slot[slot].name));
+    while (json_array_size(m->evidence_new[l]) > MAX_EVIDENCE)
+        json_array_remove(m->evidence_new[l], MAX_EVIDENCE);
+    int step = res->steps + 1;
+    res->traj[step] = (htam_step){.global = g,
+                                  .local = l,
+                                  .ms = failed ? INFINITY : secs * 1e3,
+                                  .improved = improved,
+                                  .gen = gen,
+                                  .cand = ci,
+                                  .from_cand = h->cur,
+                                  .slot = slot,
+                                  .from = from,
+                                  .to = to};
+    res->steps = step;
+    if (improved) {
+        res->best_s = secs;
+        res->best_cand = ci;
+        h->cur = ci;
+    }
+    h->last_failed = failed;
+    prev_g[2] = prev_g[1], prev_g[1] = prev_g[0], prev_g[0] = g;
+    if (j->o.progress) {
+        pl_progress p = {.trials = step + 1,
+                         .trials_budget = o->steps,
+                         .elapsed_s = tlm_now_s() - h->t0,
+                         .best_s = res->best_s,
+                         .first_s = res->first_s,
+                         .best_cand = res->best_cand,
+                         .round = step,
+                         .phase = "measure"};
+        j->o.progress(j, &p, j->o.user);
+    }
+    return 1;
+}
+
+/* Up to `budget` measurements (the starting point first); the count made, 0 when there is
+ * nothing left to try (or no time), else an error. */
+static int hrun_round(hrun *h, int budget, tlm_error *err)
+{
+    int made = 0;
+    if (!h->started && budget > 0) {
+        int rc = hrun_start(h, err);
+        if (rc) return rc;
+        made++;
+    }
+    /* steps counts measurements, the starting point's included */
+    while (made < budget && !h->exhausted && h->res->steps + 1 < h->o.steps &&
+           !stop_now(h->j, &h->o, h->t0)) {
+        int got = hrun_step(h, err);
+        if (got < 0) return got;
+        if (got == 0) h->exhausted = true;
+        made += got;
+    }
+    return made;
+}
+
+/* The best is rebuilt and chosen (TUNE jobs). */
+static int hrun_choose(hrun *h, tlm_error *err)
+{
+    pl_job *j = h->j;
+    htam_result *res = h->res;
+    if (j->o.mode != PL_MODE_TUNE) return 0;
+    if (res->best_cand < 0)
+        return tlm_err_set(err, TLM_ERUNTIME, "",
+                           "HTAM: neither the starting point nor any step was correct");
+    drv_artifact a;
+    tlm_error be;
+    tlm_err_clear(&be);
+    int ri = pl_evaluate(j, res->best_cand, false, &a, &be);
+    if (ri < 0 || !a.binary) {
+        *err = be;
+        return ri < 0 ? ri : be.code ? be.code : TLM_ERUNTIME;
+    }
+    measure_result mr;
+    memset(&mr, 0, sizeof mr);
+    mr.status = MEASURE_OK;
+    mr.median_s = res->best_s;
+    mr.rel_err = -1;
+    pl_choose(j, res->best_cand, &a, &mr, "htam");
+    j->source = PL_SRC_HTAM;
+    return 0;
+}
+
+int htam_run(htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res, tlm_error *err)
+{
+    hrun h;
+    int rc = hrun_init(&h, m, j, start, o, res, tlm_now_s(), err);
+    if (rc) return rc;
+    rc = hrun_round(&h, o->steps, err);
+    if (rc >= 0) rc = hrun_choose(&h, err);
+    hrun_free(&h);
+    return rc;
+}
+
+typedef struct {
+    hrun *h;
+    tune_task *tasks;
+    int round;
+} htam_sched;
+
+static int htam_task_round(int task, int budget, void *user, tlm_error *err)
+{
+    htam_sched *s = user;
+    hrun *h = &s->h[task];
+    int got = hrun_round(h, budget < s->round ? budget : s->round, err);
+    if (got < 0) return got;
+    tune_task *tk = &s->tasks[task];
+    tk->trials = h->started ? h->res->steps + 1 : 0;
+    tk->best_s = h->res->best_s;
+    tk->first_s = h->res->first_s;
+    return got;
+}
+
+int htam_tasks(htam *m, tune_task *tasks, int n, const htam_opts *o, int round, htam_result *res,
+               tune_task_progress_fn progress, void *user, tlm_error *err)
+{
+    if (n <= 0) return 0;
+    hrun *h = calloc((size_t)n, sizeof *h);
+    htam_result *own = res ? NULL : calloc((size_t)n, sizeof *own);
+    htam_result *r = res ? res : own;
+    if (!h || !r) {
+        free(h);
+        free(own);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    int rc = 0, inited = 0;
+    const double t0 = tlm_now_s();
+    for (int i = 0; i < n && !rc; i++) {
+        htam_opts oi = *o;
+        oi.seed = (o->seed ? o->seed : 1) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        pl_job *j = tasks[i].job;
+        if (!j->o.mo.seed) j->o.mo.seed = oi.seed | 1;
+        rc = hrun_init(&h[i], m, j, 0, &oi, &r[i], t0, err);
+        if (!rc) inited++;
+    }
+    htam_sched s = {.h = h, .tasks = tasks, .round = round > 0 ? round : 4};
+    if (!rc)
+        rc = tune_schedule(tasks, n, o->steps, o->seconds, o->seed, tasks[0].job->o.cancel,
+                           htam_task_round, &s, progress, user, err);
+    int first_failed = -1;
+    for (int i = 0; i < inited && !rc; i++) {
+        tlm_error ce;
+        tlm_err_clear(&ce);
+        int cr = hrun_choose(&h[i], &ce);
+        if (cr == TLM_ERUNTIME && first_failed < 0) {
+            first_failed = i;
+        } else if (cr) {
+            *err = ce;
+            rc = cr;
         }
     }
-    free(vals);
-    free(cands);
-    free(lok);
-    free(lscore);
-    free(seen);
+    if (!rc && first_failed >= 0)
+        rc = tlm_err_set(err, TLM_ERUNTIME, "", "task %d: HTAM measured nothing correct",
+                         first_failed);
+    for (int i = 0; i < inited; i++)
+        hrun_free(&h[i]);
+    for (int i = 0; own && i < inited; i++)
+        htam_result_free(&own[i]);
+    free(own);
+    free(h);
     return rc;
 }
 
@@ -733,6 +1023,12 @@ int htam_run(htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res
 
 static htam_store_io g_io;
 static bool g_io_set;
+static const tlm_model *g_regen_model;
+
+void htam_set_regen_model(const tlm_model *model)
+{
+    g_regen_model = model;
+}
 
 void htam_set_store_io(const htam_store_io *io)
 {
@@ -744,30 +1040,37 @@ void htam_set_store_io(const htam_store_io *io)
     }
 }
 
+/* The starting point: the model's one pass when a model is served, else the default. */
+static int add_start(pl_job *j, tlm_error *err)
+{
+    if (j->o.model) {
+        tlm_candidate c;
+        int n = 0;
+        tlm_error me;
+        if (tlm_select_generate(j->o.model, j->sp, 1, &c, &n, &me) == 0 && n == 1) {
+            int rc = pl_add_candidate(j, &c.sched, PL_SRC_TLM, c.score, err);
+            if (rc) return rc;
+        }
+    }
+    if (j->n_cands > 0) return 0;
+    space_sched s;
+    space_default(j->sp, &s);
+    return pl_add_candidate(j, &s, PL_SRC_DEFAULT, NAN, err);
+}
+
 int htam_search_hook(pl_job *j, tlm_error *err)
 {
     htam *m = htam_new(j->tgt.kind);
     if (!m) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     const htam_store_io *io = g_io_set ? &g_io : NULL;
     int rc = htam_load(m, io, err);
-    /* the starting point: the model's one pass when a model is served, else the default */
-    space_sched s;
-    if (!rc && j->o.model) {
-        tlm_candidate c;
-        int n = 0;
-        tlm_error me;
-        if (tlm_select_generate(j->o.model, j->sp, 1, &c, &n, &me) == 0 && n == 1)
-            rc = pl_add_candidate(j, &c.sched, PL_SRC_TLM, c.score, err);
-    }
-    if (!rc && j->n_cands == 0) {
-        space_default(j->sp, &s);
-        rc = pl_add_candidate(j, &s, PL_SRC_DEFAULT, NAN, err);
-    }
+    if (!rc) rc = add_start(j, err);
     htam_opts o;
     htam_opts_init(&o);
     if (j->o.trials > 0) o.steps = j->o.trials;
     o.seconds = j->o.seconds;
     if (j->o.seed) o.seed = j->o.seed;
+    o.model = g_regen_model;
     if (!j->o.mo.seed) j->o.mo.seed = o.seed * 0x9e3779b97f4a7c15ull | 1;
     htam_result res;
     memset(&res, 0, sizeof res);
@@ -777,6 +1080,30 @@ int htam_search_hook(pl_job *j, tlm_error *err)
         if (htam_save(m, io, &se)) fprintf(stderr, "htam: saving the memory: %s\n", se.msg);
     }
     htam_result_free(&res);
+    htam_free(m);
+    return rc;
+}
+
+int htam_search_tasks(tune_task *tasks, int n, int trials, double seconds, uint64_t seed,
+                      tlm_error *err)
+{
+    if (n <= 0) return 0;
+    htam *m = htam_new(tasks[0].job->tgt.kind);
+    if (!m) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    const htam_store_io *io = g_io_set ? &g_io : NULL;
+    int rc = htam_load(m, io, err);
+    for (int i = 0; i < n && !rc; i++)
+        rc = add_start(tasks[i].job, err);
+    htam_opts o;
+    htam_opts_init(&o);
+    o.steps = trials > 0 ? trials : 32 * n;
+    o.seconds = seconds;
+    if (seed) o.seed = seed;
+    o.model = g_regen_model;
+    if (!rc) rc = htam_tasks(m, tasks, n, &o, 0, NULL, NULL, NULL, err);
+    /* what was learnt is kept even when a kernel found nothing correct */
+    tlm_error se;
+    if (htam_save(m, io, &se)) fprintf(stderr, "htam: saving the memory: %s\n", se.msg);
     htam_free(m);
     return rc;
 }

@@ -722,38 +722,26 @@ void tune_register(void)
 
 /* ---- the task scheduler ---- */
 
-int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_fn progress,
-               void *user, tlm_error *err)
+int tune_schedule(tune_task *tasks, int n, int trials, double seconds, uint64_t seed,
+                  const bool *cancel, tune_round_fn round, void *round_user,
+                  tune_task_progress_fn progress, void *user, tlm_error *err)
 {
     if (n <= 0) return 0;
-    tstate *st = calloc((size_t)n, sizeof *st);
     double *prev = calloc((size_t)n, sizeof *prev); /* best before the task's last round */
     int *prev_trials = calloc((size_t)n, sizeof *prev_trials);
-    if (!st || !prev || !prev_trials) {
-        free(st);
-        free(prev);
-        free(prev_trials);
-        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    }
-    int rc = 0, inited = 0;
+    bool *done = calloc((size_t)n, sizeof *done);
+    int rc = prev && prev_trials && done ? 0 : tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     for (int i = 0; i < n && !rc; i++) {
-        tune_opts oi = *o;
-        oi.seed = (o->seed ? o->seed : 1) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
-        oi.seconds = 0; /* the scheduler keeps the time */
-        if (!tasks[i].job->o.mo.seed) tasks[i].job->o.mo.seed = oi.seed | 1;
-        rc = state_init(&st[i], tasks[i].job, &oi, err);
-        if (!rc) inited++;
         prev[i] = INFINITY;
+        tasks[i].trials = 0;
+        tasks[i].best_s = tasks[i].first_s = INFINITY;
     }
     double t0 = tlm_now_s();
     int total = 0;
-    uint64_t rng = o->seed ? o->seed : 1;
-    bool *done = calloc((size_t)n, sizeof *done);
-    if (!done && !rc) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    const bool *cancel = n > 0 ? tasks[0].job->o.cancel : NULL;
+    uint64_t rng = seed ? seed : 1;
     for (int step = 0; !rc; step++) {
-        if (total >= o->trials) break;
-        if (o->seconds > 0 && tlm_now_s() - t0 >= o->seconds) break;
+        if (total >= trials) break;
+        if (seconds > 0 && tlm_now_s() - t0 >= seconds) break;
         if (cancel && __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) break;
         int pickt = -1;
         if (step < n) {
@@ -769,15 +757,15 @@ int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_f
             for (int i = 0; i < n; i++) {
                 if (done[i]) continue;
                 tune_task *tk = &tasks[i];
-                double b = st[i].st.best_s;
+                double b = tk->best_s;
                 double g;
                 if (!isfinite(b)) {
                     g = INFINITY; /* nothing works yet: most urgent */
                 } else {
-                    int dt = st[i].st.trials - prev_trials[i];
+                    int dt = tk->trials - prev_trials[i];
                     double backward =
-                        isfinite(prev[i]) && dt > 0 ? (prev[i] - b) / dt : b / (st[i].st.trials + 1);
-                    double forward = b / (st[i].st.trials + 1);
+                        isfinite(prev[i]) && dt > 0 ? (prev[i] - b) / dt : b / (tk->trials + 1);
+                    double forward = b / (tk->trials + 1);
                     g = tk->weight * (0.2 * backward + 0.8 * forward);
                 }
                 if (g > bestg) {
@@ -787,28 +775,68 @@ int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_f
             }
         }
         if (pickt < 0) break; /* every task exhausted its space */
-        prev[pickt] = st[pickt].st.best_s;
-        prev_trials[pickt] = st[pickt].st.trials;
-        int left = o->trials - total;
+        prev[pickt] = tasks[pickt].best_s;
+        prev_trials[pickt] = tasks[pickt].trials;
+        int left = trials - total;
         /* the first rounds share the budget so every task gets one */
         if (step < n) {
-            int share = o->trials / n;
+            int share = trials / n;
             if (share < 1) share = 1;
             if (left > share) left = share;
         }
-        int got = round_run(&st[pickt], left, err);
+        int got = round(pickt, left, round_user, err);
         if (got < 0) {
             rc = got;
             break;
         }
         if (got == 0) done[pickt] = true;
         total += got;
-        tune_task *tk = &tasks[pickt];
-        tk->trials = st[pickt].st.trials;
-        tk->best_s = st[pickt].st.best_s;
-        tk->first_s = st[pickt].st.first_s;
-        if (progress) progress(pickt, tk, total, user);
+        if (progress) progress(pickt, &tasks[pickt], total, user);
     }
+    free(prev);
+    free(prev_trials);
+    free(done);
+    return rc;
+}
+
+typedef struct {
+    tune_task *tasks;
+    tstate *st;
+} evo_tasks;
+
+/* tune_schedule's round for the evolutionary search: one round_run. */
+static int evo_round(int task, int budget, void *user, tlm_error *err)
+{
+    evo_tasks *e = user;
+    tstate *st = &e->st[task];
+    int got = round_run(st, budget, err);
+    if (got < 0) return got;
+    tune_task *tk = &e->tasks[task];
+    tk->trials = st->st.trials;
+    tk->best_s = st->st.best_s;
+    tk->first_s = st->st.first_s;
+    return got;
+}
+
+int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_fn progress,
+               void *user, tlm_error *err)
+{
+    if (n <= 0) return 0;
+    tstate *st = calloc((size_t)n, sizeof *st);
+    if (!st) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    int rc = 0, inited = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        tune_opts oi = *o;
+        oi.seed = (o->seed ? o->seed : 1) + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        oi.seconds = 0; /* the scheduler keeps the time */
+        if (!tasks[i].job->o.mo.seed) tasks[i].job->o.mo.seed = oi.seed | 1;
+        rc = state_init(&st[i], tasks[i].job, &oi, err);
+        if (!rc) inited++;
+    }
+    evo_tasks et = {.tasks = tasks, .st = st};
+    if (!rc)
+        rc = tune_schedule(tasks, n, o->trials, o->seconds, o->seed, tasks[0].job->o.cancel,
+                           evo_round, &et, progress, user, err);
     /* each task's choice: its best measured, else the first candidate that builds */
     for (int i = 0; i < inited && !rc; i++) {
         tasks[i].trials = st[i].st.trials;
@@ -837,8 +865,5 @@ int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_f
     }
     for (int i = 0; i < inited; i++) state_free(&st[i]);
     free(st);
-    free(prev);
-    free(prev_trials);
-    free(done);
     return rc;
 }

@@ -160,4 +160,14 @@ typedef void (*tune_task_progress_fn)(int task, const tune_task *t, int trials_t
 int tune_tasks(tune_task *tasks, int n, const tune_opts *o, tune_task_progress_fn progress,
                void *user, tlm_error *err);
 
+/* The scheduler alone (tune_tasks' rule, any search): round(task, budget, ...) runs one round
+ * of at most `budget` trials on tasks[task], updates its trials / best_s / first_s and returns
+ * the trials made (0: the task has nothing left to try; negative: an error, which stops the
+ * schedule). Resets every task's trials, best_s and first_s first; stops at `trials` in total,
+ * `seconds` (0: none) or *cancel (may be NULL). Chooses nothing. */
+typedef int (*tune_round_fn)(int task, int budget, void *user, tlm_error *err);
+int tune_schedule(tune_task *tasks, int n, int trials, double seconds, uint64_t seed,
+                  const bool *cancel, tune_round_fn round, void *round_user,
+                  tune_task_progress_fn progress, void *user, tlm_error *err);
+
 #endif

@@ -167,6 +167,91 @@ Test(tune, strategy_htam_refines_and_keeps_its_memory_in_the_store)
     teardown(&d);
 }
 
+Test(tune, strategy_htam_on_several_kernels_spends_one_budget)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\","
+                      "\"budget\":{\"trials\":12},\"stream\":true,\"workloads\":[" WL ","
+                      "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":32}},"
+                      "{\"op\":\"softmax\",\"shape\":{\"R\":16,\"C\":100}}]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    int kernels = 0, progress_of[3] = {0};
+    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *ev = json_loads(line, 0, NULL);
+        cr_assert_not_null(ev, "%s", line);
+        const char *what = json_string_value(json_object_get(ev, "event"));
+        int index = (int)json_integer_value(json_object_get(ev, "index"));
+        if (!strcmp(what, "progress")) {
+            cr_assert(index >= 0 && index < 3);
+            progress_of[index]++;
+        } else if (!strcmp(what, "kernel")) {
+            kernels++;
+            json_t *k = json_object_get(ev, "kernel");
+            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), "htam", "%s",
+                             line);
+        } else {
+            cr_assert(strcmp(what, "error"), "%s", line);
+        }
+        json_decref(ev);
+    }
+    cr_assert_eq(kernels, 3);
+    /* progress per step (not per round): a kernel's steps after its start */
+    int steps = progress_of[0] + progress_of[1] + progress_of[2];
+    cr_assert_geq(steps, 12 - 3 - 3, "%d progress events", steps);
+    /* one budget for the request: 12 measurements in all, the starts included */
+    cr_assert_eq(rows(&d, NULL), 12);
+    resp_free(&r);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
+/* Trained weights that their MANIFEST holds back from serving still write HTAM's slots. */
+Test(tune, htam_regenerates_with_trained_weights_held_back_from_serving)
+{
+    tlmd d;
+    setup_dir(&d);
+    char sha[65], man[400], path[400];
+    tlm_weights_trained(d.weights, sha);
+    cr_assert(sha[0]);
+    snprintf(man, sizeof man, "trained = true\nsha256 = %s\nserve = default\n", sha);
+    snprintf(path, sizeof path, "%s/MANIFEST", d.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(man, f);
+    fclose(f);
+    start(&d, NULL);
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\","
+                      "\"budget\":{\"trials\":5},\"workloads\":[" WL "]}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
+    resp_free(&r);
+    /* the evidence in the stored memory says who wrote each step */
+    sqlite3 *h = NULL;
+    cr_assert_eq(sqlite3_open_v2(d.store, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "SELECT payload FROM tuner_nodes WHERE workload_hash = "
+                                    "'htam' AND target_hash = 'cpu'",
+                                    -1, &s, NULL),
+                 SQLITE_OK);
+    int tlm = 0, mutation = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(s, 0);
+        for (const char *q = p; q && (q = strstr(q, "\"gen\":\"tlm\"")); q++)
+            tlm++;
+        for (const char *q = p; q && (q = strstr(q, "\"gen\":\"mutation\"")); q++)
+            mutation++;
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    cr_assert_eq(tlm + mutation, 4, "four steps of evidence (%d tlm, %d mutation)", tlm, mutation);
+    cr_assert_geq(tlm, 1, "the model wrote a step");
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 typedef struct {
     tlmd *d;
     long status;

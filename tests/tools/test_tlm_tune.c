@@ -13,6 +13,9 @@
 
 #include <jansson.h>
 
+#include "compiler/lang/lang.h"
+#include "compiler/tlm/tlm.h"
+
 static char g_dir[64];
 
 static void setup(void)
@@ -273,5 +276,86 @@ Test(tlm_tune, htam_refines_and_its_memory_moves_between_stores)
     free_result(&r);
     r = RUN("htam", "import", "--store", db2, "/dev/null");
     cr_assert_eq(r.status, 2, "%s", r.err);
+    free_result(&r);
+}
+
+/* A small random model with the tensor language's vocabulary, saved in the test's directory. */
+static void tiny_weights(char *out, size_t cap)
+{
+    path(out, cap, "tiny.bin");
+    tlm_config cfg = {2, 4, 64, 512, lang_vocab_size()};
+    uint8_t vh[32];
+    lang_vocab_hash(vh);
+    tlm_model *m = NULL;
+    tlm_error e;
+    cr_assert_eq(tlm_model_init_random(&cfg, vh, 5, &m, &e), 0, "%s", e.msg);
+    cr_assert_eq(tlm_model_save(m, out, &e), 0, "%s", e.msg);
+    tlm_model_free(m);
+}
+
+/* Runs an htam tune; returns its JSON and counts the trajectory's generators. */
+static json_t *htam_json(const char *weights, const char *regen, int *n_tlm, int *n_mut)
+{
+    const char *argv[20];
+    int n = 0;
+    /* run_tlm_in takes a NULL-terminated list */
+    const char *base[] = {"tune", "--workload", WL,  "--target", "cpu", "--strategy",
+                          "htam", "--trials",   "4", "--seed",   "2",   "--quiet"};
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
+        argv[n++] = base[i];
+    if (weights) argv[n++] = "--weights", argv[n++] = weights;
+    if (regen) argv[n++] = "--regen", argv[n++] = regen;
+    argv[n] = NULL;
+    run_result r = run_tlm_in(NULL, argv);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_error_t je;
+    json_t *o = json_loads(r.out, 0, &je);
+    cr_assert_not_null(o, "%s", r.out);
+    free_result(&r);
+    json_t *traj = json_object_get(o, "trajectory");
+    cr_assert_eq(json_array_size(traj), 4, "the start and three steps");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(traj, 0), "gen")), "start");
+    *n_tlm = *n_mut = 0;
+    for (size_t k = 1; k < json_array_size(traj); k++) {
+        json_t *st = json_array_get(traj, k);
+        const char *g = json_string_value(json_object_get(st, "gen"));
+        cr_assert(g && (!strcmp(g, "tlm") || !strcmp(g, "mutation")), "gen %s", g ? g : "none");
+        *n_tlm += !strcmp(g, "tlm");
+        *n_mut += !strcmp(g, "mutation");
+        cr_assert(json_is_string(json_object_get(st, "slot")));
+        cr_assert_neq(json_integer_value(json_object_get(st, "from")),
+                      json_integer_value(json_object_get(st, "to")));
+    }
+    return o;
+}
+
+Test(tlm_tune, htam_regenerates_with_the_model_and_says_so)
+{
+    char w[128];
+    tiny_weights(w, sizeof w);
+    int nt, nm;
+    json_t *o = htam_json(w, NULL, &nt, &nm);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "regen")), "tlm", "weights: tlm");
+    cr_assert_geq(nt, 1, "the model wrote a step");
+    cr_assert_eq(json_integer_value(json_object_get(o, "regen_fallbacks")), nm);
+    json_decref(o);
+    o = htam_json(w, "mutation", &nt, &nm);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "regen")), "mutation");
+    cr_assert_eq(nt, 0);
+    cr_assert_eq(nm, 3);
+    json_decref(o);
+    o = htam_json(NULL, NULL, &nt, &nm);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "regen")), "mutation",
+                     "no weights: the operators");
+    cr_assert_eq(nt, 0);
+    json_decref(o);
+    run_result r =
+        RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "htam", "--regen", "tlm");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--regen tlm needs --weights"), "%s", r.err);
+    free_result(&r);
+    r = RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "htam", "--regen", "llm");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--regen"), "%s", r.err);
     free_result(&r);
 }

@@ -12,7 +12,13 @@
  * "weighted_default_ms", ...}. Progress goes to stderr, one line per round. --store FILE
  * (SQLite, created if needed) receives every measurement as it is made: a tune killed
  * half-way keeps what it measured. --curve FILE writes the best-so-far per trial (JSON
- * array of ms). */
+ * array of ms).
+ *
+ * --strategy htam prints its trajectory: per step the direction, the strategy, "gen" (who
+ * wrote the rewritten slot: "tlm" — the model under the grammar mask — or "mutation" — the
+ * strategy's operator), the slot and its values; --regen picks the generator (tlm by default
+ * with --weights). With --model the budget goes over the kernels by the task scheduler, one
+ * trajectory per task. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +48,9 @@ static const char tune_usage[] =
     "                    | htam (refinement guided by the HTAM memory in --store)\n"
     "  --memory M        htam: full (default) | flat | no-transitions | no-local (ablations)\n"
     "  --start S         htam: default (default) | tlm (the model's one pass; needs --weights)\n"
+    "  --regen G         htam: who writes a strategy's slot: tlm (the model under the grammar\n"
+    "                    mask; the default with --weights) | mutation (the strategy's operator;\n"
+    "                    the default without)\n"
     "  --seed S          the search's random seed (default 1)\n"
     "  --batch B         candidates per round (default 16)\n"
     "  --store FILE      record every measurement in this SQLite store as it is made\n"
@@ -50,7 +59,7 @@ static const char tune_usage[] =
     "  --quiet           no progress on stderr\n";
 
 typedef struct {
-    const char *wl, *model, *tg, *strategy, *store, *weights, *curve, *memory, *start;
+    const char *wl, *model, *tg, *strategy, *store, *weights, *curve, *memory, *start, *regen;
     fe_zoo_opts zo;
     uint64_t trials, seed, batch;
     double seconds;
@@ -127,6 +136,8 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
             a->memory = v;
         else if (!strcmp(o, "--start"))
             a->start = v;
+        else if (!strcmp(o, "--regen"))
+            a->regen = v;
         else if (!strcmp(o, "--seconds")) {
             char *end;
             a->seconds = strtod(v, &end);
@@ -207,6 +218,81 @@ static void search_opts(const tune_args *a, const tlm_model *model, tune_opts *o
     o->model = model;
 }
 
+/* --strategy htam's flags: the memory ablation, the starting point, who writes the slots. */
+typedef struct {
+    htam_memory mem;
+    bool from_tlm;
+    const tlm_model *regen; /* NULL: the strategies' operators */
+} htam_flags;
+
+static const char *const mem_names[] = {"full", "flat", "no-transitions", "no-local"};
+
+static int htam_parse_flags(const tune_args *a, const tlm_model *model, htam_flags *f)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    memset(f, 0, sizeof *f);
+    f->mem = HTAM_FULL;
+    if (a->memory && htam_memory_parse(a->memory, "--memory", &f->mem, &err))
+        return cli_report(&err);
+    f->from_tlm = a->start && !strcmp(a->start, "tlm");
+    if (a->start && !f->from_tlm && strcmp(a->start, "default"))
+        return cli_usage_error("tune: --start must be default or tlm");
+    if (f->from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
+    bool tlm = model != NULL;
+    if (a->regen && htam_regen_parse(a->regen, "--regen", &tlm, &err)) return cli_report(&err);
+    if (tlm && !model) return cli_usage_error("tune: --regen tlm needs --weights");
+    f->regen = tlm ? model : NULL;
+    return 0;
+}
+
+static void htam_fill_opts(const tune_args *a, const htam_flags *f, int steps, htam_opts *o)
+{
+    htam_opts_init(o);
+    o->steps = steps;
+    o->seconds = a->seconds;
+    o->seed = a->seed;
+    o->memory = f->mem;
+    o->model = f->regen;
+}
+
+/* The trajectory: per step the direction, the strategy, who wrote the value ("gen"), the slot
+ * and its values, the time. */
+static json_t *htam_traj_json(const htam *m, const pl_job *j, const htam_result *res)
+{
+    json_t *traj = json_array();
+    for (int k = 0; k <= res->steps; k++) {
+        const htam_step *st = &res->traj[k];
+        json_t *x = json_pack(
+            "{s:i, s:s, s:s, s:s, s:o, s:b}", "step", k, "global", htam_global_name(m, st->global),
+            "local", htam_local_name(m, st->local), "gen", htam_gen_name(st->gen), "ms",
+            isfinite(st->ms) ? json_real(st->ms) : json_null(), "improved", st->improved);
+        if (st->slot >= 0) {
+            json_object_set_new(x, "slot", json_string(j->sp->slot[st->slot].name));
+            json_object_set_new(x, "from", json_integer((json_int_t)st->from));
+            json_object_set_new(x, "to", json_integer((json_int_t)st->to));
+        }
+        json_array_append_new(traj, x);
+    }
+    return traj;
+}
+
+/* The starting point: the model's one pass (--start tlm) or the default. */
+static int htam_add_start(pl_job *j, const tlm_model *model, bool from_tlm, tlm_error *err)
+{
+    if (from_tlm) {
+        tlm_candidate c;
+        int n = 0;
+        int rc = tlm_select_generate(model, j->sp, 1, &c, &n, err);
+        if (rc) return rc;
+        return n == 1 ? pl_add_candidate(j, &c.sched, PL_SRC_TLM, c.score, err)
+                      : tlm_err_set(err, TLM_ERUNTIME, "", "the model wrote no schedule");
+    }
+    space_sched s;
+    space_default(j->sp, &s);
+    return pl_add_candidate(j, &s, PL_SRC_DEFAULT, NAN, err);
+}
+
 /* --strategy htam: refinement from the starting point, guided by (and teaching) the memory
  * in --store. */
 static int htam_one(const tune_args *a, const target *t, const tlm_model *model, tune_ctx *ctx)
@@ -215,28 +301,14 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
     tlm_err_clear(&err);
     ir_workload w;
     if (cli_load_workload("--workload", a->wl, &w, &err)) return cli_report(&err);
-    htam_memory mem = HTAM_FULL;
-    if (a->memory && htam_memory_parse(a->memory, "--memory", &mem, &err)) return cli_report(&err);
-    bool from_tlm = a->start && !strcmp(a->start, "tlm");
-    if (a->start && !from_tlm && strcmp(a->start, "default"))
-        return cli_usage_error("tune: --start must be default or tlm");
-    if (from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
+    htam_flags f;
+    int frc = htam_parse_flags(a, model, &f);
+    if (frc) return frc;
     pl_opts po;
     job_opts(a, ctx, 0, true, &po);
     pl_job j;
     int rc = pl_prepare(&j, &w, t, &po, &err);
-    space_sched s;
-    if (!rc && from_tlm) {
-        tlm_candidate c;
-        int n = 0;
-        rc = tlm_select_generate(model, j.sp, 1, &c, &n, &err);
-        if (!rc)
-            rc = n == 1 ? pl_add_candidate(&j, &c.sched, PL_SRC_TLM, c.score, &err)
-                        : tlm_err_set(&err, TLM_ERUNTIME, "", "the model wrote no schedule");
-    } else if (!rc) {
-        space_default(j.sp, &s);
-        rc = pl_add_candidate(&j, &s, PL_SRC_DEFAULT, NAN, &err);
-    }
+    if (!rc) rc = htam_add_start(&j, model, f.from_tlm, &err);
     htam *m = rc ? NULL : htam_new(t->kind);
     htam_store_io io = {.load = store_htam_load, .save = store_htam_save, .st = ctx->st};
     if (!rc && !m) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
@@ -247,11 +319,7 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
         return cli_report(&err);
     }
     htam_opts o;
-    htam_opts_init(&o);
-    o.steps = (int)a->trials;
-    o.seconds = a->seconds;
-    o.seed = a->seed;
-    o.memory = mem;
+    htam_fill_opts(a, &f, (int)a->trials, &o);
     htam_result res;
     rc = htam_run(m, &j, 0, &o, &res, &err);
     int out = CLI_OK;
@@ -260,25 +328,17 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
         out = err.code == TLM_ERUNTIME ? (fprintf(stderr, "tlm: %s\n", err.msg), CLI_FAIL)
                                        : cli_report(&err);
     } else {
-        json_t *traj = json_array();
-        for (int k = 0; k <= res.steps; k++)
-            json_array_append_new(
-                traj, json_pack("{s:i, s:s, s:s, s:o, s:b}", "step", k, "global",
-                                htam_global_name(m, res.traj[k].global), "local",
-                                htam_local_name(m, res.traj[k].local), "ms",
-                                isfinite(res.traj[k].ms) ? json_real(res.traj[k].ms) : json_null(),
-                                "improved", res.traj[k].improved));
-        static const char *const mem_names[] = {"full", "flat", "no-transitions", "no-local"};
         json_t *r = json_pack(
-            "{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:s, s:s, s:s, s:s, s:o, s:i, s:o}",
+            "{s:s, s:s, s:s, s:o, s:o, s:o, s:i, s:s, s:s, s:s, s:i, s:s, s:s, s:o, s:i, s:o}",
             "workload_hash", j.whash, "target", t->name, "strategy", "htam", "first_ms",
             ms(res.first_s), "best_ms", ms(res.best_s), "default_ms",
-            from_tlm ? json_null() : ms(res.first_s), "trials", res.steps + 1, "memory",
-            mem_names[mem], "start", from_tlm ? "tlm" : "default", "schedule", j.art.schedule,
-            "schedule_source", pl_source_name(j.source), "speedup_vs_first",
+            f.from_tlm ? json_null() : ms(res.first_s), "trials", res.steps + 1, "memory",
+            mem_names[f.mem], "start", f.from_tlm ? "tlm" : "default", "regen",
+            f.regen ? "tlm" : "mutation", "regen_fallbacks", res.fallbacks, "schedule",
+            j.art.schedule, "schedule_source", pl_source_name(j.source), "speedup_vs_first",
             isfinite(res.first_s) && isfinite(res.best_s) ? json_real(res.first_s / res.best_s)
                                                           : json_null(),
-            "records", ctx->stored, "trajectory", traj);
+            "records", ctx->stored, "trajectory", htam_traj_json(m, &j, &res));
         out = cli_print_json(r);
         json_decref(r);
     }
@@ -380,9 +440,32 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
     if (!rc) rc = tune_strategy_parse(a->strategy, &o.strategy, &err);
     net_ctx nc = {.fu = &fu, .quiet = a->quiet};
     double t0 = tlm_now_s();
-    if (!rc) rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
+    /* htam: one memory, the budget spread by the same task scheduler */
+    htam_flags hf = {0};
+    htam *hm = NULL;
+    htam_result *hres = NULL;
+    htam_store_io io = {.load = store_htam_load, .save = store_htam_save, .st = ctx->st};
     int out = CLI_OK;
-    if (rc) {
+    if (!rc && o.strategy == TUNE_HTAM) {
+        out = htam_parse_flags(a, model, &hf);
+        if (out) rc = TLM_EINVAL;
+        for (int i = 0; i < fu.n && !rc; i++)
+            rc = htam_add_start(&jobs[i], model, hf.from_tlm, &err);
+        hm = rc ? NULL : htam_new(t->kind);
+        hres = rc ? NULL : calloc((size_t)fu.n, sizeof *hres);
+        if (!rc && (!hm || !hres)) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
+        if (!rc && ctx->st) rc = htam_load(hm, &io, &err);
+        htam_opts ho;
+        htam_fill_opts(a, &hf, (int)a->trials, &ho);
+        if (!rc) rc = htam_tasks(hm, tasks, fu.n, &ho, 0, hres, on_task, &nc, &err);
+        tlm_error se;
+        if (hm && ctx->st && htam_save(hm, &io, &se)) fprintf(stderr, "tlm: htam: %s\n", se.msg);
+    } else if (!rc) {
+        rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
+    }
+    if (out) {
+        /* a usage error, reported already */
+    } else if (rc) {
         out = err.code == TLM_ERUNTIME ? (fprintf(stderr, "tlm: %s\n", err.msg), CLI_FAIL)
                                        : cli_report(&err);
     } else {
@@ -400,14 +483,26 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
                                                  jobs[i].whash, "trials", tk->trials, "best_ms",
                                                  ms(tk->best_s), "first_ms", ms(tk->first_s),
                                                  "schedule", jobs[i].art.schedule));
+            if (hres)
+                json_object_set_new(json_array_get(arr, (size_t)i), "trajectory",
+                                    htam_traj_json(hm, &jobs[i], &hres[i]));
         }
         json_t *r = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:f, s:i, s:o}", "model", a->model,
                               "target", t->name, "subgraphs", fu.n, "trials", total, "weighted_ms",
                               ms(wb), "weighted_first_ms", ms(wf), "elapsed_s", tlm_now_s() - t0,
                               "records", ctx->stored, "tasks", arr);
+        if (hres) {
+            json_object_set_new(r, "strategy", json_string("htam"));
+            json_object_set_new(r, "memory", json_string(mem_names[hf.mem]));
+            json_object_set_new(r, "regen", json_string(hf.regen ? "tlm" : "mutation"));
+        }
         out = cli_print_json(r);
         json_decref(r);
     }
+    for (int i = 0; hres && i < fu.n; i++)
+        htam_result_free(&hres[i]);
+    free(hres);
+    htam_free(hm);
     for (int i = 0; i < prepared; i++)
         pl_job_free(&jobs[i]);
     free(jobs);
@@ -445,10 +540,9 @@ static int run_tune(int argc, char **argv)
             return cli_report(&err);
         }
     }
-    int rc = strat == TUNE_HTAM ? (a.wl ? htam_one(&a, &t, model, &ctx)
-                                        : cli_usage_error("tune: --strategy htam takes --workload"))
-             : a.wl             ? tune_one(&a, &t, model, &ctx)
-                                : tune_network(&a, &t, model, &ctx);
+    int rc = !a.wl                ? tune_network(&a, &t, model, &ctx)
+             : strat == TUNE_HTAM ? htam_one(&a, &t, model, &ctx)
+                                  : tune_one(&a, &t, model, &ctx);
     store_close(ctx.st);
     tlm_model_free(model);
     return rc;
