@@ -695,8 +695,8 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     int lanes = vec_lanes(sp);
     int64_t best = 1;
     double best_score = -1;
-    /* a padded windowed conv deep enough for the direct micro-kernel on 32 registers (the
-     * vector axis it needs is checked per candidate, below) */
+    /* a padded windowed conv deep enough for the direct micro-kernel (the vector axis it needs
+     * is checked per candidate, below) */
     int deep = 0;
     int64_t K = 1;
     for (int r = ns; r < ns + sp->n_reduce; r++) {
@@ -705,7 +705,7 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     }
     bool padded = false;
     for (int id = 0; id < a->n_expr; id++) padded |= a->expr[id].kind == IR_E_SELECT;
-    const bool windowed = sp->tgt.cpu.vector_registers > 16 && deep >= 3 && K >= 64 && padded;
+    const bool windowed = deep >= 3 && K >= 64 && padded;
     for (int k = 0; k < n; k++) {
         if (vals[k] < 1) continue;
         int x = ns - (int)vals[k];
@@ -754,9 +754,12 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
          * loaded, inputs broadcast, the window whole in each chunk) beats an im2col panel
          * per task once the window is deep enough to amortise the write-back (K >= 64):
          * 1.1-1.35x on padded 3x3, dilated, strided and 6x6-stem convs on AVX-512 (the
-         * padding is copied in once, see codegen's plan_padcopies). It lost with 16
-         * registers (AVX2: 2-vector tiles, 5-40 %), on 1x1 convs, at K = 36, on 1-D convs
-         * (1x3: 4-10 %) and on the unpadded 16x16/16 patch embedding (20 %+). */
+         * padding is copied in once, see codegen's plan_padcopies), and on AVX2 (16 ymm,
+         * 2 vectors x 6 columns) since the tile's statements keep the broadcasts short-lived
+         * (codegen's regtile_order): 1.05-1.2x on padded 3x3, 1.4-1.7x on the 6x6 and 7x7
+         * stems, 1.6x dilated (one thread, min of 4 rounds). It loses on 1x1 convs, at
+         * K = 36, on 1-D convs (1x3: 4-10 %) and on the unpadded 16x16/16 patch embedding
+         * (20 %+). */
         const ir_tensor *o = &sp->g->tensor[sp->g->output];
         bool direct = windowed;
         /* ... along F: the window's input (a load over several reduction axes and other

@@ -606,7 +606,7 @@ Test(space, vectorize_names_any_long_spatial_axis)
     /* the default's model: a conv whose output rows (5 wide) fill 16 lanes poorly
      * vectorises its 256 filters on AVX-512 and packs them; so does a padded 3x3 conv with
      * 64-wide rows (the direct micro-kernel), its window whole in each chunk and 4 output rows
-     * a task; on AVX2, unpadded, 1x1 or 1-D it keeps the last axis, as does a GEMM */
+     * a task, on AVX-512 and on AVX2; unpadded, 1x1 or 1-D it keeps the last axis, as does a GEMM */
     b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":10,\"W\":10,"
               "\"F\":256,\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
               "cpu:avx512");
@@ -620,23 +620,32 @@ Test(space, vectorize_names_any_long_spatial_axis)
     unbuild(&b);
     static const struct {
         const char *wl, *tg;
-        int64_t vectorize;
+        int64_t vectorize, kh; /* kh: the window's side */
     } convs[] = {
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":64,\"W\":64,\"F\":64,"
          "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
-         "cpu:avx512", 3},
+         "cpu:avx512", 3, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":64,\"W\":64,\"F\":64,"
          "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
-         "cpu:avx2", 1},
+         "cpu:avx2", 3, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":66,\"W\":66,\"F\":64,"
          "\"KH\":3,\"KW\":3}}",
-         "cpu:avx512", 1},
+         "cpu:avx512", 1, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":320,\"H\":32,\"W\":32,\"F\":640,"
          "\"KH\":1,\"KW\":1}}",
-         "cpu:avx512", 1},
+         "cpu:avx512", 1, 1},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":80,\"H\":1,\"W\":3000,\"F\":384,"
          "\"KH\":1,\"KW\":3},\"pad\":[0,1]}",
-         "cpu:avx512", 1},
+         "cpu:avx512", 1, 1},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":80,\"H\":1,\"W\":3000,\"F\":384,"
+         "\"KH\":1,\"KW\":3},\"pad\":[0,1]}",
+         "cpu:avx2", 1, 1},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":66,\"W\":66,\"F\":64,"
+         "\"KH\":3,\"KW\":3}}",
+         "cpu:avx2", 1, 3},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":640,\"W\":640,\"F\":32,"
+         "\"KH\":6,\"KW\":6},\"stride\":[2,2],\"pad\":[2,2]}",
+         "cpu:avx2", 3, 6},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         b = build(convs[i].wl, convs[i].tg);
@@ -645,8 +654,8 @@ Test(space, vectorize_names_any_long_spatial_axis)
         if (convs[i].vectorize == 3) {
             space_sched d;
             space_default(b.sp, &d);
-            cr_expect_eq(space_tile(b.sp, &d, 5, 1), 3, "kh whole");
-            cr_expect_eq(space_tile(b.sp, &d, 6, 1), 3, "kw whole");
+            cr_expect_eq(space_tile(b.sp, &d, 5, 1), convs[i].kh, "kh whole");
+            cr_expect_eq(space_tile(b.sp, &d, 6, 1), convs[i].kh, "kw whole");
             cr_expect_eq(space_tile(b.sp, &d, 2, 1), 4, "4 output rows a task");
             cr_expect_eq(space_tile(b.sp, &d, 2, 2), 1, "a block of one row");
         }
