@@ -587,6 +587,57 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     free(b.sp);
 }
 
+/* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
+ * along the last axis) stream it out past the last-level cache: checked on a target that says
+ * its L3 is 64 KiB. Row lengths that are not whole lines (misaligned row starts, partial
+ * lines), an epilogue applied in place before the rows go out, edge tiles (plain stores),
+ * random schedules (streamed or not) and the serial kernel. */
+Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":37,\"N\":133,\"K\":40},"
+        "\"transpose_b\":true}",
+        "{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":200,\"K\":24},\"epilogue\":[\"bias_add\","
+        "\"gelu\"]}",
+    };
+    for (int i = 0; i < 2; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            small_l3(&b);
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            cr_expect(strstr(k.source, "tlm_stream_row(&out[") != NULL, "%s on %s: not streamed",
+                      wls[i], ti ? "cpu:avx2" : "cpu");
+            cr_expect(strstr(k.source, "_mm_sfence();") != NULL);
+            cg_kernel_free(&k);
+            check_schedule(&b, &s, wls[i]);
+            for (int sl = 0; sl < b.sp->n_slot; sl++)
+                if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
+            check_schedule(&b, &s, wls[i]);
+            uint64_t rng = 7 + (uint64_t)i;
+            for (int r = 0; r < 4; r++) {
+                space_sample(b.sp, &rng, &s);
+                check_schedule(&b, &s, wls[i]);
+            }
+            free(b.g);
+            free(b.sp);
+        }
+    /* a cached output keeps plain stores */
+    built b = build(wls[0], "cpu");
+    space_sched s;
+    space_default(b.sp, &s);
+    tlm_error err;
+    cg_kernel k;
+    cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+    cr_expect(strstr(k.source, "tlm_stream_row") == NULL);
+    cg_kernel_free(&k);
+    free(b.g);
+    free(b.sp);
+}
+
 /* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
  * lengths of 1, lanes - 1, lanes, lanes + 1 on both ISAs, a multiple of neither and a long row;
  * 13 rows (not a multiple of the threads or of a rows block); plain stores, streamed stores (a
