@@ -668,20 +668,32 @@ static int fd_high(int *fd)
 }
 
 /* The runner's environment: ours, minus any runner variable, plus the runner variable, with
- * OPENBLAS_NUM_THREADS=1 when unset and, under ASan, signals left to the kernel. */
+ * OPENBLAS_NUM_THREADS=1 when unset, the kernel's OpenMP threads bound one per logical CPU when
+ * the caller says nothing of placement (OMP_PLACES, OMP_PROC_BIND, GOMP_CPU_AFFINITY) and,
+ * under ASan, signals left to the kernel.
+ *
+ * Unbound, libgomp's team could share one CPU for whole calls on a 2-vCPU KVM guest: the
+ * thread at the barrier spins (GOMP_SPINCOUNT) while the other waits for its time slice, and
+ * the same 0.06-GFLOP attention kernel measured 8.0 ms in 10 runs of 12 and 0.47-0.50 ms in
+ * 12 of 12 bound (OMP_PLACES=threads) or one thread 0.85 ms: the search's winners "slowed
+ * down" 10x when re-measured, and every figure carried the lottery. Bound threads are what a
+ * deployment pins anyway (OMP_PLACES / taskset). */
 static char **runner_env(pid_t ppid, char *runner_var, size_t runner_cap, char **asan_out)
 {
     size_t n = 0;
     for (char **e = environ; e && *e; e++)
         n++;
-    char **env = calloc(n + 4, sizeof(char *));
+    char **env = calloc(n + 6, sizeof(char *));
     if (!env) return NULL;
     size_t k = 0;
-    bool have_blas = false;
+    bool have_blas = false, have_places = false;
     const char *asan = NULL;
     for (char **e = environ; e && *e; e++) {
         if (!strncmp(*e, MEASURE__ENV "=", sizeof MEASURE__ENV)) continue;
         if (!strncmp(*e, "OPENBLAS_NUM_THREADS=", 21)) have_blas = true;
+        if (!strncmp(*e, "OMP_PLACES=", 11) || !strncmp(*e, "OMP_PROC_BIND=", 14) ||
+            !strncmp(*e, "GOMP_CPU_AFFINITY=", 18))
+            have_places = true;
         if (!strncmp(*e, "ASAN_OPTIONS=", 13)) {
             asan = *e + 13;
             continue;
@@ -692,6 +704,10 @@ static char **runner_env(pid_t ppid, char *runner_var, size_t runner_cap, char *
              MEASURE__SHM_FD);
     env[k++] = runner_var;
     if (!have_blas) env[k++] = "OPENBLAS_NUM_THREADS=1";
+    if (!have_places) {
+        env[k++] = "OMP_PLACES=threads";
+        env[k++] = "OMP_PROC_BIND=close";
+    }
     *asan_out = NULL;
 #ifdef MEASURE_ASAN
     /* Let a fault in the (uninstrumented) kernel kill the runner with its signal, skip the

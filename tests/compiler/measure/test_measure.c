@@ -421,6 +421,27 @@ Test(measure, openmp_kernel_after_parent_used_openmp)
     cr_assert_gt(res.n_samples, 0);
 }
 
+/* The runner binds the kernel's OpenMP threads (OMP_PLACES=threads, OMP_PROC_BIND=close) unless
+ * the caller chose a placement itself: the kernel below makes its output wrong when its
+ * threads are unbound, so it measures ok only bound, and wrong under OMP_PROC_BIND=false. */
+Test(measure, openmp_threads_bound_unless_the_caller_says)
+{
+    cr_assert_null(getenv("OMP_PROC_BIND"), "run this test without OMP_PROC_BIND");
+    cr_assert_null(getenv("OMP_PLACES"), "run this test without OMP_PLACES");
+    ir_subgraph g;
+    dense16(&g);
+    char so[256];
+    build_so("bound", DENSE_SRC("dense", "16",
+                                "  if (omp_get_proc_bind() == omp_proc_bind_false) C[0] += 1.0f;\n"),
+             "-fopenmp -include omp.h", so, sizeof so);
+    measure_opts o = quick_opts();
+    measure_result res;
+    measure_expect(&g, so, &o, MEASURE_OK, &res);
+    cr_assert_eq(setenv("OMP_PROC_BIND", "false", 1), 0);
+    measure_expect(&g, so, &o, MEASURE_WRONG, &res);
+    cr_assert_eq(unsetenv("OMP_PROC_BIND"), 0);
+}
+
 Test(measure, fork_mode_works_and_isolates)
 {
     ir_subgraph g;
