@@ -587,6 +587,50 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     free(b.sp);
 }
 
+/* A register tile whose reduction has several loops (a direct conv along F: c, kh, kw)
+ * requests the input rows two channels ahead at the top of each kh iteration; a GEMM (one
+ * reduction loop, its broadcasts sequential) does not. Both checked against the reference,
+ * padded (the prefetch reads the padding copy) and strided. */
+Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
+{
+    static const char *const convs[] = {
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":13,\"W\":17,\"F\":40,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":15,\"W\":15,\"F\":33,"
+        "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    };
+    for (int i = 0; i < 2; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(convs[i], ti ? "cpu:avx2" : "cpu");
+            space_sched s;
+            space_default(b.sp, &s);
+            space_sched f;
+            space_default_vectorized(b.sp, 3, &f); /* along F */
+            tlm_error err;
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &f, NULL, &k, &err), 0, "%s", err.msg);
+            cr_expect(strstr(k.source, "__builtin_prefetch(&Pad0[") != NULL,
+                      "%s on %s: no prefetch of the input rows", convs[i], ti ? "avx2" : "avx512");
+            cr_expect(strstr(k.source, "__builtin_prefetch(&X[") == NULL,
+                      "the padding copy's source is not read in the tile");
+            cg_kernel_free(&k);
+            check_schedule(&b, &f, convs[i]);
+            check_schedule(&b, &s, convs[i]);
+            free(b.g);
+            free(b.sp);
+        }
+    built b = build("{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":70,\"K\":29}}", "cpu");
+    space_sched s;
+    space_default(b.sp, &s);
+    tlm_error err;
+    cg_kernel k;
+    cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+    cr_expect(strstr(k.source, "iterations of") == NULL, "a GEMM's broadcasts are sequential");
+    cg_kernel_free(&k);
+    free(b.g);
+    free(b.sp);
+}
+
 /* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
  * along the last axis) stream it out past the last-level cache: checked on a target that says
  * its L3 is 64 KiB. Row lengths that are not whole lines (misaligned row starts, partial
