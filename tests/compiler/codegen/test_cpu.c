@@ -590,11 +590,11 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
 /* A register tile whose reduction has several loops (a direct conv along F: c, kh, kw)
  * requests the input rows two channels ahead at the top of each kh iteration; a GEMM (one
  * reduction loop, its broadcasts sequential) does not. Both checked against the reference,
- * padded (the prefetch reads the padding copy) and strided. */
+ * padded (the prefetch reads the padding copy) and strided; inputs past L1 (32 KiB). */
 Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
 {
     static const char *const convs[] = {
-        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":13,\"W\":17,\"F\":40,"
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":19,\"H\":33,\"W\":37,\"F\":40,"
         "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
         "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":16,\"H\":15,\"W\":15,\"F\":33,"
         "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
