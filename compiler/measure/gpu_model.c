@@ -83,9 +83,8 @@ int measure_gpu_hw_get(const target *t, measure_gpu_hw *hw, tlm_error *err)
     if (!pr || g->sm_count <= 0 || g->regs_per_sm <= 0 || g->max_warps_per_sm <= 0 ||
         g->smem_per_sm <= 0 || !(g->mem_bandwidth_gbs > 0) || !(g->peak_fp32_tflops > 0))
         return tlm_err_set(err, TLM_EINVAL, "target", "%s: incomplete GPU descriptor", t->name);
-    snprintf(hw->part, sizeof hw->part, "%s", g->part[0] ? g->part : ar->rep);
-    hw->sm = g->sm;
-    hw->sm_count = g->sm_count;
+    hw->gpu = g;
+    hw->part = g->part[0] ? g->part : ar->rep;
     hw->clock_hz = pr->clock_mhz * 1e6;
     hw->dram_bps = g->mem_bandwidth_gbs * 1e9;
     hw->l2_bps = pr->l2_gbs * 1e9;
@@ -93,15 +92,9 @@ int measure_gpu_hw_get(const target *t, measure_gpu_hw *hw, tlm_error *err)
     hw->fp32_flops_sm = g->peak_fp32_tflops * 1e12 / g->sm_count;
     hw->tensor_flops_sm = g->peak_fp16_tensor_tflops * 1e12 / g->sm_count;
     hw->mma_sync_eff = pr->mma_eff;
-    hw->regs_per_sm = g->regs_per_sm;
-    hw->max_warps_sm = g->max_warps_per_sm;
-    hw->max_blocks_sm = g->max_blocks_per_sm;
-    hw->max_threads_block = g->max_threads_per_block;
-    hw->smem_per_sm = g->smem_per_sm;
     hw->smem_unit = ar->smem_unit;
     hw->smem_reserved = ar->smem_reserved;
     hw->l1_smem_bytes = ar->l1_smem_kib * 1024;
-    hw->l2_bytes = g->l2_bytes;
     return 0;
 }
 
@@ -520,6 +513,7 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     measure_gpu_hw hw;
     int rc = measure_gpu_hw_get(&sp->tgt, &hw, err);
     if (rc) return rc;
+    const target_gpu_info *gpu = hw.gpu;
     if (sp->sketch != SKETCH_GPU_TILE && sp->sketch != SKETCH_GPU_ROWS &&
         sp->sketch != SKETCH_GPU_MMA)
         return tlm_err_set(err, TLM_EUNSUPPORTED, "sketch",
@@ -532,9 +526,9 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
         nb *= k->grid[i];
         nt *= k->block[i];
     }
-    if (nt > hw.max_threads_block)
+    if (nt > gpu->max_threads_per_block)
         return tlm_err_set(err, TLM_EINVAL, "block", "%.0f threads per block; %s allows %d", nt,
-                           hw.part, hw.max_threads_block);
+                           hw.part, gpu->max_threads_per_block);
     int regs = k->regs < 0 ? 32 : k->regs;
     if (regs > 255) return tlm_err_set(err, TLM_EINVAL, "regs", "%d registers per thread", regs);
     int spills =
@@ -546,9 +540,9 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     int regs_warp = (int)(cdiv(regs > 0 ? regs * 32.0 : 1, REG_ALLOC) * REG_ALLOC);
     int smem = (int)(k->smem_dynamic + (k->smem_static > 0 ? k->smem_static : 0));
     int smem_blk = (int)(cdiv(smem, hw.smem_unit) * hw.smem_unit) + hw.smem_reserved;
-    int by_blocks = hw.max_blocks_sm, by_warps = hw.max_warps_sm / W;
-    int by_regs = hw.regs_per_sm / (W * regs_warp);
-    int by_smem = smem > 0 ? hw.smem_per_sm / smem_blk : by_blocks;
+    int by_blocks = gpu->max_blocks_per_sm, by_warps = gpu->max_warps_per_sm / W;
+    int by_regs = gpu->regs_per_sm / (W * regs_warp);
+    int by_smem = smem > 0 ? gpu->smem_per_sm / smem_blk : by_blocks;
     int B = by_blocks;
     out->limiter = "blocks";
     if (by_warps < B) B = by_warps, out->limiter = "warps";
@@ -561,11 +555,11 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
                            hw.part, regs, (int)nt, smem);
     out->blocks_per_sm = B;
     out->warps_per_block = W;
-    out->occupancy = (double)(B * W) / hw.max_warps_sm;
-    double wave_blocks = (double)hw.sm_count * B;
+    out->occupancy = (double)(B * W) / gpu->max_warps_per_sm;
+    double wave_blocks = (double)gpu->sm_count * B;
     out->waves = nb / wave_blocks;
     /* L1 is shared by the blocks an SM actually holds (a small grid leaves it to fewer) */
-    double resident_blocks = fmin((double)B, cdiv(nb, hw.sm_count));
+    double resident_blocks = fmin((double)B, cdiv(nb, gpu->sm_count));
     double l1_sm = hw.l1_smem_bytes - resident_blocks * (smem > 0 ? smem_blk : 0);
     double l1_blk = (l1_sm > L1_MIN ? l1_sm : L1_MIN) / resident_blocks;
 
@@ -602,7 +596,7 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     if (smem_t > c) c = smem_t, bound = "smem";
     double issue_t = w.warp_instr / (SCHEDULERS * hw.clock_hz);
     if (issue_t > c) c = issue_t, bound = "issue";
-    double per_sm = cdiv(nb, hw.sm_count);
+    double per_sm = cdiv(nb, gpu->sm_count);
     double full = floor(per_sm / B), part = per_sm - full * B;
     double t_sm = 0, hide_full = 0;
     for (int r = 0; r < 2; r++) {
@@ -625,7 +619,7 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     double l2 = w.l2_bytes * nb;
     double dram = w.dram_total > 0 ? fmin(l2, w.dram_total) : compulsory;
     if (dram < compulsory) dram = compulsory;
-    double active_sms = nb < hw.sm_count ? nb : hw.sm_count;
+    double active_sms = nb < gpu->sm_count ? nb : gpu->sm_count;
     double resident = (per_sm < B ? per_sm : B) * W;
     double in_flight = active_sms * resident * 32 * w.bytes_in_flight;
     double dram_bw = fmin(hw.dram_bps, in_flight / hw.dram_latency_s);
@@ -639,8 +633,8 @@ int measure_gpu_model(const space *sp, const space_sched *s, const measure_gpu_k
     /* single-buffered copies overlap compute only across the other resident blocks */
     if (w.serial) t += (t_sm < t_mem ? t_sm : t_mem) / B;
     double flops = (double)ir_subgraph_flops(sp->g);
-    double peak = sp->sketch == SKETCH_GPU_MMA ? hw.tensor_flops_sm * hw.sm_count
-                                               : hw.fp32_flops_sm * hw.sm_count;
+    double peak = sp->sketch == SKETCH_GPU_MMA ? hw.tensor_flops_sm * gpu->sm_count
+                                               : hw.fp32_flops_sm * gpu->sm_count;
     double floor_t = fmax(compulsory / hw.dram_bps, flops / peak);
     if (t < floor_t) t = floor_t;
     if (!isfinite(t) || !(t > 0))

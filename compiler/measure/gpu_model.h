@@ -105,20 +105,20 @@
 
 #define MEASURE_GPU_MODEL_ID "gpu_model/1" /* bump when a formula or a table changes */
 
-/* The hardware the model sees: the target's figures plus the tables above. */
+/* The hardware the model sees: the target's figures, read where they are (gpu: SM count, the
+ * per-SM limits, bandwidth, peaks), plus what the model derives from them and what the tables
+ * above add. Valid while the target it was taken from lives. */
 typedef struct measure_gpu_hw {
-    char part[16];
-    int sm, sm_count;
+    const target_gpu_info *gpu; /* the target's descriptor */
+    const char *part;           /* gpu->part, or the sm's representative part if it has none */
     double clock_hz;
     double dram_bps, l2_bps; /* bytes per second */
     double dram_latency_s;   /* a load that misses L2 */
     double fp32_flops_sm;    /* FLOP/s per SM (FMA = 2) */
     double tensor_flops_sm;  /* dense FP16/BF16 with FP32 accumulation, per SM, datasheet */
     double mma_sync_eff;     /* share of tensor_flops_sm mma.sync reaches */
-    int regs_per_sm, max_warps_sm, max_blocks_sm, max_threads_block;
-    int smem_per_sm, smem_unit, smem_reserved; /* bytes */
-    int l1_smem_bytes;                         /* the unified L1 + shared memory of an SM */
-    int64_t l2_bytes;
+    int smem_unit, smem_reserved; /* bytes */
+    int l1_smem_bytes;            /* the unified L1 + shared memory of an SM */
 } measure_gpu_hw;
 
 /* What the compile of one kernel says (ptxas figures: -1 when unknown, counted as 0 except

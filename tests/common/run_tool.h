@@ -1,6 +1,7 @@
 /* run_tool.h — runs the real `tlm` binary (TLM_BIN, default build/san/tlm) for the tool
  * tests: argv without argv[0], stdin from a string, stdout and stderr captured through
- * temporary files so neither pipe can fill up. Header-only (static functions). */
+ * temporary files so neither pipe can fill up; and the scratch directory a test writes its
+ * files in (tool_dir). Header-only (static functions). */
 #ifndef TLM_TESTS_RUN_TOOL_H
 #define TLM_TESTS_RUN_TOOL_H
 
@@ -54,6 +55,42 @@ static void write_file(const char *path, const char *text)
     cr_assert_not_null(f, "cannot create %s", path);
     fputs(text, f);
     fclose(f);
+}
+
+/* ---- the test's scratch directory ---- */
+
+/* Made by tool_dir_make, usually in a suite's .init: Criterion runs every test in a process of
+ * its own, so each test gets a fresh directory; tool_dir_fini (the suite's .fini) removes it.
+ * The functions are static inline: a test that uses some of them builds without warnings. */
+static char tool_dir[64];
+
+/* Creates tool_dir from template, "/tmp/<whose>-XXXXXX": the name says which test left it. */
+static inline void tool_dir_make(const char *template)
+{
+    snprintf(tool_dir, sizeof tool_dir, "%s", template);
+    cr_assert_not_null(mkdtemp(tool_dir));
+}
+
+/* Removes tool_dir and everything in it: 0 when done, else non-zero, said on stderr. */
+static inline int tool_dir_remove(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tool_dir);
+    int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "could not remove %s\n", tool_dir);
+    return rc;
+}
+
+/* A suite's .fini: a directory left behind is said, not a failure of the test. */
+static inline void tool_dir_fini(void)
+{
+    tool_dir_remove();
+}
+
+/* buf = tool_dir/name */
+static inline void tool_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", tool_dir, name);
 }
 
 /* Runs tlm with args (NULL-terminated, without argv[0]); stdin from stdin_text (or empty),

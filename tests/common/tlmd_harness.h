@@ -1,5 +1,6 @@
 /* tlmd_harness.h — the real tlmd on loopback for daemon and client tests: a free port, a
- * temporary store and a tiny random model; requests go through tests/common/http_client.h.
+ * temporary store and a tiny random model; requests go through tests/common/http_client.h, and
+ * a job's id comes from the daemon's log.
  * TLMD_BIN names the daemon (default build/san/tlmd). Every wait is bounded (curl 120 s,
  * start-up 60 s, exit 60 s); no Criterion .timeout (it leaks under --jobs in Criterion 2.4).
  * tlmd gets SIGKILL when the thread that started it ends, so a failed test leaves none behind.
@@ -251,6 +252,26 @@ static inline void teardown(tlmd *d)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
     if (system(cmd)) {
     }
+}
+
+/* ---- its log ---- */
+
+/* The id of the last job whose job_start line in d's log contains match (NULL: any job), in
+ * id; "" and false while none has started. Ids are "j<n>-<run>", unique across restarts: the
+ * log is where a test learns the one to cancel or look up. */
+static inline bool logged_job_id(const tlmd *d, const char *match, char id[64])
+{
+    static const char tag[] = "msg=job_start job=";
+    id[0] = 0;
+    FILE *f = fopen(d->log, "r");
+    cr_assert(f, "%s", d->log);
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, tag);
+        if (p && (!match || strstr(line, match))) sscanf(p + strlen(tag), "%63s", id);
+    }
+    fclose(f);
+    return id[0] != 0;
 }
 
 #endif

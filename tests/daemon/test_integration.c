@@ -706,15 +706,8 @@ Test(daemon, queue_full_then_cancel)
     cr_assert_geq(metric(&d, "tlmd_hot_cache_hits_total"), 3);
     /* cancel it: its client gets 503, the job record says cancelled (the id, unique across
      * restarts, is in the log's job_start line) */
-    char id[64] = "", path[96];
-    FILE *lf = fopen(d.log, "r");
-    cr_assert(lf);
-    char line[1024];
-    while (fgets(line, sizeof line, lf)) {
-        const char *p = strstr(line, "msg=job_start job=");
-        if (p && strstr(line, "target=cuda:sm_90")) sscanf(p + strlen("msg=job_start job="), "%63s", id);
-    }
-    fclose(lf);
+    char id[64], path[96];
+    logged_job_id(&d, "target=cuda:sm_90", id);
     cr_assert(id[0], "no job_start in %s", d.log);
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     resp c = http(&d, "DELETE", path, NULL, 0, NULL);

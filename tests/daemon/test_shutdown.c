@@ -46,16 +46,9 @@ static void *client_main(void *arg)
  * in the log's job_start line); NULL while it is not accepted. */
 static json_t *job_record(const tlmd *d, int id)
 {
-    char want[32], full[64] = "", line[4096];
+    char want[32], full[64];
     snprintf(want, sizeof want, "msg=job_start job=j%d-", id);
-    FILE *f = fopen(d->log, "r");
-    cr_assert(f, "%s", d->log);
-    while (fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, want);
-        if (p) sscanf(p + strlen("msg=job_start job="), "%63s", full);
-    }
-    fclose(f);
-    if (!full[0]) return NULL;
+    if (!logged_job_id(d, want, full)) return NULL;
     char path[96];
     snprintf(path, sizeof path, "/v1/jobs/%s", full);
     resp r = get(d, path);

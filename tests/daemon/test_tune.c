@@ -30,12 +30,68 @@ static long long rows(const tlmd *d, const char *where)
     return n;
 }
 
+/* A statement over HTAM's memory in d's store (its tuner_nodes: workload "htam", target
+ * "cpu"), selecting columns; finalize it, then close *h. */
+static sqlite3_stmt *htam_memory_rows(const tlmd *d, const char *columns, sqlite3 **h)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT %s FROM tuner_nodes WHERE workload_hash = 'htam' AND target_hash = 'cpu'",
+             columns);
+    *h = NULL;
+    cr_assert_eq(sqlite3_open_v2(d->store, h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(*h, sql, -1, &s, NULL), SQLITE_OK);
+    return s;
+}
+
 static json_t *kernel_of(const resp *r)
 {
     json_t *j = body_json(r);
     json_t *k = json_incref(json_array_get(json_object_get(j, "kernels"), 0));
     json_decref(j);
     return k;
+}
+
+/* Tunes WL and two other kernels under one budget of trials in one streamed request (strategy
+ * NULL: the default one) and checks its events: each progress event names one of the three,
+ * each kernel event has schedule_source source, none is an error. Counts the progress events
+ * per kernel in progress_of; returns the number of kernel events. */
+static int tune_three_kernels(const tlmd *d, const char *strategy, int trials, const char *source,
+                              int progress_of[3])
+{
+    char strategy_field[64] = "", body[512];
+    if (strategy) snprintf(strategy_field, sizeof strategy_field, "\"strategy\":\"%s\",", strategy);
+    snprintf(body, sizeof body,
+             "{\"target\":\"cpu\",\"mode\":\"tune\",%s\"budget\":{\"trials\":%d},"
+             "\"stream\":true,\"workloads\":[" WL ","
+             "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":32}},"
+             "{\"op\":\"softmax\",\"shape\":{\"R\":16,\"C\":100}}]}",
+             strategy_field, trials);
+    resp r = post(d, body);
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    int kernels = 0;
+    progress_of[0] = progress_of[1] = progress_of[2] = 0;
+    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *ev = json_loads(line, 0, NULL);
+        cr_assert_not_null(ev, "%s", line);
+        const char *what = json_string_value(json_object_get(ev, "event"));
+        int index = (int)json_integer_value(json_object_get(ev, "index"));
+        if (!strcmp(what, "progress")) {
+            cr_assert(index >= 0 && index < 3);
+            progress_of[index]++;
+        } else if (!strcmp(what, "kernel")) {
+            kernels++;
+            json_t *k = json_object_get(ev, "kernel");
+            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), source, "%s",
+                             line);
+        } else {
+            cr_assert(strcmp(what, "error"), "%s", line);
+        }
+        json_decref(ev);
+    }
+    resp_free(&r);
+    return kernels;
 }
 
 Test(tune, streams_progress_stores_records_and_serves_the_tuned_kernel_to_generate)
@@ -105,37 +161,14 @@ Test(tune, several_kernels_share_one_budget_through_the_task_scheduler)
     tlmd d;
     setup_dir(&d);
     start(&d, NULL);
-    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":24},"
-                      "\"stream\":true,\"workloads\":[" WL ","
-                      "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":32}},"
-                      "{\"op\":\"softmax\",\"shape\":{\"R\":16,\"C\":100}}]}");
-    cr_assert_eq(r.status, 200, "%s", r.body.p);
-    int kernels = 0, progress_of[3] = {0};
-    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
-        json_t *ev = json_loads(line, 0, NULL);
-        cr_assert_not_null(ev, "%s", line);
-        const char *what = json_string_value(json_object_get(ev, "event"));
-        int index = (int)json_integer_value(json_object_get(ev, "index"));
-        if (!strcmp(what, "progress")) {
-            cr_assert(index >= 0 && index < 3);
-            progress_of[index]++;
-        } else if (!strcmp(what, "kernel")) {
-            kernels++;
-            json_t *k = json_object_get(ev, "kernel");
-            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), "tuned",
-                             "%s", line);
-        } else {
-            cr_assert(strcmp(what, "error"), "%s", line);
-        }
-        json_decref(ev);
-    }
+    int progress_of[3];
+    int kernels = tune_three_kernels(&d, NULL, 24, "tuned", progress_of);
     cr_assert_eq(kernels, 3);
     for (int i = 0; i < 3; i++) cr_assert_geq(progress_of[i], 1, "kernel %d had no round", i);
     /* the budget is for the request, not per kernel: 24 trials (and a second look at each
      * kernel's top 3) */
     long long n = rows(&d, NULL);
     cr_assert(n >= 24 && n <= 24 + 9, "%lld records", n);
-    resp_free(&r);
     cr_assert(healthy(&d));
     teardown(&d);
 }
@@ -152,13 +185,8 @@ Test(tune, strategy_htam_refines_and_keeps_its_memory_in_the_store)
     cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
     resp_free(&r);
     cr_assert_eq(rows(&d, NULL), 5, "the start and four steps");
-    sqlite3 *h = NULL;
-    cr_assert_eq(sqlite3_open_v2(d.store, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *s = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT count(*) FROM tuner_nodes WHERE workload_hash = "
-                                       "'htam' AND target_hash = 'cpu'",
-                                    -1, &s, NULL),
-                 SQLITE_OK);
+    sqlite3 *h;
+    sqlite3_stmt *s = htam_memory_rows(&d, "count(*)", &h);
     cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
     cr_assert_gt(sqlite3_column_int(s, 0), 10, "the memory's nodes are in the store");
     sqlite3_finalize(s);
@@ -172,37 +200,14 @@ Test(tune, strategy_htam_on_several_kernels_spends_one_budget)
     tlmd d;
     setup_dir(&d);
     start(&d, NULL);
-    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"strategy\":\"htam\","
-                      "\"budget\":{\"trials\":12},\"stream\":true,\"workloads\":[" WL ","
-                      "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":32,\"K\":32}},"
-                      "{\"op\":\"softmax\",\"shape\":{\"R\":16,\"C\":100}}]}");
-    cr_assert_eq(r.status, 200, "%s", r.body.p);
-    int kernels = 0, progress_of[3] = {0};
-    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
-        json_t *ev = json_loads(line, 0, NULL);
-        cr_assert_not_null(ev, "%s", line);
-        const char *what = json_string_value(json_object_get(ev, "event"));
-        int index = (int)json_integer_value(json_object_get(ev, "index"));
-        if (!strcmp(what, "progress")) {
-            cr_assert(index >= 0 && index < 3);
-            progress_of[index]++;
-        } else if (!strcmp(what, "kernel")) {
-            kernels++;
-            json_t *k = json_object_get(ev, "kernel");
-            cr_assert_str_eq(json_string_value(json_object_get(k, "schedule_source")), "htam", "%s",
-                             line);
-        } else {
-            cr_assert(strcmp(what, "error"), "%s", line);
-        }
-        json_decref(ev);
-    }
+    int progress_of[3];
+    int kernels = tune_three_kernels(&d, "htam", 12, "htam", progress_of);
     cr_assert_eq(kernels, 3);
     /* progress per step (not per round): a kernel's steps after its start */
     int steps = progress_of[0] + progress_of[1] + progress_of[2];
     cr_assert_geq(steps, 12 - 3 - 3, "%d progress events", steps);
     /* one budget for the request: 12 measurements in all, the starts included */
     cr_assert_eq(rows(&d, NULL), 12);
-    resp_free(&r);
     cr_assert(healthy(&d));
     teardown(&d);
 }
@@ -228,14 +233,8 @@ Test(tune, htam_regenerates_with_trained_weights_held_back_from_serving)
     cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
     resp_free(&r);
     /* the evidence in the stored memory says who wrote each step */
-    sqlite3 *h = NULL;
-    cr_assert_eq(sqlite3_open_v2(d.store, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *s = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(h,
-                                    "SELECT payload FROM tuner_nodes WHERE workload_hash = "
-                                    "'htam' AND target_hash = 'cpu'",
-                                    -1, &s, NULL),
-                 SQLITE_OK);
+    sqlite3 *h;
+    sqlite3_stmt *s = htam_memory_rows(&d, "payload", &h);
     int tlm = 0, mutation = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
         const char *p = (const char *)sqlite3_column_text(s, 0);
@@ -280,15 +279,8 @@ Test(tune, cancel_stops_the_search_and_keeps_its_records)
     while (tlm_now_s() - t0 < 300 && rows(&d, NULL) < 32) usleep(100000);
     long long before = rows(&d, NULL);
     cr_assert_geq(before, 32, "the tune measured nothing in 300 s; see %s", d.log);
-    char id[64] = "", path[96];
-    FILE *lf = fopen(d.log, "r");
-    cr_assert(lf);
-    char line[1024];
-    while (fgets(line, sizeof line, lf)) {
-        const char *p = strstr(line, "msg=job_start job=");
-        if (p) sscanf(p + strlen("msg=job_start job="), "%63s", id);
-    }
-    fclose(lf);
+    char id[64], path[96];
+    logged_job_id(&d, NULL, id);
     cr_assert(id[0]);
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     resp c = http(&d, "DELETE", path, NULL, 0, NULL);

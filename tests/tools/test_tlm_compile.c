@@ -21,25 +21,15 @@
 #include "compiler/util/util.h"
 #include "proto/workload.h"
 
-static char g_dir[64];
+#include "tests/common/run_tool.h"
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-compile-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
+    tool_dir_make("/tmp/tlm-compile-XXXXXX");
 }
 
-static void teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-TestSuite(tlm_space, .init = setup, .fini = teardown, .timeout = 120);
-TestSuite(tlm_compile, .init = setup, .fini = teardown, .timeout = 120);
-
-#include "tests/common/run_tool.h"
+TestSuite(tlm_space, .init = setup, .fini = tool_dir_fini, .timeout = 120);
+TestSuite(tlm_compile, .init = setup, .fini = tool_dir_fini, .timeout = 120);
 
 /* Bad input: exit 2, nothing on stdout, one line on stderr containing must_contain. */
 static void expect_one_line_error(const run_result *r, int status, const char *must_contain)
@@ -263,13 +253,13 @@ Test(tlm_space, bad_input_exits_2_naming_the_field)
 
 static void path_in(char *buf, size_t cap, const char *sub, const char *file)
 {
-    snprintf(buf, cap, "%s/%s/%s", g_dir, sub, file);
+    snprintf(buf, cap, "%s/%s/%s", tool_dir, sub, file);
 }
 
 Test(tlm_compile, measure_on_cpu_writes_everything_and_is_ok)
 {
     char out[128];
-    snprintf(out, sizeof out, "%s/a/b", g_dir); /* nested: created as needed */
+    snprintf(out, sizeof out, "%s/a/b", tool_dir); /* nested: created as needed */
     run_result r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--measure", "-o", out);
     cr_assert_eq(r.status, 0, "exit %d: %s\n%s", r.status, r.err, r.out);
     cr_expect_str_empty(r.err);
@@ -346,7 +336,7 @@ Test(tlm_compile, random_seed_matches_tlm_space_and_is_not_measured_by_default)
     cr_assert_not_null(want);
 
     char out[128], meta[256];
-    snprintf(out, sizeof out, "%s/r", g_dir);
+    snprintf(out, sizeof out, "%s/r", tool_dir);
     path_in(meta, sizeof meta, "r", "meta.json");
     run_result r =
         RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", "random:7", "-o", out);
@@ -380,7 +370,7 @@ Test(tlm_compile, printed_and_bare_decisions_are_accepted)
                                 (long long)s.v[i]);
 
     char out[128], meta[256];
-    snprintf(out, sizeof out, "%s/p", g_dir);
+    snprintf(out, sizeof out, "%s/p", tool_dir);
     path_in(meta, sizeof meta, "p", "meta.json");
     run_result r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", text,
                        "--measure", "-o", out);
@@ -410,7 +400,7 @@ Test(tlm_compile, illegal_decisions_exit_2_naming_the_slot)
     space_sched s;
     space_default(f.sp, &s);
     char out[128];
-    snprintf(out, sizeof out, "%s/bad", g_dir);
+    snprintf(out, sizeof out, "%s/bad", tool_dir);
 
     /* tile.i.3 (slot 1, after vectorize) = 9 neither divides M = 64 nor is on the padding
      * ladder (1..8, powers of two, multiples of the lanes) */
@@ -442,7 +432,7 @@ Test(tlm_compile, illegal_decisions_exit_2_naming_the_slot)
     /* the model's schedule needs a readable weight file (the repository ships one, so name a
      * missing file rather than rely on the default path) */
     char missing[160];
-    snprintf(missing, sizeof missing, "%s/missing.bin", g_dir);
+    snprintf(missing, sizeof missing, "%s/missing.bin", tool_dir);
     r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", "tlm", "--weights",
             missing, "-o", out);
     expect_one_line_error(&r, 2, "--weights");
@@ -457,7 +447,7 @@ Test(tlm_compile, cuda_writes_cu_cubin_and_launch)
     tlm_err_clear(&err);
     if (tc_nvrtc_available(&err)) cr_skip_test("NVRTC is not available: %s", err.msg);
     char out[128], cu[256], cubin[256], meta[256], csrc[256], so[256];
-    snprintf(out, sizeof out, "%s/g", g_dir);
+    snprintf(out, sizeof out, "%s/g", tool_dir);
     path_in(cu, sizeof cu, "g", "kernel.cu");
     path_in(cubin, sizeof cubin, "g", "kernel.cubin");
     path_in(meta, sizeof meta, "g", "meta.json");
@@ -536,7 +526,7 @@ Test(tlm_compile, cuda_writes_cu_cubin_and_launch)
 Test(tlm_compile, measure_needs_a_cpu_target_this_host_runs)
 {
     char out[128];
-    snprintf(out, sizeof out, "%s/m", g_dir);
+    snprintf(out, sizeof out, "%s/m", tool_dir);
     run_result r =
         RUN("compile", "--workload", DENSE, "--target", "cuda:sm_90", "--measure", "-o", out);
     expect_one_line_error(&r, 2, "--measure");
@@ -547,7 +537,7 @@ Test(tlm_compile, measure_needs_a_cpu_target_this_host_runs)
 Test(tlm_compile, compiler_failure_exits_1_and_leaves_no_stale_binary)
 {
     char out[128], src[256], so[256], meta[256];
-    snprintf(out, sizeof out, "%s/f", g_dir);
+    snprintf(out, sizeof out, "%s/f", tool_dir);
     path_in(src, sizeof src, "f", "kernel.c");
     path_in(so, sizeof so, "f", "kernel.so");
     path_in(meta, sizeof meta, "f", "meta.json");

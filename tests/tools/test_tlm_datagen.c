@@ -16,29 +16,14 @@
 
 #include "compiler/toolchain/toolchain.h"
 
-static char g_dir[64];
+#include "tests/common/run_tool.h"
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-datagen-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
+    tool_dir_make("/tmp/tlm-datagen-XXXXXX");
 }
 
-static void teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-TestSuite(tlm_datagen, .init = setup, .fini = teardown, .timeout = 300);
-
-#include "tests/common/run_tool.h"
-
-static void path(char *buf, size_t cap, const char *name)
-{
-    snprintf(buf, cap, "%s/%s", g_dir, name);
-}
+TestSuite(tlm_datagen, .init = setup, .fini = tool_dir_fini, .timeout = 300);
 
 static const char *SUITE =
     "{\"workloads\": ["
@@ -65,8 +50,8 @@ static long long jint(json_t *o, const char *k)
 Test(tlm_datagen, cuda_needs_labels_model)
 {
     char db[128], suite[128];
-    path(db, sizeof db, "a.db");
-    path(suite, sizeof suite, "suite.json");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(suite, sizeof suite, "suite.json");
     write_file(suite, SUITE);
     run_result r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db);
     cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
@@ -110,12 +95,12 @@ Test(tlm_datagen, modelled_records_stay_marked_and_train_counts_them_apart)
     tlm_err_clear(&e);
     if (tc_nvrtc_available(&e)) cr_skip_test("NVRTC is not available: %s", e.msg);
     char db[128], suite[128], out[128], ok_out[128], gpu[128], weights[128];
-    path(db, sizeof db, "a.db");
-    path(suite, sizeof suite, "suite.json");
-    path(out, sizeof out, "all.jsonl");
-    path(ok_out, sizeof ok_out, "ok.jsonl");
-    path(gpu, sizeof gpu, "gpu.jsonl");
-    path(weights, sizeof weights, "w.bin");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(suite, sizeof suite, "suite.json");
+    tool_path(out, sizeof out, "all.jsonl");
+    tool_path(ok_out, sizeof ok_out, "ok.jsonl");
+    tool_path(gpu, sizeof gpu, "gpu.jsonl");
+    tool_path(weights, sizeof weights, "w.bin");
     write_file(suite, SUITE);
     run_result r = RUN("datagen", "--suite", suite, "--target", "cuda:sm_90", "--store", db,
                        "--labels", "model", "--per-task", "3", "--quiet");

@@ -133,10 +133,9 @@ Test(tlm_ir, epilogue_adds_its_flops)
 
 Test(tlm_ir, file_and_stdin_inputs_match_inline)
 {
-    char dir[] = "/tmp/tlm-wl-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char path[64], arg[80];
-    snprintf(path, sizeof path, "%s/w.json", dir);
+    tool_dir_make("/tmp/tlm-wl-XXXXXX");
+    char path[96], arg[112];
+    tool_path(path, sizeof path, "w.json");
     /* the file spells the same workload differently: order, whitespace, defaults, alias */
     write_file(path, "{\n  \"shape\": {\"K\": 16, \"N\": 32, \"M\": 64},\n  \"op\": \"matmul\",\n"
                      "  \"dtype\": \"float32\", \"transpose_a\": false\n}\n");
@@ -163,8 +162,7 @@ Test(tlm_ir, file_and_stdin_inputs_match_inline)
     run_result d = RUN("ir", "--workload", arg);
     expect_one_line_error(&d, "shape.K");
     free_result(&d);
-    unlink(path);
-    rmdir(dir);
+    tool_dir_remove();
 }
 
 Test(tlm_ir, missing_file_is_a_usage_error)

@@ -7,7 +7,7 @@
 
 #include "tests/common/run_tool.h"
 
-static char g_dir[64], g_graph[96], g_out[96];
+static char g_graph[96], g_out[96];
 
 static const char graph[] =
     "{\"name\": \"mlp\", \"inputs\": [{\"name\": \"x\", \"shape\": [4, 2, 16]},"
@@ -19,10 +19,9 @@ static const char graph[] =
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-run-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
-    snprintf(g_graph, sizeof g_graph, "%s/g.json", g_dir);
-    snprintf(g_out, sizeof g_out, "%s/k", g_dir);
+    tool_dir_make("/tmp/tlm-run-XXXXXX");
+    tool_path(g_graph, sizeof g_graph, "g.json");
+    tool_path(g_out, sizeof g_out, "k");
     write_file(g_graph, graph);
     run_result r = RUN("compile", "--graph", g_graph, "--target", "cpu", "-o", g_out);
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -35,9 +34,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(tool_dir_remove(), 0);
 }
 
 TestSuite(tlm_run, .init = setup, .fini = teardown);
@@ -106,7 +103,7 @@ Test(tlm_run, npz_weights_are_bound_by_name)
     for (int i = 0; i < 32; i++)
         b1[i] = 2;
     char npz[128];
-    snprintf(npz, sizeof npz, "%s/w.npz", g_dir);
+    tool_path(npz, sizeof npz, "w.npz");
     write_npz(npz, 3, (const char *const[]){"x", "w1", "b1"}, (const float *const[]){x, w1, b1},
               (const int[]){128, 512, 32}, "<f4");
     run_result r = RUN("run", "--plan", g_out, "--inputs", npz, "--repeat", "1");
@@ -139,7 +136,7 @@ Test(tlm_run, bad_usage_exits_2)
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "--plan"), "%s", r.err);
     free_result(&r);
-    r = RUN("run", "--plan", g_dir); /* no manifest.json there */
+    r = RUN("run", "--plan", tool_dir); /* no manifest.json there */
     cr_assert_neq(r.status, 0);
     free_result(&r);
     r = RUN("run", "--plan", g_out, "--repeat", "0");
@@ -148,7 +145,7 @@ Test(tlm_run, bad_usage_exits_2)
     r = RUN("run", "--plan", g_out, "--check", "maybe");
     cr_assert_eq(r.status, 2);
     free_result(&r);
-    r = RUN("compile", "--model", "nosuchnet", "--target", "cpu", "-o", g_dir);
+    r = RUN("compile", "--model", "nosuchnet", "--target", "cpu", "-o", tool_dir);
     cr_assert_eq(r.status, 2, "%s", r.err);
     cr_assert(strstr(r.err, "--model"), "%s", r.err);
     cr_assert_eq(count_lines(r.err), 1, "one line: %s", r.err);

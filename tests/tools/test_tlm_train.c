@@ -12,29 +12,14 @@
 
 #include <jansson.h>
 
-static char g_dir[64];
+#include "tests/common/run_tool.h"
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-train-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
+    tool_dir_make("/tmp/tlm-train-XXXXXX");
 }
 
-static void teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-TestSuite(tlm_train, .init = setup, .fini = teardown, .timeout = 900);
-
-#include "tests/common/run_tool.h"
-
-static void path(char *buf, size_t cap, const char *name)
-{
-    snprintf(buf, cap, "%s/%s", g_dir, name);
-}
+TestSuite(tlm_train, .init = setup, .fini = tool_dir_fini, .timeout = 900);
 
 /* Three small workloads of different families; the last one is the "validation suite". */
 static const char *SUITE =
@@ -66,8 +51,8 @@ static long long jint(json_t *o, const char *k)
 static void make_records(const char *db, const char *jsonl)
 {
     char suite[128], held[128];
-    path(suite, sizeof suite, "suite.json");
-    path(held, sizeof held, "held.json");
+    tool_path(suite, sizeof suite, "suite.json");
+    tool_path(held, sizeof held, "held.json");
     write_file(suite, SUITE);
     write_file(held, HELD_OUT);
     run_result r = RUN("datagen", "--suite", suite, "--exclude", held, "--target", "cpu",
@@ -88,15 +73,15 @@ static void make_records(const char *db, const char *jsonl)
 Test(tlm_train, datagen_excludes_the_validation_suite_and_resumes)
 {
     char db[128], jsonl[128], suite[128];
-    path(db, sizeof db, "a.db");
-    path(jsonl, sizeof jsonl, "a.jsonl");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(jsonl, sizeof jsonl, "a.jsonl");
     make_records(db, jsonl);
     char *text = slurp(jsonl);
     cr_assert_geq(count_lines(text), 12);
     cr_assert(!strstr(text, "conv2d"), "no record of the held-out workload");
     free(text);
     /* again without the exclusion: the two measured tasks are skipped, only the new one runs */
-    path(suite, sizeof suite, "suite.json");
+    tool_path(suite, sizeof suite, "suite.json");
     run_result r = RUN("datagen", "--suite", suite, "--target", "cpu", "--store", db,
                        "--per-task", "6", "--quiet");
     json_t *o = run_json(&r);
@@ -119,11 +104,11 @@ Test(tlm_train, datagen_excludes_the_validation_suite_and_resumes)
 Test(tlm_train, learns_its_labels_and_resumes_bitwise)
 {
     char db[128], jsonl[128], w1[128], w2[128], ck[128];
-    path(db, sizeof db, "a.db");
-    path(jsonl, sizeof jsonl, "a.jsonl");
-    path(w1, sizeof w1, "one.bin");
-    path(w2, sizeof w2, "two.bin");
-    path(ck, sizeof ck, "two.ckpt");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(jsonl, sizeof jsonl, "a.jsonl");
+    tool_path(w1, sizeof w1, "one.bin");
+    tool_path(w2, sizeof w2, "two.bin");
+    tool_path(ck, sizeof ck, "two.ckpt");
     make_records(db, jsonl);
     /* uninterrupted */
     run_result r = RUN("train", "--records", jsonl, "--out", w1, "--layers", "1", "--heads", "2",
@@ -168,8 +153,8 @@ Test(tlm_train, learns_its_labels_and_resumes_bitwise)
     free_result(&r);
     /* eval on the held-out workload: valid and deterministic one pass */
     char held[128], ev[128];
-    path(held, sizeof held, "held.json");
-    path(ev, sizeof ev, "eval.jsonl");
+    tool_path(held, sizeof held, "held.json");
+    tool_path(ev, sizeof ev, "eval.jsonl");
     r = RUN("eval", "--suite", held, "--target", "cpu", "--weights", w1, "--schedules",
             "default,tlm,topk:2,search:4", "--jsonl", ev, "--quiet");
     o = run_json(&r);
@@ -188,8 +173,8 @@ Test(tlm_train, learns_its_labels_and_resumes_bitwise)
 Test(tlm_train, refusals_name_the_flag)
 {
     char bad[128], out[128];
-    path(bad, sizeof bad, "bad.jsonl");
-    path(out, sizeof out, "o.bin");
+    tool_path(bad, sizeof bad, "bad.jsonl");
+    tool_path(out, sizeof out, "o.bin");
     run_result r = RUN("train", "--out", out);
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "--records"), "%s", r.err);

@@ -16,24 +16,14 @@
 #include "compiler/lang/lang.h"
 #include "compiler/tlm/tlm.h"
 
-static char g_dir[64];
+#include "tests/common/run_tool.h"
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/tlm-tune-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
+    tool_dir_make("/tmp/tlm-tune-XXXXXX");
 }
 
-static void teardown(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-TestSuite(tlm_tune, .init = setup, .fini = teardown, .timeout = 600);
-
-#include "tests/common/run_tool.h"
+TestSuite(tlm_tune, .init = setup, .fini = tool_dir_fini, .timeout = 600);
 
 static const char *WL = "{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, \"K\": 16}, "
                         "\"epilogue\": [\"relu\"]}";
@@ -54,16 +44,11 @@ static long long count_rows(const char *db, const char *where)
     return n;
 }
 
-static void path(char *buf, size_t cap, const char *name)
-{
-    snprintf(buf, cap, "%s/%s", g_dir, name);
-}
-
 Test(tlm_tune, tunes_records_and_writes_the_curve)
 {
     char db[128], curve[128];
-    path(db, sizeof db, "a.db");
-    path(curve, sizeof curve, "curve.json");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(curve, sizeof curve, "curve.json");
     run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "8", "--batch",
                        "4", "--seed", "3", "--store", db, "--curve", curve);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
@@ -96,11 +81,11 @@ Test(tlm_tune, tunes_records_and_writes_the_curve)
 Test(tlm_tune, records_export_and_import_merge_duplicates)
 {
     char db[128], db2[128], out[128], out2[128], bad[128];
-    path(db, sizeof db, "a.db");
-    path(db2, sizeof db2, "b.db");
-    path(out, sizeof out, "a.jsonl");
-    path(out2, sizeof out2, "b.jsonl");
-    path(bad, sizeof bad, "bad.jsonl");
+    tool_path(db, sizeof db, "a.db");
+    tool_path(db2, sizeof db2, "b.db");
+    tool_path(out, sizeof out, "a.jsonl");
+    tool_path(out2, sizeof out2, "b.jsonl");
+    tool_path(bad, sizeof bad, "bad.jsonl");
     run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "5", "--batch",
                        "5", "--store", db, "--quiet");
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -164,7 +149,7 @@ Test(tlm_tune, records_export_and_import_merge_duplicates)
 Test(tlm_tune, a_killed_tune_keeps_the_records_it_committed)
 {
     char db[128];
-    path(db, sizeof db, "k.db");
+    tool_path(db, sizeof db, "k.db");
     const char *argv[] = {tlm_bin(), "tune",   "--workload", WL,      "--target",
                           "cpu",     "--trials", "400",      "--batch", "4",
                           "--store", db,       "--quiet",    NULL};
@@ -234,9 +219,9 @@ Test(tlm_tune, refusals_name_the_flag)
 Test(tlm_tune, htam_refines_and_its_memory_moves_between_stores)
 {
     char db[128], db2[128], mem[128];
-    path(db, sizeof db, "h.db");
-    path(db2, sizeof db2, "h2.db");
-    path(mem, sizeof mem, "mem.json");
+    tool_path(db, sizeof db, "h.db");
+    tool_path(db2, sizeof db2, "h2.db");
+    tool_path(mem, sizeof mem, "mem.json");
     run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--strategy", "htam",
                        "--trials", "5", "--store", db, "--quiet");
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -282,7 +267,7 @@ Test(tlm_tune, htam_refines_and_its_memory_moves_between_stores)
 /* A small random model with the tensor language's vocabulary, saved in the test's directory. */
 static void tiny_weights(char *out, size_t cap)
 {
-    path(out, cap, "tiny.bin");
+    tool_path(out, cap, "tiny.bin");
     tlm_config cfg = {2, 4, 64, 512, lang_vocab_size()};
     uint8_t vh[32];
     lang_vocab_hash(vh);

@@ -54,16 +54,22 @@ static int land_eval(pl_job *j, const int *idx, int n, double *secs, void *user,
     return 0;
 }
 
-static htam_opts land_opts(land *L, int steps, uint64_t seed, htam_memory mem)
+/* A refinement of j on a landscape: its hidden optimum is the schedule sampled with opt_seed;
+ * o gets the options (steps from seed, memory mem, evaluated by the landscape). Returns a fresh
+ * memory for j's target (htam_free). */
+static htam *land_setup(pl_job *j, land *L, uint64_t opt_seed, int steps, uint64_t seed,
+                        htam_memory mem, htam_opts *o)
 {
-    htam_opts o;
-    htam_opts_init(&o);
-    o.steps = steps;
-    o.seed = seed;
-    o.memory = mem;
-    o.eval = land_eval;
-    o.eval_user = L;
-    return o;
+    *L = (land){0};
+    uint64_t r = opt_seed;
+    space_sample(j->sp, &r, &L->opt);
+    htam_opts_init(o);
+    o->steps = steps;
+    o->seed = seed;
+    o->memory = mem;
+    o->eval = land_eval;
+    o->eval_user = L;
+    return htam_new(j->tgt.kind);
 }
 
 /* an in-memory store io: the document */
@@ -95,11 +101,9 @@ Test(htam, steps_are_legal_new_and_reproducible)
     for (int run = 0; run < 3; run++) {
         pl_job j;
         prepare(&j, 197, 256, 96, "cpu");
-        land L = {0};
-        uint64_t r = 77;
-        space_sample(j.sp, &r, &L.opt);
-        htam *m = htam_new(TARGET_CPU);
-        htam_opts o = land_opts(&L, 24, run < 2 ? 5 : 6, HTAM_FULL);
+        land L;
+        htam_opts o;
+        htam *m = land_setup(&j, &L, 77, 24, run < 2 ? 5 : 6, HTAM_FULL, &o);
         htam_result res;
         tlm_error e;
         cr_assert_eq(htam_run(m, &j, 0, &o, &res, &e), 0, "%s", e.msg);
@@ -138,13 +142,11 @@ Test(htam, the_memory_adds_up_persists_and_transfers)
     for (int run = 0; run < 2; run++) {
         pl_job j;
         prepare(&j, 64 + 32 * run, 128, 64, "cpu"); /* two workloads: one memory */
-        land L = {0};
-        uint64_t r = 9 + (uint64_t)run;
-        space_sample(j.sp, &r, &L.opt);
-        htam *m = htam_new(TARGET_CPU);
+        land L;
+        htam_opts o;
+        htam *m = land_setup(&j, &L, 9 + (uint64_t)run, 12, 3, HTAM_FULL, &o);
         tlm_error e;
         cr_assert_eq(htam_load(m, &io, &e), 0, "%s", e.msg);
-        htam_opts o = land_opts(&L, 12, 3, HTAM_FULL);
         htam_result res;
         cr_assert_eq(htam_run(m, &j, 0, &o, &res, &e), 0, "%s", e.msg);
         total += res.steps;
@@ -209,11 +211,9 @@ Test(htam, every_ablation_runs_and_a_gpu_memory_has_its_own_taxonomy)
             cr_assert_eq(pl_prepare(&j, &w, &t, &po, &e), 0, "%s", e.msg);
             cr_assert_str_eq(space_sketch_name(j.sp->sketch), "gpu_mma");
         }
-        land L = {0};
-        uint64_t r = 4;
-        space_sample(j.sp, &r, &L.opt);
-        htam *m = htam_new(j.tgt.kind);
-        htam_opts o = land_opts(&L, 10, 1, mem);
+        land L;
+        htam_opts o;
+        htam *m = land_setup(&j, &L, 4, 10, 1, mem, &o);
         htam_result res;
         cr_assert_eq(htam_run(m, &j, 0, &o, &res, &e), 0, "%s: %s", names[k], e.msg);
         cr_assert_geq(res.steps, 5, "%s", names[k]);
@@ -320,11 +320,9 @@ Test(htam, a_model_regenerates_only_the_strategys_slot)
     for (int run = 0; run < 3; run++) {
         pl_job j;
         prepare(&j, 197, 256, 96, "cpu");
-        land L = {0};
-        uint64_t r = 77;
-        space_sample(j.sp, &r, &L.opt);
-        htam *m = htam_new(TARGET_CPU);
-        htam_opts o = land_opts(&L, 20, 5, HTAM_FULL);
+        land L;
+        htam_opts o;
+        htam *m = land_setup(&j, &L, 77, 20, 5, HTAM_FULL, &o);
         o.model = run < 2 ? model : NULL;
         htam_result res;
         tlm_error e;
@@ -381,11 +379,9 @@ Test(htam, a_model_that_prefers_a_value_gets_it)
     for (int run = 0; run < 2; run++) {
         pl_job j;
         prepare(&j, 256, 256, 256, "cpu");
-        land L = {0};
-        uint64_t r = 21;
-        space_sample(j.sp, &r, &L.opt);
-        htam *m = htam_new(TARGET_CPU);
-        htam_opts o = land_opts(&L, 24, 9, HTAM_FULL);
+        land L;
+        htam_opts o;
+        htam *m = land_setup(&j, &L, 21, 24, 9, HTAM_FULL, &o);
         o.model = run == 0 ? model : NULL;
         htam_result res;
         tlm_error e;
@@ -455,15 +451,13 @@ Test(htam, several_kernels_share_the_budget_by_the_task_scheduler)
 {
     pl_job j[2];
     tune_task tasks[2];
-    land L = {0};
     for (int i = 0; i < 2; i++) {
         prepare(&j[i], 197, 256, 96, "cpu");
         tasks[i] = (tune_task){.job = &j[i], .weight = i == 1 ? 50.0 : 1.0};
     }
-    uint64_t r = 77;
-    space_sample(j[0].sp, &r, &L.opt);
-    htam *m = htam_new(TARGET_CPU);
-    htam_opts o = land_opts(&L, 40, 2, HTAM_FULL);
+    land L;
+    htam_opts o;
+    htam *m = land_setup(&j[0], &L, 77, 40, 2, HTAM_FULL, &o);
     htam_result res[2];
     tlm_error e;
     cr_assert_eq(htam_tasks(m, tasks, 2, &o, 4, res, NULL, NULL, &e), 0, "%s", e.msg);
