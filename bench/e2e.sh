@@ -19,10 +19,6 @@
 # gpt2:seq_len=128"; e.g. add resnet50:batch=8), E2E_RUNS (10), E2E_DIR (kept outputs;
 # default a temporary folder removed at the end).
 set -eu
-# OpenMP threads bound one per logical CPU, for our kernels (the runner does the same when
-# nothing is set) and for the peers that use OpenMP (PyTorch, oneDNN): unbound, libgomp's
-# team can share one vCPU for whole calls on a small VM and a 0.5 ms kernel measures 8 ms.
-export OMP_PLACES=${OMP_PLACES:-threads} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 VPY=bench/.venv/bin/python

@@ -9,10 +9,6 @@
 #
 # Resumes by default (tlm eval and the peer skip workloads already in their JSONL).
 set -eu
-# OpenMP threads bound one per logical CPU, for our kernels (the runner does the same when
-# nothing is set) and for the peers that use OpenMP (PyTorch, oneDNN): unbound, libgomp's
-# team can share one vCPU for whole calls on a small VM and a 0.5 ms kernel measures 8 ms.
-export OMP_PLACES=${OMP_PLACES:-threads} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
 cd "$(dirname "$0")/.."
 R=bench/results
 TLM=${TLM:-build/tlm}

@@ -12,10 +12,6 @@
 # variant; warm: the memory after running full HTAM on the training slice (32 steps each).
 # OPENBLAS pins are not touched: no OpenBLAS peer here (the reference check's BLAS only).
 set -eu
-# OpenMP threads bound one per logical CPU, for our kernels (the runner does the same when
-# nothing is set) and for the peers that use OpenMP (PyTorch, oneDNN): unbound, libgomp's
-# team can share one vCPU for whole calls on a small VM and a 0.5 ms kernel measures 8 ms.
-export OMP_PLACES=${OMP_PLACES:-threads} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
 cd "$(dirname "$0")/.."
 R=bench/results
 TLM=${BUILD:-build}/tlm

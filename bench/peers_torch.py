@@ -374,6 +374,10 @@ def torch_measure_factory(torch):
 
 def main():
     args = parse_args("bench/results/real_shapes.torch.jsonl", __doc__)
+    # OpenMP threads bound one per logical CPU, as tlm's runner binds our kernels' (libgomp
+    # reads these when torch loads it; a placement the caller set is kept)
+    os.environ.setdefault("OMP_PLACES", "threads")
+    os.environ.setdefault("OMP_PROC_BIND", "close")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -14,10 +14,6 @@
 # appends one line per workload as it goes). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset
 # only in the one command that measures OpenBLAS as a peer (the sweep itself).
 set -eu
-# OpenMP threads bound one per logical CPU, for our kernels (the runner does the same when
-# nothing is set) and for the peers that use OpenMP (PyTorch, oneDNN): unbound, libgomp's
-# team can share one vCPU for whole calls on a small VM and a 0.5 ms kernel measures 8 ms.
-export OMP_PLACES=${OMP_PLACES:-threads} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bench
 R=bench/results
