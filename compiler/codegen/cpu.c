@@ -1489,10 +1489,14 @@ static bool rows_vec_stream(const cgc *c);
  * vectors along the output's last axis) streams the output out when it outgrows the cache
  * (rows_vec_stream's rule): an attention score matrix of 54-64 MB from a K = 40-64
  * contraction is bound by its write traffic, and without the read for ownership it is 1.5x
- * faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). */
+ * faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The rows must be whole lines. */
 static bool tile_stream(const cgc *c)
 {
     if (c->nr == 0 || c->W <= 1 || c->x != c->ns - 1) return false;
+    /* rows of whole lines: the block's row and the output's (on a 64-byte aligned output);
+     * 1500-float rows put every 16-float segment across two lines, all stored plainly (and
+     * before the helper streamed whole lines only, half lines: 18 -> 190 ms on AVX2) */
+    if (c->T[c->x][3] % 16 || c->E[c->x] % 16) return false;
     for (int i = c->ns; i < c->ns + c->nr; i++)
         if (c->T[i][0] != 1) return false;
     return rows_vec_stream(c);
@@ -2056,6 +2060,9 @@ static int64_t rows_stream_len(const cgc *c, bool vec)
     return n;
 }
 
+/* tlm_stream_row: whole 64-byte lines only go out non-temporally; the partial lines at either
+ * end take plain stores (a half line streamed while its other half is stored plainly, as
+ * 8-float AVX2 streams did at row ends, costs a partial write to memory each time). */
 static void emit_stream_helper(cg_buf *b)
 {
     cg_line(b, 0, "#include <immintrin.h>");
@@ -2067,7 +2074,10 @@ static void emit_stream_helper(cg_buf *b)
     cg_line(b, 0, "#if defined(__AVX512F__)");
     cg_line(b, 1, "for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));");
     cg_line(b, 0, "#elif defined(__AVX__)");
-    cg_line(b, 1, "for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));");
+    cg_line(b, 1, "for (; i + 16 <= n; i += 16) {");
+    cg_line(b, 2, "_mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));");
+    cg_line(b, 2, "_mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));");
+    cg_line(b, 1, "}");
     cg_line(b, 0, "#endif");
     cg_line(b, 1, "for (; i < n; i++) dst[i] = src[i];");
     cg_line(b, 0, "}");
