@@ -688,19 +688,15 @@ static void emit_acc_value(cgc *c, int ind, const char *src)
 
 /* The write-back of one finished register tile (c->direct): its points, read back from the
  * block while hot, through the epilogue to the output; the last tile of a padded axis stops
- * at the extent. */
-static void emit_tile_stream(cgc *c, int ind, const int64_t *accst);
-
+ * at the extent. A streamed output (c->stream, a full tile) takes the epilogue in place in
+ * the block, and each row then goes out with non-temporal stores (tlm_stream_row), its lines
+ * written without being read first. */
 static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
 {
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
     int ns = c->ns, oind = ind;
-    bool vec = c->W > 1;
-    if (c->stream && !c->edge) {
-        emit_tile_stream(c, ind, accst);
-        return;
-    }
+    bool vec = c->W > 1, stream = c->stream && !c->edge;
     for (int i = 0; i < ns; i++) {
         const char *n = a->axis[i];
         bool bound = c->pad[i] && c->edge; /* only the edge version's tiles overshoot */
@@ -720,62 +716,30 @@ static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
         cg_line(b, ind, "const int64_t %s = %s_b + %s3;", a->axis[i], a->axis[i], a->axis[i]);
         nm.axis[i] = a->axis[i];
     }
-    char src[320];
-    size_t sl = (size_t)snprintf(src, sizeof src, "blk[");
-    for (int i = 0; i < ns; i++)
-        sl += (size_t)snprintf(src + sl, sizeof src - sl, "%s%s3 * %lld", i ? " + " : "",
-                               a->axis[i], (long long)accst[i]);
-    snprintf(src + sl, sizeof src - sl, "]");
-    emit_acc_value(c, ind, src);
-    emit_epilogue_store(b, c->g, ind, &nm, NULL);
-    while (ind > oind) cg_line(b, --ind, "}");
-}
-
-/* emit_tile_store for a streamed output (c->stream; a full tile): each row of the block goes
- * through the epilogue in place, then out with non-temporal stores (tlm_stream_row), so the
- * output's lines are written without being read first. */
-static void emit_tile_stream(cgc *c, int ind, const int64_t *accst)
-{
-    cg_buf *b = &c->b;
-    const ir_stage *a = c->a;
-    int ns = c->ns, oind = ind;
-    cg_names nm = c->nm;
-    for (int i = 0; i < ns; i++) nm.axis[i] = a->axis[i];
     char src[320], row[320];
     size_t sl = (size_t)snprintf(src, sizeof src, "blk["), rl = (size_t)snprintf(row, sizeof row, "blk");
     for (int i = 0; i < ns; i++) {
         sl += (size_t)snprintf(src + sl, sizeof src - sl, "%s%s3 * %lld", i ? " + " : "",
                                a->axis[i], (long long)accst[i]);
-        if (i < ns - 1)
+        if (i < ns - 1) /* the row's start: its outer axes only */
             rl += (size_t)snprintf(row + rl, sizeof row - rl, " + %s3 * %lld", a->axis[i],
                                    (long long)accst[i]);
     }
     snprintf(src + sl, sizeof src - sl, "]");
-    for (int i = 0; i < ns - 1; i++) {
-        const char *n = a->axis[i];
-        cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3++) {", n, n, (long long)c->T[i][3], n);
-    }
-    const char *n = a->axis[ns - 1];
-    /* the block's points change only under an epilogue or a post-scale */
-    if (c->g->n_stage > c->g->anchor + 1 || a->post_scale != 1.0) {
-        cg_line(b, ind, "#pragma omp simd");
-        cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3++) {", n, n,
-                (long long)c->T[ns - 1][3], n);
-        for (int i = 0; i < ns; i++)
+    emit_acc_value(c, ind, src);
+    emit_epilogue_store(b, c->g, ind, &nm, stream ? src : NULL);
+    if (stream) { /* the row out from its first point, the last axis at its block start */
+        const char *n = a->axis[ns - 1];
+        cg_line(b, --ind, "}");
+        cg_line(b, ind++, "{");
+        for (int i = 0; i < ns - 1; i++)
             cg_line(b, ind, "const int64_t %s = %s_b + %s3;", a->axis[i], a->axis[i], a->axis[i]);
-        emit_acc_value(c, ind, src);
-        emit_epilogue_store(b, c->g, ind, &nm, src);
+        cg_line(b, ind, "const int64_t %s = %s_b;", n, n);
+        cg_printf(b, "%*stlm_stream_row(&", ind * 4, "");
+        emit_output_ref(b, c->g, &nm);
+        cg_printf(b, ", %s, %lld);\n", row, (long long)c->T[ns - 1][3]);
         cg_line(b, --ind, "}");
     }
-    /* the row from its first point: the outer axes' names, the last axis at its block start */
-    cg_line(b, ind++, "{");
-    for (int i = 0; i < ns - 1; i++)
-        cg_line(b, ind, "const int64_t %s = %s_b + %s3;", a->axis[i], a->axis[i], a->axis[i]);
-    cg_line(b, ind, "const int64_t %s = %s_b;", n, n);
-    cg_printf(b, "%*stlm_stream_row(&", ind * 4, "");
-    emit_output_ref(b, c->g, &nm);
-    cg_printf(b, ", %s, %lld);\n", row, (long long)c->T[ns - 1][3]);
-    cg_line(b, --ind, "}");
     while (ind > oind) cg_line(b, --ind, "}");
 }
 

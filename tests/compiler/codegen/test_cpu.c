@@ -587,6 +587,17 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     free(b.sp);
 }
 
+/* Whether the kernel generated for schedule s contains needle. */
+static bool source_has(const built *b, const space_sched *s, const char *needle)
+{
+    tlm_error err;
+    cg_kernel k;
+    cr_assert_eq(cg_generate(b->sp, s, NULL, &k, &err), 0, "%s", err.msg);
+    bool has = strstr(k.source, needle) != NULL;
+    cg_kernel_free(&k);
+    return has;
+}
+
 /* A register tile whose reduction has several loops (a direct conv along F: c, kh, kw)
  * requests the input rows two channels ahead at the top of each kh iteration; a GEMM (one
  * reduction loop, its broadcasts sequential) does not. Both checked against the reference,
@@ -606,14 +617,10 @@ Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
             space_default(b.sp, &s);
             space_sched f;
             space_default_vectorized(b.sp, 3, &f); /* along F */
-            tlm_error err;
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &f, NULL, &k, &err), 0, "%s", err.msg);
-            cr_expect(strstr(k.source, "__builtin_prefetch(&Pad0[") != NULL,
+            cr_expect(source_has(&b, &f, "__builtin_prefetch(&Pad0["),
                       "%s on %s: no prefetch of the input rows", convs[i], ti ? "avx2" : "avx512");
-            cr_expect(strstr(k.source, "__builtin_prefetch(&X[") == NULL,
+            cr_expect(!source_has(&b, &f, "__builtin_prefetch(&X["),
                       "the padding copy's source is not read in the tile");
-            cg_kernel_free(&k);
             check_schedule(&b, &f, convs[i]);
             check_schedule(&b, &s, convs[i]);
             free(b.g);
@@ -622,11 +629,7 @@ Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
     built b = build("{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":70,\"K\":29}}", "cpu");
     space_sched s;
     space_default(b.sp, &s);
-    tlm_error err;
-    cg_kernel k;
-    cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-    cr_expect(strstr(k.source, "iterations of") == NULL, "a GEMM's broadcasts are sequential");
-    cg_kernel_free(&k);
+    cr_expect(!source_has(&b, &s, "iterations of"), "a GEMM's broadcasts are sequential");
     free(b.g);
     free(b.sp);
 }
@@ -650,13 +653,9 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
             small_l3(&b);
             space_sched s;
             space_default(b.sp, &s);
-            tlm_error err;
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            cr_expect(strstr(k.source, "tlm_stream_row(&out[") != NULL, "%s on %s: not streamed",
+            cr_expect(source_has(&b, &s, "tlm_stream_row(&out["), "%s on %s: not streamed",
                       wls[i], ti ? "cpu:avx2" : "cpu");
-            cr_expect(strstr(k.source, "_mm_sfence();") != NULL);
-            cg_kernel_free(&k);
+            cr_expect(source_has(&b, &s, "_mm_sfence();"));
             check_schedule(&b, &s, wls[i]);
             for (int sl = 0; sl < b.sp->n_slot; sl++)
                 if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
@@ -678,11 +677,7 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
         if (i) small_l3(&b);
         space_sched s;
         space_default(b.sp, &s);
-        tlm_error err;
-        cg_kernel k;
-        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-        cr_expect(strstr(k.source, "tlm_stream_row") == NULL, "%s: streamed", plain[i]);
-        cg_kernel_free(&k);
+        cr_expect(!source_has(&b, &s, "tlm_stream_row"), "%s: streamed", plain[i]);
         if (i) check_schedule(&b, &s, plain[i]);
         free(b.g);
         free(b.sp);
