@@ -31,7 +31,11 @@
  * Usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAME[,NAME...]]
  *                    [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE] [--fresh]
  *                    [--no-torch] [--no-ort] [--torch-python PY] [--ort-python PY] [--list]
+ *                    [--rounds R]
  *   --only takes names or shell patterns (fnmatch), comma-separated.
+ *   --rounds R: after each workload's first pass, R head-to-head rounds re-measure our kept
+ *   kernels (default, best) and the peers alternately (rs_rounds); 3 by default, 2 with
+ *   --quick, 0 = off.
  *   --quick: the suite's "quick" workloads (unless --only), N = 4, fewer timing samples.
  *   --budget-min M: the sweep aims to finish in M minutes: each pair's random search gets a
  *   share of the time left after the fixed costs (defaults, peers) and stops early (>= 2
@@ -76,6 +80,7 @@ typedef struct {
     int n_only;
     int nrand;
     int tune;          /* --tune N: the measured search with N trials (0: off) */
+    int rounds;        /* --rounds R: head-to-head re-measurements per workload (see rs_rounds) */
     bool tune_random;  /* --tune-random: also the random strategy, N trials (the baseline) */
     double budget_s;                       /* the sweep's wall budget (0: none) */
     const char *torch_python, *ort_python; /* NULL: that peer is off */
@@ -99,7 +104,7 @@ static int rs_usage(void)
             "usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAMES]\n"
             "                   [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE]\n"
             "                   [--fresh] [--no-torch] [--no-ort] [--torch-python PY]\n"
-            "                   [--tune N] [--tune-random]\n"
+            "                   [--tune N] [--tune-random] [--rounds R]\n"
             "                   [--ort-python PY] [--list]\n");
     return 2;
 }
@@ -272,8 +277,36 @@ static double rs_build_s(const pl_job *j)
     return s;
 }
 
+/* Our kernels kept for the head-to-head rounds (rs_rounds): the default's and the best
+ * candidate's shared objects, written to the run's scratch directory. */
+typedef struct {
+    const char *target;
+    char path[2][512]; /* [0] default, [1] best when it is not the default; "" when absent */
+    char entry[CG_ENTRY_MAX + 192];
+    uint64_t seed;
+    int repeats;
+} rs_kept;
+
+static char g_scratch[64]; /* mkdtemp'd; "" when there is none (no rounds for ours) */
+
+static void rs_keep(rs_kept *kp, int slot, const char *tname, const drv_artifact *a)
+{
+    if (!kp || !g_scratch[0] || !a->binary) return;
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s", tname);
+    for (char *c = tag; *c; c++)
+        if (*c == ':') *c = '_';
+    snprintf(kp->path[slot], sizeof kp->path[slot], "%s/%s.%s.so", g_scratch, tag,
+             slot ? "best" : "default");
+    FILE *f = fopen(kp->path[slot], "wb");
+    bool ok = f && fwrite(a->binary, 1, a->binary_size, f) == a->binary_size;
+    if (f && fclose(f)) ok = false;
+    if (!ok) kp->path[slot][0] = '\0';
+    snprintf(kp->entry, sizeof kp->entry, "%s", a->entry);
+}
+
 static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *w,
-                         const char *tname, FILE *out)
+                         const char *tname, FILE *out, rs_kept *kp)
 {
     tlm_error e;
     target t;
@@ -307,6 +340,11 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
     char def_txt[1024] = "";
     if (dj.n_cands) space_print(sp, &dj.cands[0].sched, def_txt, sizeof def_txt);
     double build_s = rs_build_s(&dj);
+    if (kp) {
+        memset(kp, 0, sizeof *kp);
+        kp->target = tname, kp->seed = seed, kp->repeats = rep_full;
+        if (drc == 0) rs_keep(kp, 0, tname, &dj.art);
+    }
     fprintf(stderr, "[%s %s] default %s %.2f GFLOP/s %.3g ms (%.1f s)\n", name, tname,
             drc == 0 ? "ok" : def_status, def_gf, def_s * 1e3, tlm_now_s() - t0);
 
@@ -371,6 +409,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
             if (rand_s_best <= 0 || rj.chosen_mr.median_s < rand_s_best) {
                 rand_s_best = rj.chosen_mr.median_s, rand_gf_best = rj.chosen_mr.gflops;
                 space_print(sp, &s, rand_txt, sizeof rand_txt);
+                if (def_s <= 0 || rand_s_best < def_s) rs_keep(kp, 1, tname, &rj.art);
             }
         } else {
             n_fail++;
@@ -445,6 +484,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
         pl_job_free(&tj);
     }
     const bool rand_wins = rand_s_best > 0 && (def_s <= 0 || rand_s_best < def_s);
+    if (kp && !rand_wins) kp->path[1][0] = '\0'; /* the best is the default */
     const double best_s = rand_wins ? rand_s_best : def_s,
                  best_gf = rand_wins ? rand_gf_best : def_gf;
     const double wall = tlm_now_s() - t0;
@@ -502,7 +542,9 @@ static void rs_peer_set(json_t *j, const char *key, double sec)
     json_object_set_new(j, key, sec > 0 ? json_real(sec) : json_null());
 }
 
-static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
+/* The peers' times for workload w as a "peers" record (not emitted); with_floor: also the
+ * memory-bound floor (the first pass only: the rounds re-time the peers, not the machine). */
+static json_t *rs_peers_json(const char *name, const ir_workload *w, bool with_floor)
 {
     double t0 = tlm_now_s();
     json_t *j = json_object();
@@ -563,7 +605,7 @@ static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
         break; /* rms_norm, reductions, elementwise, transpose: PyTorch only */
     }
     /* memory-bound ops: the copy (or read) of their own bytes, timed here, is their floor */
-    ir_subgraph *g = calloc(1, sizeof *g);
+    ir_subgraph *g = with_floor ? calloc(1, sizeof *g) : NULL;
     tlm_error err;
     tlm_err_clear(&err);
     if (g && ir_subgraph_build(w, g, &err) == 0) {
@@ -581,6 +623,13 @@ static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
     }
     free(g);
     json_object_set_new(j, "wall_s", json_real(tlm_now_s() - t0));
+    return j;
+}
+
+static void rs_bench_peers(const char *name, const ir_workload *w, FILE *out)
+{
+    double t0 = tlm_now_s();
+    json_t *j = rs_peers_json(name, w, true);
     fprintf(stderr, "[%s peers] %.1f s\n", name, tlm_now_s() - t0);
     rs_emit(out, j);
 }
@@ -673,6 +722,98 @@ static void rs_helper_stop(rs_helper *h)
     memset(h, 0, sizeof *h);
 }
 
+/* Head-to-head rounds. One median per kernel, taken seconds away from its peer's, says as
+ * much about the machine's stalls as about the kernels on a shared VM (this one stalls for
+ * milliseconds at a time, long enough to double a median of seven 1-ms samples), and the
+ * best of N random candidates is itself the luckiest of N measurements. So after the first
+ * pass, each of our kept kernels (default, best) and each peer is measured again, R times,
+ * alternating (ours for every target, the C peers, PyTorch, ONNX Runtime; then again), and
+ * one "rounds" record keeps every time. The report takes each figure's best median over the
+ * first pass and the rounds, alike for ours and for the peers. A workload whose kernels were
+ * measured by an earlier (resumed) run has none kept: its rounds are skipped, so neither
+ * side gets more tries than the other. */
+static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, json_t *wj,
+                      const rs_kept *kept, int n_kept, bool do_ours, bool do_peers,
+                      rs_helper *helpers, FILE *out)
+{
+    int n_paths = 0;
+    for (int k = 0; k < n_kept; k++)
+        n_paths += (kept[k].path[0][0] != 0) + (kept[k].path[1][0] != 0);
+    if (o->rounds <= 0 || (do_ours && n_paths == 0) || (!do_ours && !do_peers)) return;
+    const double t0 = tlm_now_s();
+    ir_subgraph *g = calloc(1, sizeof *g);
+    tlm_error err;
+    const bool have_g = g && ir_subgraph_build(w, g, &err) == 0;
+    json_t *ours = json_object(), *pj = json_object();
+    json_t *hj[2] = {json_array(), json_array()};
+    for (int r = 0; r < o->rounds; r++) {
+        for (int k = 0; k < n_kept && have_g; k++) {
+            for (int slot = 0; slot < 2; slot++) {
+                if (!kept[k].path[slot][0]) continue;
+                measure_opts mo;
+                measure_opts_init(&mo);
+                mo.seed = kept[k].seed;
+                mo.repeats = kept[k].repeats;
+                mo.timeout_s = 120.0;
+                measure_result mr;
+                tlm_error me;
+                const bool ok = measure_cpu(g, kept[k].path[slot], kept[k].entry, &mo, &mr, &me) == 0 &&
+                                mr.status == MEASURE_OK && mr.median_s > 0;
+                json_t *tj = json_object_get(ours, kept[k].target);
+                if (!tj) {
+                    tj = json_object();
+                    json_object_set_new(ours, kept[k].target, tj);
+                }
+                const char *key = slot ? "best" : "default";
+                json_t *arr = json_object_get(tj, key);
+                if (!arr) {
+                    arr = json_array();
+                    json_object_set_new(tj, key, arr);
+                }
+                json_array_append_new(arr, ok ? json_real(mr.median_s) : json_null());
+            }
+        }
+        if (!do_peers) continue;
+        json_t *p = rs_peers_json(name, w, false);
+        const char *key;
+        json_t *v;
+        json_object_foreach(p, key, v)
+        {
+            size_t n = strlen(key);
+            if (n < 3 || strcmp(key + n - 2, "_s") || !strcmp(key, "wall_s")) continue;
+            json_t *arr = json_object_get(pj, key);
+            if (!arr) {
+                arr = json_array();
+                json_object_set_new(pj, key, arr);
+            }
+            json_array_append_new(arr, json_is_number(v) ? json_real(json_number_value(v))
+                                                         : json_null());
+        }
+        json_decref(p);
+        for (int h = 0; h < 2; h++) {
+            json_t *rec = rs_helper_ask(&helpers[h], name, wj);
+            json_t *m = rec ? json_object_get(rec, "median_s") : NULL;
+            json_array_append_new(hj[h], json_is_number(m) ? json_real(json_number_value(m))
+                                                           : json_null());
+            json_decref(rec);
+        }
+    }
+    free(g);
+    json_t *j = json_object();
+    json_object_set_new(j, "kind", json_string("rounds"));
+    json_object_set_new(j, "name", json_string(name));
+    json_object_set_new(j, "build", json_string(g_build));
+    json_object_set_new(j, "rounds", json_integer(o->rounds));
+    json_object_set_new(j, "ours", ours);
+    json_object_set_new(j, "peers", pj);
+    json_object_set_new(j, "torch", hj[0]);
+    json_object_set_new(j, "ort", hj[1]);
+    json_object_set_new(j, "wall_s", json_real(tlm_now_s() - t0));
+    json_object_set_new(j, "time", json_integer((json_int_t)time(NULL)));
+    fprintf(stderr, "[%s rounds] %d in %.1f s\n", name, o->rounds, tlm_now_s() - t0);
+    rs_emit(out, j);
+}
+
 static void rs_host_line(FILE *out, const rs_opts *o, bool limits)
 {
     const target_cpu_info *c = target_host_cpu();
@@ -710,7 +851,8 @@ int main(int argc, char **argv)
     rs_opts o = {.suite = "bench/suites/real_shapes.json",
                  .out = "bench/results/real_shapes.jsonl",
                  .part = "all",
-                 .nrand = -1};
+                 .nrand = -1,
+                 .rounds = -1};
     char *targets_arg = NULL, *only_arg = NULL;
     bool no_torch = false, no_ort = false;
     for (int i = 1; i < argc; i++) {
@@ -728,6 +870,8 @@ int main(int argc, char **argv)
             o.nrand = atoi(argv[++i]);
         else if (!strcmp(a, "--tune") && more)
             o.tune = atoi(argv[++i]);
+        else if (!strcmp(a, "--rounds") && more)
+            o.rounds = atoi(argv[++i]);
         else if (!strcmp(a, "--tune-random"))
             o.tune_random = true;
         else if (!strcmp(a, "--part") && more)
@@ -754,6 +898,11 @@ int main(int argc, char **argv)
     if (strcmp(o.part, "all") && strcmp(o.part, "ours") && strcmp(o.part, "peers"))
         return rs_usage();
     if (o.nrand < 0) o.nrand = o.quick ? 4 : 16;
+    if (o.rounds < 0) o.rounds = o.quick ? 2 : 3;
+    if (o.rounds > 20) {
+        fprintf(stderr, "--rounds: at most 20\n");
+        return 2;
+    }
     if (o.budget_s < 0) o.budget_s = 0;
     if (no_torch)
         o.torch_python = NULL;
@@ -802,6 +951,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "machine limits (FMA peak, bandwidth)...\n");
     }
     if (!o.list) rs_host_line(out, &o, do_peers);
+    if (do_ours && !o.list && o.rounds > 0) {
+        snprintf(g_scratch, sizeof g_scratch, "/tmp/tlm-rs-XXXXXX");
+        if (!mkdtemp(g_scratch)) {
+            perror("real_shapes: scratch directory (no rounds for our kernels)");
+            g_scratch[0] = '\0';
+        }
+    }
     rs_helper helpers[2];
     memset(helpers, 0, sizeof helpers);
     if (do_peers && !o.list) {
@@ -854,6 +1010,9 @@ int main(int argc, char **argv)
             continue;
         }
         char key[512];
+        rs_kept kept[RS_MAX_TARGETS];
+        memset(kept, 0, sizeof kept);
+        int n_kept = 0;
         if (do_ours) {
             for (int ti = 0; ti < o.n_targets; ti++) {
                 snprintf(key, sizeof key, "%s\t%s", name, o.targets[ti]);
@@ -861,7 +1020,8 @@ int main(int argc, char **argv)
                     fprintf(stderr, "[%s %s] done (resume)\n", name, o.targets[ti]);
                     continue;
                 }
-                if (rs_bench_ours(&o, name, &w, o.targets[ti], out)) n_fail++;
+                if (rs_bench_ours(&o, name, &w, o.targets[ti], out, &kept[n_kept])) n_fail++;
+                n_kept++;
                 if (g_clock.pairs_left > 1) g_clock.pairs_left--;
             }
         }
@@ -882,6 +1042,12 @@ int main(int argc, char **argv)
             }
             g_clock.def_spent += tlm_now_s() - tp; /* a fixed cost, like the defaults */
         }
+        double tr = tlm_now_s();
+        rs_rounds(&o, name, &w, wj, kept, n_kept, do_ours, do_peers, helpers, out);
+        g_clock.def_spent += tlm_now_s() - tr;
+        for (int k = 0; k < n_kept; k++)
+            for (int slot = 0; slot < 2; slot++)
+                if (kept[k].path[slot][0]) unlink(kept[k].path[slot]);
     }
     if (!o.list)
         fprintf(stderr, "%d workloads, %d failures, %.0f s; results in %s\n", n_sel, n_fail,
@@ -895,6 +1061,7 @@ int main(int argc, char **argv)
         rs_host_line(out, &o, true);
     }
     if (out) fclose(out);
+    if (g_scratch[0]) rmdir(g_scratch);
     json_decref(suite);
     return n_fail ? 1 : 0;
 }

@@ -13,6 +13,9 @@
 # and an 8-minute pace. Without --fresh an interrupted sweep resumes: one JSON line per
 # workload and target (and per peer) is appended to bench/results/real_shapes.jsonl, and
 # what is there is skipped (our kernels: same bench build and N). --fresh starts over.
+# After each workload's first pass, 3 head-to-head rounds (2 with --quick) re-measure our
+# default and best kernels and every peer alternately; the report takes each figure's best
+# median, ours and the peers' alike (real_shapes.c rs_rounds).
 # `make bench` (bench/run.sh) runs it with --fresh.
 #
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which some hosts set to hold OpenBLAS to older
