@@ -898,6 +898,41 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
     }
 }
 
+/* A ragged last block of rows (512 rows in blocks of 6 x 32 = 192: 192, 192, 128) makes the
+ * tasks of the last row block short; on 2 cores the contiguous static split leaves one
+ * thread idle, so the task loop deals them one at a time. Even blocks (8 x 16 = 128: four
+ * whole ones) and a single core keep the plain split. Every kernel is checked. */
+Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
+{
+    const char *wl = "{\"op\":\"dense\",\"shape\":{\"M\":512,\"N\":256,\"K\":32}}";
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        for (int k = 0; k < 3; k++) {
+            built b = build(wl, tg);
+            int cores = k == 2 ? 1 : 2;
+            b.t.cpu.cores = b.sp->tgt.cpu.cores = cores;
+            const int64_t rows = k == 1 ? 8 : 6, block = k == 1 ? 16 : 32;
+            const want_rule rules[] = {{SLOT_TILE, 0, 3, rows},
+                                       {SLOT_TILE, 0, 2, block},
+                                       {SLOT_TILE, 1, 2, 1},
+                                       {SLOT_PARALLEL, -1, -1, 1}};
+            space_sched s;
+            space_default(b.sp, &s);
+            force_slots(b.sp, &s, rules, 4);
+            char txt[1024];
+            space_print(b.sp, &s, txt, sizeof txt);
+            cr_assert(space_tile(b.sp, &s, 0, 3) == rows && space_tile(b.sp, &s, 0, 2) == block,
+                      "%s: rows not forced: %s", tg, txt);
+            bool dealt = source_has(&b, &s, "schedule(static, 1)");
+            cr_expect_eq(dealt, k == 0, "%s, [%s], %d cores: dealt one at a time: %d", tg, txt,
+                         cores, dealt);
+            check_schedule(&b, &s, wl);
+            free(b.g);
+            free(b.sp);
+        }
+    }
+}
+
 /* The rule of thumb with the vectors along F (axis 3 from the last of a conv's n, f, oh, ow),
  * then the rules' slot values where legal. */
 static void schedule_along_f(const space *sp, space_sched *s, const want_rule *rules, int n_rules)
