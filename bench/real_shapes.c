@@ -31,11 +31,14 @@
  * Usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAME[,NAME...]]
  *                    [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE] [--fresh]
  *                    [--no-torch] [--no-ort] [--torch-python PY] [--ort-python PY] [--list]
- *                    [--rounds R]
+ *                    [--rounds R] [--ours-from FILE]
  *   --only takes names or shell patterns (fnmatch), comma-separated.
  *   --rounds R: after each workload's first pass, R head-to-head rounds re-measure our kept
  *   kernels (default, best) and the peers alternately (rs_rounds); 3 by default, 2 with
  *   --quick, 0 = off.
+ *   --ours-from FILE: our kernels are the default and FILE's chosen schedule per (workload,
+ *   target) instead of a new search (the AVX2-held peers pass re-measures the sweep's
+ *   cpu:avx2 kernels beside the held peers, in the same machine state).
  *   --quick: the suite's "quick" workloads (unless --only), N = 4, fewer timing samples.
  *   --budget-min M: the sweep aims to finish in M minutes: each pair's random search gets a
  *   share of the time left after the fixed costs (defaults, peers) and stops early (>= 2
@@ -81,6 +84,8 @@ typedef struct {
     int nrand;
     int tune;          /* --tune N: the measured search with N trials (0: off) */
     int rounds;        /* --rounds R: head-to-head re-measurements per workload (see rs_rounds) */
+    json_t *ours_from; /* --ours-from FILE: "name\ttarget" -> that run's best schedule ("" when
+                        * the default won); our kernels are those schedules, not a new search */
     bool tune_random;  /* --tune-random: also the random strategy, N trials (the baseline) */
     double budget_s;                       /* the sweep's wall budget (0: none) */
     const char *torch_python, *ort_python; /* NULL: that peer is off */
@@ -104,7 +109,7 @@ static int rs_usage(void)
             "usage: real_shapes [--suite FILE] [--targets T1,T2] [--random N] [--only NAMES]\n"
             "                   [--budget-min M] [--quick] [--part all|ours|peers] [--out FILE]\n"
             "                   [--fresh] [--no-torch] [--no-ort] [--torch-python PY]\n"
-            "                   [--tune N] [--tune-random] [--rounds R]\n"
+            "                   [--tune N] [--tune-random] [--rounds R] [--ours-from FILE]\n"
             "                   [--ort-python PY] [--list]\n");
     return 2;
 }
@@ -217,6 +222,34 @@ static void rs_keys_load(rs_keys *ks, const char *path, int nrand)
     }
     free(line);
     fclose(f);
+}
+
+/* --ours-from: each (workload, target)'s chosen schedule in another run's output ("" where
+ * the default won), the last record per pair. */
+static json_t *rs_ours_load(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    json_t *m = json_object();
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        const char *kind = j ? json_string_value(json_object_get(j, "kind")) : NULL;
+        const char *name = j ? json_string_value(json_object_get(j, "name")) : NULL;
+        const char *t = j ? json_string_value(json_object_get(j, "target")) : NULL;
+        const char *from = j ? json_string_value(json_object_get(j, "best_from")) : NULL;
+        const char *bs = j ? json_string_value(json_object_get(j, "best_schedule")) : NULL;
+        if (kind && !strcmp(kind, "ours") && name && t) {
+            char k[512];
+            snprintf(k, sizeof k, "%s\t%s", name, t);
+            json_object_set_new(m, k, json_string(from && !strcmp(from, "random") && bs ? bs : ""));
+        }
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    return m;
 }
 
 static void rs_emit(FILE *out, json_t *j)
@@ -370,8 +403,22 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
     /* structured variants first, as a tuner seeds its population: the rule of thumb along
      * every other vector axis the space offers, and the default with packing toggled */
     space_sched var[16];
-    int nvar = 0;
-    if (sp->sketch == SKETCH_CPU_TILE && dj.n_cands) {
+    int nvar = 0, nrand = o->nrand;
+    if (o->ours_from) {
+        /* --ours-from: the other run's best schedule, when it was not the default, is the one
+         * candidate (the held-peers pass re-measures the kernels the sweep chose) */
+        char key[512];
+        snprintf(key, sizeof key, "%s\t%s", name, tname);
+        const char *txt = json_string_value(json_object_get(o->ours_from, key));
+        tlm_error pe;
+        nrand = 0;
+        if (txt && *txt) {
+            if (space_parse(sp, txt, &var[0], &pe) == 0 && space_check(sp, &var[0], &pe) == 0)
+                nvar = 1;
+            else
+                fprintf(stderr, "[%s %s] --ours-from schedule refused: %s\n", name, tname, pe.msg);
+        }
+    } else if (sp->sketch == SKETCH_CPU_TILE && dj.n_cands) {
         const space_sched *d = &dj.cands[0].sched;
         int64_t vals[SPACE_MAX_VALUES];
         space_sched none;
@@ -389,7 +436,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
             }
     }
     const double t_rand = tlm_now_s();
-    for (int k = 0; k < nvar + o->nrand; k++) {
+    for (int k = 0; k < nvar + nrand; k++) {
         space_sched s;
         if (k < nvar)
             s = var[k];
@@ -872,6 +919,13 @@ int main(int argc, char **argv)
             o.tune = atoi(argv[++i]);
         else if (!strcmp(a, "--rounds") && more)
             o.rounds = atoi(argv[++i]);
+        else if (!strcmp(a, "--ours-from") && more) {
+            const char *f = argv[++i];
+            if (!(o.ours_from = rs_ours_load(f))) {
+                fprintf(stderr, "--ours-from %s: cannot read it\n", f);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--tune-random"))
             o.tune_random = true;
         else if (!strcmp(a, "--part") && more)

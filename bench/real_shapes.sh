@@ -68,15 +68,18 @@ env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$B/real_shapes" --budget-min "$bud
 # On an AVX-512 host the peers above run their AVX-512 kernels, which says nothing about how
 # our AVX2 code compares with theirs: for the cpu:avx2 rows the peers are measured once more in
 # a second pass held to AVX2 (OpenBLAS's Haswell kernels, oneDNN and PyTorch capped at AVX2;
-# ONNX Runtime has no such cap and is left out), appended to real_shapes_avx2peers.jsonl. This
-# pass pins OpenBLAS on purpose, to a named older core, and says so in the report; it runs
-# after the sweep, so its ratios are minutes apart rather than side by side.
+# ONNX Runtime has no such cap and runs native), appended to real_shapes_avx2peers.jsonl. This
+# pass pins OpenBLAS on purpose, to a named older core, and says so in the report. It runs
+# minutes after the sweep, when the machine may be faster or slower (this VM's FMA peak
+# moved from 189 to 276 GFLOP/s within one run), so it measures our cpu:avx2 kernels again
+# too (--ours-from: the sweep's default and chosen schedules), beside the held peers and in
+# the same rounds; the report takes the cpu:avx2 ratios from this pass alone.
 report_extra=()
 if grep -q avx512f /proc/cpuinfo && [[ ",$targets," == *,cpu:avx2,* ]]; then
     step "AVX2-held peers for the cpu:avx2 rows"
     env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-        "$B/real_shapes" --part peers --no-ort --out "$R/real_shapes_avx2peers.jsonl" \
-        "${fresh[@]}" "${sel[@]}" ||
+        "$B/real_shapes" --targets cpu:avx2 --random 0 --ours-from "$R/real_shapes.jsonl" \
+        --budget-min 0 --out "$R/real_shapes_avx2peers.jsonl" "${fresh[@]}" "${sel[@]}" ||
         echo "real_shapes.sh: the AVX2-held peers failed; cpu:avx2 keeps the native peers" >&2
     report_extra=(--avx2-peers "$R/real_shapes_avx2peers.jsonl")
 fi

@@ -180,8 +180,12 @@ def main():
     avx2_rows = read_jsonl(args.avx2_peers)
     avx2_peers = {r["name"]: r for r in avx2_rows if r.get("kind") == "peers"}
     avx2_torch = {r["name"]: r for r in avx2_rows if r.get("kind") == "torch"}
+    avx2_ort = {r["name"]: r for r in avx2_rows if r.get("kind") == "ort"}
+    # our cpu:avx2 kernels re-measured in that pass (real_shapes --ours-from: the sweep's
+    # default and chosen schedules), so the held ratios compare one machine state
+    avx2_ours = {(r["name"], r["target"]): r for r in avx2_rows if r.get("kind") == "ours"}
     n_rounds = apply_rounds(rows, ours, peers, torch, ort)
-    apply_rounds(avx2_rows, {}, avx2_peers, avx2_torch, {})
+    apply_rounds(avx2_rows, avx2_ours, avx2_peers, avx2_torch, avx2_ort)
     avx2_core = next((r.get("openblas_core") for r in avx2_rows
                       if r.get("kind") == "host" and r.get("openblas_core")), None)
     targets = []
@@ -230,6 +234,7 @@ def main():
             if not o:
                 continue
             d, b = o["default"], o["best"]
+            src = o
             held = {}
             if t == "cpu:avx2" and name in avx2_peers:
                 q = avx2_peers[name]
@@ -241,10 +246,17 @@ def main():
                         "openblas_epi": q.get("openblas_epilogue")}
                 if name in avx2_torch:
                     held["torch_s"] = avx2_torch[name].get("median_s")
+                if name in avx2_ort:
+                    held["ort_s"] = avx2_ort[name].get("median_s")
+                again = avx2_ours.get((name, t))
+                if again and again["default"].get("median_s"):
+                    d, b = again["default"], again["best"]
+                    src = again
+                    held["again"] = True
             rec["t"][t] = {
                 "def_s": d.get("median_s"), "def_gf": d.get("gflops"), "def_status": d["status"],
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
-                "best_from": o.get("best_from"), "ok": o.get("random_ok"),
+                "best_from": src.get("best_from"), "ok": o.get("random_ok"),
                 "failed": o.get("random_failed"), "wall": o.get("wall_s"),
                 "compile": o.get("compile_s"), "sched": o.get("best_schedule"),
                 "random_n": (o.get("random_n") or 0) + (o.get("variants") or 0),
@@ -301,11 +313,16 @@ def main():
              f"(our ABI's layouts) and blocked (its own layouts, reorders not timed) for convs, "
              f"oneDNN softmax / layer_norm / pooling.\n")
     held = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("peers"))
+    again = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("peers", {}).get("again"))
     held_txt = (f"the peers of its {held} rows held to AVX2 in a second pass after the sweep "
                 f"(OpenBLAS pinned to its {avx2_core or 'Haswell'} kernels by OPENBLAS_CORETYPE, "
                 f"oneDNN by ONEDNN_MAX_CPU_ISA=AVX2, PyTorch also by ATEN_CPU_CAPABILITY=avx2; "
-                f"ONNX Runtime has no such cap and stays native)" if held else
-                "the peers run their native kernels")
+                f"ONNX Runtime has no such cap and stays native)"
+                + (f", and {again} of them with our kernels (the sweep's default and chosen "
+                   f"schedules) measured again in that pass beside those peers, with its own "
+                   f"rounds: their ratios compare one machine state, and their default / best "
+                   f"columns are that pass's times" if again else "")
+                if held else "the peers run their native kernels")
     L.append(f"Ours: targets {', '.join('`' + t + '`' for t in targets)} (`cpu:avx2` is x86-64-v3 "
              f"code run on this host; {held_txt}). `default` = "
              f"space_default through the pipeline (what the server serves untrained; 7 timing "
