@@ -769,6 +769,17 @@ static void rs_helper_stop(rs_helper *h)
     memset(h, 0, sizeof *h);
 }
 
+/* Appends seconds (null when not measured) to the array obj[key], made on first use. */
+static void rs_push(json_t *obj, const char *key, double sec)
+{
+    json_t *arr = json_object_get(obj, key);
+    if (!arr) {
+        arr = json_array();
+        json_object_set_new(obj, key, arr);
+    }
+    json_array_append_new(arr, sec > 0 ? rs_num(sec) : json_null());
+}
+
 /* Head-to-head rounds. One median per kernel, taken seconds away from its peer's, says as
  * much about the machine's stalls as about the kernels on a shared VM (this one stalls for
  * milliseconds at a time, long enough to double a median of seven 1-ms samples), and the
@@ -791,8 +802,7 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
     ir_subgraph *g = calloc(1, sizeof *g);
     tlm_error err;
     const bool have_g = g && ir_subgraph_build(w, g, &err) == 0;
-    json_t *ours = json_object(), *pj = json_object();
-    json_t *hj[2] = {json_array(), json_array()};
+    json_t *ours = json_object(), *pj = json_object(), *hj = json_object();
     for (int r = 0; r < o->rounds; r++) {
         for (int k = 0; k < n_kept && have_g; k++) {
             for (int slot = 0; slot < 2; slot++) {
@@ -805,19 +815,13 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
                 measure_result mr;
                 tlm_error me;
                 const bool ok = measure_cpu(g, kept[k].path[slot], kept[k].entry, &mo, &mr, &me) == 0 &&
-                                mr.status == MEASURE_OK && mr.median_s > 0;
+                                mr.status == MEASURE_OK;
                 json_t *tj = json_object_get(ours, kept[k].target);
                 if (!tj) {
                     tj = json_object();
                     json_object_set_new(ours, kept[k].target, tj);
                 }
-                const char *key = slot ? "best" : "default";
-                json_t *arr = json_object_get(tj, key);
-                if (!arr) {
-                    arr = json_array();
-                    json_object_set_new(tj, key, arr);
-                }
-                json_array_append_new(arr, ok ? json_real(mr.median_s) : json_null());
+                rs_push(tj, slot ? "best" : "default", ok ? mr.median_s : 0);
             }
         }
         if (!do_peers) continue;
@@ -827,21 +831,14 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
         json_object_foreach(p, key, v)
         {
             size_t n = strlen(key);
-            if (n < 3 || strcmp(key + n - 2, "_s") || !strcmp(key, "wall_s")) continue;
-            json_t *arr = json_object_get(pj, key);
-            if (!arr) {
-                arr = json_array();
-                json_object_set_new(pj, key, arr);
-            }
-            json_array_append_new(arr, json_is_number(v) ? json_real(json_number_value(v))
-                                                         : json_null());
+            if (n >= 3 && !strcmp(key + n - 2, "_s") && strcmp(key, "wall_s"))
+                rs_push(pj, key, json_number_value(v)); /* 0 for a null */
         }
         json_decref(p);
         for (int h = 0; h < 2; h++) {
+            if (!helpers[h].live) continue;
             json_t *rec = rs_helper_ask(&helpers[h], name, wj);
-            json_t *m = rec ? json_object_get(rec, "median_s") : NULL;
-            json_array_append_new(hj[h], json_is_number(m) ? json_real(json_number_value(m))
-                                                           : json_null());
+            rs_push(hj, helpers[h].kind, json_number_value(json_object_get(rec, "median_s")));
             json_decref(rec);
         }
     }
@@ -853,8 +850,8 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
     json_object_set_new(j, "rounds", json_integer(o->rounds));
     json_object_set_new(j, "ours", ours);
     json_object_set_new(j, "peers", pj);
-    json_object_set_new(j, "torch", hj[0]);
-    json_object_set_new(j, "ort", hj[1]);
+    json_object_update(j, hj); /* "torch", "ort": the helpers' medians */
+    json_decref(hj);
     json_object_set_new(j, "wall_s", json_real(tlm_now_s() - t0));
     json_object_set_new(j, "time", json_integer((json_int_t)time(NULL)));
     fprintf(stderr, "[%s rounds] %d in %.1f s\n", name, o->rounds, tlm_now_s() - t0);

@@ -252,7 +252,6 @@ def main():
                 if again and again["default"].get("median_s"):
                     d, b = again["default"], again["best"]
                     src = again
-                    held["again"] = True
             rec["t"][t] = {
                 "def_s": d.get("median_s"), "def_gf": d.get("gflops"), "def_status": d["status"],
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
@@ -262,6 +261,7 @@ def main():
                 "random_n": (o.get("random_n") or 0) + (o.get("variants") or 0),
                 "tried": o.get("random_tried", o.get("random_n")),
                 "peers": held,
+                "again": src is not o,  # times from the held pass (--ours-from)
             }
         recs.append(rec)
 
@@ -313,7 +313,7 @@ def main():
              f"(our ABI's layouts) and blocked (its own layouts, reorders not timed) for convs, "
              f"oneDNN softmax / layer_norm / pooling.\n")
     held = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("peers"))
-    again = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("peers", {}).get("again"))
+    again = sum(1 for r in recs if r["t"].get("cpu:avx2", {}).get("again"))
     held_txt = (f"the peers of its {held} rows held to AVX2 in a second pass after the sweep "
                 f"(OpenBLAS pinned to its {avx2_core or 'Haswell'} kernels by OPENBLAS_CORETYPE, "
                 f"oneDNN by ONEDNN_MAX_CPU_ISA=AVX2, PyTorch also by ATEN_CPU_CAPABILITY=avx2; "
