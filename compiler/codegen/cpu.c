@@ -105,6 +105,8 @@ typedef struct {
     bool edge;  /* emitting the edge register tile: spatial indices are clamped */
     bool raw_x; /* ... except the vector axis' (a masked load bounds its lanes itself) */
     bool interior; /* emitting the interior register tile: padding selects always hold */
+    int64_t t3_full[IR_MAX_AXES]; /* register tile sizes while the last tile of an axis is
+                                   * emitted shorter (T[][3] then holds its size) */
     bool masked; /* the kernel uses tlm_vload_range (emit_vec_helpers defines it) */
     bool direct; /* one reduction chunk: each register tile starts from zero and is stored
                   * to the output (with the epilogue) as soon as it is done */
@@ -359,7 +361,7 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
             if (!(c->pack_mask[pi] & (1u << x))) continue;
             if (any) cg_printf(b, " + ");
             if (x < c->ns)
-                cg_printf(b, "(%s2 * %lld + %lld) * %lld", s->axis[x], (long long)c->T[x][3],
+                cg_printf(b, "(%s2 * %lld + %lld) * %lld", s->axis[x], (long long)c->t3_full[x],
                           (long long)o[x], (long long)c->pack_str[pi][x]);
             else
                 cg_printf(b, "%s1 * %lld", s->axis[x], (long long)c->pack_str[pi][x]);
@@ -1519,6 +1521,19 @@ static bool tasks_interleaved(const cgc *c, int fused_levels, int64_t ntask)
     return max_i < 0.92 * max_c;
 }
 
+/* The padded axis whose last register tile can be emitted at its true size: the only padded
+ * spatial axis, other than the vector axis (a ragged vector row stays masked); -1 if none. */
+static int trimmed_edge_axis(const cgc *c)
+{
+    int axis = -1;
+    for (int i = 0; i < c->ns; i++) {
+        if (!c->pad[i]) continue;
+        if (axis >= 0 || (i == c->x && c->W > 1)) return -1;
+        axis = i;
+    }
+    return axis;
+}
+
 static int gen_tile(cgc *c, const char *entry)
 {
     cg_buf *b = &c->b;
@@ -1530,6 +1545,7 @@ static int gen_tile(cgc *c, const char *entry)
     int lanes = c->sp->tgt.cpu.vector_lanes > 0 ? c->sp->tgt.cpu.vector_lanes : 8;
     (void)lanes;
     c->W = space_cpu_tile_lanes(c->sp, c->T[x][3], vec);
+    for (int i = 0; i < ns; i++) c->t3_full[i] = c->T[i][3];
     /* masked loads: edge tiles of a padded vector axis, padding selects along it */
     c->masked = c->W > 1 && c->pad[x];
     for (int id = 0; id < a->n_expr && c->W > 1; id++) {
@@ -1653,7 +1669,25 @@ static int gen_tile(cgc *c, const char *entry)
         for (int i = 0; i < ns; i++)
             cg_printf(b, " + %s2 * %lld", a->axis[i], (long long)(c->T[i][3] * accst[i]));
         cg_printf(b, ";\n");
-        if (c->any_pad) {
+        int trim = trimmed_edge_axis(c);
+        if (trim >= 0 && c->E[trim] % c->T[trim][3] == 0) {
+            /* padded above the register tile only: every register tile is whole */
+            emit_regtile_split(c, ind, nv, accst, unroll);
+        } else if (trim >= 0) {
+            /* one padded axis, not the vectors': the one tile that reaches past its extent is
+             * the last along it, and its size there is known, so it is emitted that size
+             * (32 output columns in tiles of 6: 5 + one of 2, not a sixth tile of 6 on clamped
+             * indices, 12 % of a 3x3 stride-2 conv's FMAs spent on points never stored) */
+            const int64_t t3 = c->T[trim][3], rest = c->E[trim] % t3;
+            cg_line(b, ind, "if (%s_b + %lld <= %lld) {", a->axis[trim], (long long)t3,
+                    (long long)c->E[trim]);
+            emit_regtile_split(c, ind + 1, nv, accst, unroll);
+            cg_line(b, ind, "} else { /* the last %lld of %s */", (long long)rest, a->axis[trim]);
+            c->T[trim][3] = rest;
+            emit_regtile_split(c, ind + 1, nv / t3 * rest, accst, unroll);
+            c->T[trim][3] = t3;
+            cg_line(b, ind, "}");
+        } else if (c->any_pad) {
             /* a register tile that reaches past a padded axis' extent takes the edge version:
              * the same tile on clamped indices (the padded points are never stored) */
             cg_printf(b, "%*sif (", ind * 4, "");

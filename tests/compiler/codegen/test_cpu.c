@@ -933,6 +933,50 @@ Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
     }
 }
 
+/* Where one axis other than the vectors' is padded, its last register tile is emitted at its
+ * true size, not as a whole tile on clamped indices: a GEMM's 13 rows in tiles of 4 (4, 4, 4
+ * and a tile of 1); a block padded above the register tile only (20 rows: 5 tiles in blocks
+ * of 2) has no edge version at all; with two padded axes the clamped edge tile stays. Every
+ * kernel is checked, both ISAs. */
+Test(codegen_cpu, last_register_tile_takes_its_true_size)
+{
+    static const struct {
+        const char *wl;
+        int64_t rows, block;
+        const char *want, *unwanted;
+    } cases[] = {
+        {"{\"op\":\"dense\",\"shape\":{\"M\":13,\"N\":64,\"K\":40},\"epilogue\":[\"relu\"]}", 4, 2,
+         "the last 1 of i", "tlm_imin(i_b"},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":20,\"N\":64,\"K\":40}}", 4, 2, NULL, "the last"},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":13,\"N\":61,\"K\":40}}", 4, 2, "tlm_imin(i_b",
+         "the last"},
+    };
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            built b = build(cases[k].wl, tg);
+            const want_rule rules[] = {{SLOT_TILE, 0, 3, cases[k].rows},
+                                       {SLOT_TILE, 0, 2, cases[k].block}};
+            space_sched s;
+            space_default(b.sp, &s);
+            force_slots(b.sp, &s, rules, 2);
+            char txt[1024];
+            space_print(b.sp, &s, txt, sizeof txt);
+            cr_assert(space_tile(b.sp, &s, 0, 3) == cases[k].rows &&
+                          space_tile(b.sp, &s, 0, 2) == cases[k].block,
+                      "%s: not forced: %s", tg, txt);
+            if (cases[k].want)
+                cr_expect(source_has(&b, &s, cases[k].want), "%s, [%s]: no \"%s\"", tg, txt,
+                          cases[k].want);
+            cr_expect(!source_has(&b, &s, cases[k].unwanted), "%s, [%s]: \"%s\"", tg, txt,
+                      cases[k].unwanted);
+            check_schedule(&b, &s, cases[k].wl);
+            free(b.g);
+            free(b.sp);
+        }
+    }
+}
+
 /* The rule of thumb with the vectors along F (axis 3 from the last of a conv's n, f, oh, ow),
  * then the rules' slot values where legal. */
 static void schedule_along_f(const space *sp, space_sched *s, const want_rule *rules, int n_rules)
