@@ -107,6 +107,7 @@ typedef struct {
     bool interior; /* emitting the interior register tile: padding selects always hold */
     int64_t t3_full[IR_MAX_AXES]; /* register tile sizes while the last tile of an axis is
                                    * emitted shorter (T[][3] then holds its size) */
+    bool lbase[IR_MAX_EXPR]; /* broadcast loads read through a base pointer Lb<id> per step */
     bool masked; /* the kernel uses tlm_vload_range (emit_vec_helpers defines it) */
     bool direct; /* one reduction chunk: each register tile starts from zero and is stored
                   * to the output (with the epilogue) as soon as it is done */
@@ -382,7 +383,11 @@ static void emit_vec(cgc *c, int id, const int64_t *o)
     case IR_E_LOAD: {
         int64_t d = flat_coef(c->g, e, c->x);
         const char *t = c->nm.tensor[e->tensor];
-        if (d == 0) {
+        if (d == 0 && c->lbase[id]) {
+            int64_t delta = 0;
+            for (int x = 0; x < c->ns; x++) delta += flat_coef(c->g, e, x) * o[x];
+            cg_printf(b, "(Lb%d[%lld] - (tlm_vf){})", id, (long long)delta);
+        } else if (d == 0) {
             cg_printf(b, "(%s[", t);
             cg_emit_offset(b, c->g, s, e, &nm);
             cg_printf(b, "] - (tlm_vf){})");
@@ -837,6 +842,93 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
     }
 }
 
+/* One step of the register tile's reduction loops: each accumulator's update (the reduction
+ * axes' indices from their chunk's r0 and r1). */
+static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    int ns = c->ns, nr = c->nr;
+    int64_t o[IR_MAX_AXES];
+    for (int i = ns; i < ns + nr; i++)
+        cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
+                (long long)c->T[i][1], a->axis[i]);
+    /* each broadcast operand's address at the tile's first point: its points are constant
+     * offsets from it. Written per point, GCC keeps one pointer per register row (a conv's 6
+     * input columns, a GEMM's 6 rows of A: 6 to 9 pointer increments per step beside 24
+     * FMAs); with 32 registers one base pointer measured 4-5 % faster on a 3x3 conv, but
+     * with 16 GCC then schedules the broadcasts early and spills accumulators (the same conv
+     * on AVX2 6 % slower), so there the per-point form stays */
+    const bool bases = c->sp->tgt.cpu.vector_registers > 16;
+    for (int id = 0; id < a->n_expr; id++) {
+        const ir_expr *e = &a->expr[id];
+        c->lbase[id] = false;
+        if (!bases || c->W <= 1 || c->edge || e->kind != IR_E_LOAD || pack_index(c, id) >= 0 ||
+            flat_coef(c->g, e, c->x) != 0 || !expr_used(a, a->body, id))
+            continue;
+        bool guarded = false; /* read under a padding select that may fail here */
+        for (int j = 0; j < a->n_expr && !c->interior; j++)
+            guarded |= a->expr[j].kind == IR_E_SELECT && a->expr[j].a == id;
+        if (guarded) continue;
+        int64_t zero[IR_MAX_AXES] = {0};
+        cg_names nm;
+        point_names(c, zero, 0, &nm);
+        cg_printf(b, "%*sconst float *const Lb%d = &%s[", ind * 4, "", id,
+                  c->nm.tensor[e->tensor]);
+        cg_emit_offset(b, c->g, a, e, &nm);
+        cg_printf(b, "];\n");
+        c->lbase[id] = true;
+    }
+    for (int64_t k = 0; k < nv; k++) {
+        int64_t q = regtile_order(c, k);
+        tile_point(c, q, accst, o);
+        if (c->W > 1) {
+            if (a->reduce == IR_RED_MAX) {
+                cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                emit_vec(c, a->body, o);
+                cg_printf(b, ");\n");
+            } else {
+                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                emit_vec(c, a->body, o);
+                cg_printf(b, ";\n");
+            }
+        } else {
+            cg_names nm;
+            point_names(c, o, 0, &nm);
+            if (a->reduce == IR_RED_MAX) {
+                cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
+                cg_emit_scalar(b, c->g, a, a->body, &nm);
+                cg_printf(b, ");\n");
+            } else {
+                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
+                cg_emit_scalar(b, c->g, a, a->body, &nm);
+                cg_printf(b, ";\n");
+            }
+        }
+    }
+    memset(c->lbase, 0, sizeof c->lbase);
+}
+
+/* Steps of the innermost reduction loop written out per iteration: the unroll slot's budget
+ * in statements over the tile's accumulators, at most 4 (more steps bought nothing measurable
+ * and doubled the compile time) and the trip count; a divisor of the trip count from half that
+ * up, when there is one, so that no remainder loop is needed; a trip count up to twice the
+ * steps is unrolled whole. The edge tiles stay rolled (unroll 0): one per axis. */
+static int64_t unroll_steps(const cgc *c, int unroll, int64_t nv)
+{
+    const int inn = c->ns + c->nr - 1;
+    const int64_t trip = c->T[inn][1];
+    if (unroll <= 0 || nv <= 0) return 1;
+    int64_t u = unroll / nv;
+    if (u > 4) u = 4;
+    if (u <= 1 || trip <= 1) return 1;
+    if (!c->rtail[inn] && trip <= 2 * u) return trip <= 16 ? trip : u;
+    if (u > trip) u = trip;
+    for (int64_t d = u; d >= 2 && 2 * d >= u && !c->rtail[inn]; d--)
+        if (trip % d == 0) return d;
+    return u;
+}
+
 /* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
  * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
@@ -872,47 +964,41 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         }
     }
     int rind = ind;
-    for (int i = ns; i < ns + nr; i++) {
-        char v[16];
-        snprintf(v, sizeof v, "%s1", a->axis[i]);
-        if (i == ns + nr - 1 && unroll > 0) {
-            int64_t u = unroll / (nv > 0 ? nv : 1);
-            if (u < 1) u = 1;
-            if (u > c->T[i][1]) u = c->T[i][1];
-            cg_line(b, ind, "#pragma GCC unroll %lld", (long long)u);
-        }
+    for (int i = ns; i < ns + nr - 1; i++) {
         loop_chunk(c, ind++, i);
         if (i == ns + nr - 2 && c->W > 1 && !c->edge) emit_broadcast_prefetch(c, ind);
     }
-    for (int i = ns; i < ns + nr; i++)
-        cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
-                (long long)c->T[i][1], a->axis[i]);
-    for (int64_t k = 0; k < nv; k++) {
-        int64_t q = regtile_order(c, k);
-        tile_point(c, q, accst, o);
-        if (c->W > 1) {
-            if (a->reduce == IR_RED_MAX) {
-                cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                emit_vec(c, a->body, o);
-                cg_printf(b, ");\n");
-            } else {
-                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                emit_vec(c, a->body, o);
-                cg_printf(b, ";\n");
-            }
-        } else {
-            cg_names nm;
-            point_names(c, o, 0, &nm);
-            if (a->reduce == IR_RED_MAX) {
-                cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                cg_emit_scalar(b, c->g, a, a->body, &nm);
-                cg_printf(b, ");\n");
-            } else {
-                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                cg_emit_scalar(b, c->g, a, a->body, &nm);
-                cg_printf(b, ";\n");
-            }
+    /* the innermost reduction loop, unrolled in the source: GCC's unroll pragma left the
+     * GEMM loops rolled (one k step of 12 FMAs, 6 broadcasts and 2 loads beside 5 loop
+     * instructions; 4 steps per iteration: 112 -> 104 ms on tinyllama's AVX2 GEMM, one
+     * thread) */
+    const int inn = ns + nr - 1;
+    const char *kn = a->axis[inn];
+    const int64_t trip = c->T[inn][1];
+    int64_t u = unroll_steps(c, unroll, nv);
+    char bound[48];
+    if (c->rtail[inn]) snprintf(bound, sizeof bound, "%s1_n", kn);
+    else snprintf(bound, sizeof bound, "%lld", (long long)trip);
+    bool tail = c->rtail[inn] || trip % u != 0;
+    if (u > 1) {
+        if (tail) cg_line(b, ind, "int64_t %s1u = 0;", kn);
+        cg_line(b, ind++, "for (%s%s1u = 0; %s1u + %lld <= %s; %s1u += %lld) {",
+                tail ? "" : "int64_t ", kn, kn, (long long)u, bound, kn, (long long)u);
+        for (int64_t q = 0; q < u; q++) {
+            cg_line(b, ind++, "{");
+            cg_line(b, ind, "const int64_t %s1 = %s1u + %lld;", kn, kn, (long long)q);
+            emit_regtile_steps(c, ind, nv, accst);
+            cg_line(b, --ind, "}");
         }
+        cg_line(b, --ind, "}");
+    }
+    if (u == 1 || tail) {
+        if (u > 1)
+            cg_line(b, ind++, "for (int64_t %s1 = %s1u; %s1 < %s; %s1++) {", kn, kn, kn, bound, kn);
+        else
+            loop_chunk(c, ind++, inn);
+        emit_regtile_steps(c, ind, nv, accst);
+        cg_line(b, --ind, "}");
     }
     while (ind > rind) cg_line(b, --ind, "}");
     for (int64_t q = 0; q < nv; q++) {
@@ -1684,7 +1770,7 @@ static int gen_tile(cgc *c, const char *entry)
             emit_regtile_split(c, ind + 1, nv, accst, unroll);
             cg_line(b, ind, "} else { /* the last %lld of %s */", (long long)rest, a->axis[trim]);
             c->T[trim][3] = rest;
-            emit_regtile_split(c, ind + 1, nv / t3 * rest, accst, unroll);
+            emit_regtile_split(c, ind + 1, nv / t3 * rest, accst, 0); /* rolled: one tile */
             c->T[trim][3] = t3;
             cg_line(b, ind, "}");
         } else if (c->any_pad) {
@@ -1702,7 +1788,7 @@ static int gen_tile(cgc *c, const char *entry)
             emit_regtile_split(c, ind + 1, nv, accst, unroll);
             cg_line(b, ind, "} else {");
             c->edge = true;
-            emit_regtile(c, ind + 1, nv, accst, unroll);
+            emit_regtile(c, ind + 1, nv, accst, 0);
             c->edge = false;
             cg_line(b, ind, "}");
         } else {
