@@ -995,14 +995,16 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         }
         cg_line(b, --ind, "}");
     }
-    if (u == 1 || tail) {
-        if (u == 1 && unroll > 0 && nv > 0)
-            cg_line(b, ind, "#pragma GCC unroll %lld",
-                    (long long)(unroll / nv < 1 ? 1 : unroll / nv < trip ? unroll / nv : trip));
-        if (u > 1)
+    if (u == 1 || tail) { /* the steps' remainder, or the whole loop as GCC has it */
+        if (u > 1) {
             cg_line(b, ind++, "for (int64_t %s1 = %s1u; %s1 < %s; %s1++) {", kn, kn, kn, bound, kn);
-        else
+        } else {
+            if (unroll > 0 && nv > 0) { /* short loops: GCC unrolls them whole */
+                int64_t p = unroll / nv < 1 ? 1 : unroll / nv;
+                cg_line(b, ind, "#pragma GCC unroll %lld", (long long)(p < trip ? p : trip));
+            }
             loop_chunk(c, ind++, inn);
+        }
         emit_regtile_steps(c, ind, nv, accst);
         cg_line(b, --ind, "}");
     }
@@ -1613,17 +1615,17 @@ static bool tasks_interleaved(const cgc *c, int fused_levels, int64_t ntask)
     return max_i < 0.92 * max_c;
 }
 
-/* The padded axis whose last register tile can be emitted at its true size: the only padded
- * spatial axis, other than the vector axis (a ragged vector row stays masked); -1 if none. */
-static int trimmed_edge_axis(const cgc *c)
+/* The spatial axes whose last register tile reaches past the extent (rag[i]): padded, and not
+ * in whole register tiles (an axis padded above its register tile only has whole ones);
+ * returns how many, with the last of them in *axis. */
+static int ragged_axes(const cgc *c, bool *rag, int *axis)
 {
-    int axis = -1;
+    int n = 0;
     for (int i = 0; i < c->ns; i++) {
-        if (!c->pad[i]) continue;
-        if (axis >= 0 || (i == c->x && c->W > 1)) return -1;
-        axis = i;
+        rag[i] = c->pad[i] && c->E[i] % c->T[i][3] != 0;
+        if (rag[i]) n++, *axis = i;
     }
-    return axis;
+    return n;
 }
 
 static int gen_tile(cgc *c, const char *entry)
@@ -1761,15 +1763,14 @@ static int gen_tile(cgc *c, const char *entry)
         for (int i = 0; i < ns; i++)
             cg_printf(b, " + %s2 * %lld", a->axis[i], (long long)(c->T[i][3] * accst[i]));
         cg_printf(b, ";\n");
-        int trim = trimmed_edge_axis(c);
-        if (trim >= 0 && c->E[trim] % c->T[trim][3] == 0) {
-            /* padded above the register tile only: every register tile is whole */
-            emit_regtile_split(c, ind, nv, accst, unroll);
-        } else if (trim >= 0) {
-            /* one padded axis, not the vectors': the one tile that reaches past its extent is
-             * the last along it, and its size there is known, so it is emitted that size
-             * (32 output columns in tiles of 6: 5 + one of 2, not a sixth tile of 6 on clamped
-             * indices, 12 % of a 3x3 stride-2 conv's FMAs spent on points never stored) */
+        bool rag[IR_MAX_AXES];
+        int trim = -1, nrag = ragged_axes(c, rag, &trim);
+        if (nrag == 1 && (trim != x || c->W <= 1)) {
+            /* one ragged axis, not the vectors' (a ragged vector row stays masked): the one
+             * tile that reaches past its extent is the last along it, and its size there is
+             * known, so it is emitted that size (32 output columns in tiles of 6: 5 + one of
+             * 2, not a sixth tile of 6 on clamped indices, 12 % of a 3x3 stride-2 conv's FMAs
+             * spent on points never stored) */
             const int64_t t3 = c->T[trim][3], rest = c->E[trim] % t3;
             cg_line(b, ind, "if (%s_b + %lld <= %lld) {", a->axis[trim], (long long)t3,
                     (long long)c->E[trim]);
@@ -1781,13 +1782,13 @@ static int gen_tile(cgc *c, const char *entry)
             c->short_tile = false;
             c->T[trim][3] = t3;
             cg_line(b, ind, "}");
-        } else if (c->any_pad) {
-            /* a register tile that reaches past a padded axis' extent takes the edge version:
+        } else if (nrag > 0) {
+            /* a register tile that reaches past a ragged axis' extent takes the edge version:
              * the same tile on clamped indices (the padded points are never stored) */
             cg_printf(b, "%*sif (", ind * 4, "");
             bool first = true;
             for (int i = 0; i < ns; i++)
-                if (c->pad[i]) {
+                if (rag[i]) {
                     cg_printf(b, "%s%s_b + %lld <= %lld", first ? "" : " && ", a->axis[i],
                               (long long)c->T[i][3], (long long)c->E[i]);
                     first = false;
