@@ -4,18 +4,22 @@
 # on a disjoint training slice (transfer); then bench/results/htam.md.
 #
 #   bench/htam.sh [--budgets 8,32] [--test NAMES] [--train NAMES] [--target T] [--fresh]
+#                 [--confirm K] [--note TEXT]
 #
 # Every run is `tlm tune` (JSON lines into bench/results/htam.jsonl, one per workload,
 # variant, budget and memory state); resumable: without --fresh what the file holds is skipped.
 # Variants: htam full | flat | no-transitions | no-local, and evolutionary at the same budget
 # (and at the largest budget x 4, the issue's reference point). Cold: an empty memory per
 # variant; warm: the memory after running full HTAM on the training slice (32 steps each).
+# Each run ends with a second look (--confirm K, default 1: the search's K fastest and the
+# starting point measured again, alternately, three rounds each); the report's figures are
+# from it, the in-search ratios beside them.
 # OPENBLAS pins are not touched: no OpenBLAS peer here (the reference check's BLAS only).
 set -eu
 cd "$(dirname "$0")/.."
 R=bench/results
 TLM=${BUILD:-build}/tlm
-budgets=8,32 target=cpu fresh=0
+budgets=8,32 target=cpu fresh=0 confirm=1 note=""
 test_set=vit_b16_fc1_gelu,vit_b16_attn_scores,vit_b16_attn_softmax,vit_b16_layer_norm,\
 sd15_text_fc1_gelu,tinyllama_kv_proj_prefill512,llama2_7b_q_proj_decode,yolov5s_c3_80,\
 yolov5s_1x1_20,convnext_t_dw7x7_14,mobilenetv3_dw5x5_s2,kb_conv_dilated,whisper_tiny_conv1,\
@@ -29,6 +33,8 @@ while [ $# -gt 0 ]; do
     --train) train_set=$2; shift ;;
     --target) target=$2; shift ;;
     --fresh) fresh=1 ;;
+    --confirm) confirm=$2; shift ;;
+    --note) note=$2; shift ;;
     -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "htam.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -49,7 +55,8 @@ run() { # key name args...
     shift 2
     done_already "$key" && return 0
     local j
-    if j=$("$TLM" tune --workload "$(wl "$name")" --target "$target" --quiet "$@"); then
+    if j=$("$TLM" tune --workload "$(wl "$name")" --target "$target" --quiet \
+        --confirm "$confirm" --confirm-rounds 3 "$@"); then
         /usr/bin/python3 -c "import json,sys; d=json.loads(sys.argv[1]); d['key']=sys.argv[2]; d['name']=sys.argv[3]
 print(json.dumps(d))" "$j" "$key" "$name" >>"$out"
         echo "$key ok" >&2
@@ -65,7 +72,8 @@ maxb=${B[${#B[@]}-1]}
 # the warm memory: full HTAM over the training slice
 warm=$work/warm.db
 for n in "${TRAIN[@]}"; do
-    "$TLM" tune --workload "$(wl "$n")" --target "$target" --strategy htam --trials 32 --store "$warm" --quiet >/dev/null || true
+    "$TLM" tune --workload "$(wl "$n")" --target "$target" --strategy htam --trials 32 --confirm 0 \
+        --store "$warm" --quiet >/dev/null || true
 done
 "$TLM" htam export --store "$warm" -o "$work/warm.json"
 for n in "${TEST[@]}"; do
@@ -79,4 +87,4 @@ for n in "${TEST[@]}"; do
     done
     run "$n/evolutionary/$((maxb * 4))" "$n" --strategy evolutionary --trials $((maxb * 4))
 done
-/usr/bin/python3 bench/report_htam.py --results "$out" --md "$R/htam.md"
+/usr/bin/python3 bench/report_htam.py --results "$out" --md "$R/htam.md" --png "$R/htam.png" --note "$note"

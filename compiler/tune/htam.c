@@ -592,6 +592,8 @@ void htam_opts_init(htam_opts *o)
     o->eval = to.eval;
     o->eval_user = to.eval_user;
     o->build_threads = to.build_threads;
+    o->confirm = to.confirm;
+    o->confirm_rounds = to.confirm_rounds;
 }
 
 void htam_result_free(htam_result *r)
@@ -663,6 +665,7 @@ static int hrun_init(hrun *h, htam *m, pl_job *j, int start, const htam_opts *o,
     memset(res, 0, sizeof *res);
     res->best_cand = -1;
     res->first_s = res->best_s = INFINITY;
+    res->confirmed_s = res->first_confirmed_s = NAN;
     if (start < 0 || start >= j->n_cands)
         return tlm_err_set(err, TLM_EINVAL, "start", "no starting candidate");
     if (o->steps < 1) return tlm_err_set(err, TLM_EINVAL, "budget.trials", "must be at least 1");
@@ -912,6 +915,54 @@ static int hrun_round(hrun *h, int budget, tlm_error *err)
     return made;
 }
 
+/* The second look: the `confirm` fastest distinct candidates of the trajectory and the
+ * starting point, measured again in rotating rounds; the fastest median there is the best.
+ * The memory keeps what the steps taught it (their own measurements). */
+static int hrun_confirm(hrun *h, tlm_error *err)
+{
+    htam_result *res = h->res;
+    int k = h->o.confirm, ns = res->steps + 1;
+    if (k <= 0 || res->best_cand < 0 || !res->traj) return 0;
+    if (h->j->o.cancel && __atomic_load_n(h->j->o.cancel, __ATOMIC_ACQUIRE)) return 0;
+    int idx[9], n = 0, first = -1;
+    if (k > 8) k = 8;
+    bool *used = calloc((size_t)ns, sizeof *used);
+    if (!used) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    while (n < k) { /* the k fastest steps, fastest first */
+        int b = -1;
+        for (int s = 0; s < ns; s++)
+            if (!used[s] && isfinite(res->traj[s].ms) && (b < 0 || res->traj[s].ms < res->traj[b].ms))
+                b = s;
+        if (b < 0) break;
+        used[b] = true;
+        bool dup = false;
+        for (int i = 0; i < n; i++) dup = dup || idx[i] == res->traj[b].cand;
+        if (!dup) idx[n++] = res->traj[b].cand;
+    }
+    free(used);
+    if (isfinite(res->traj[0].ms)) {
+        for (int i = 0; i < n && first < 0; i++)
+            if (idx[i] == res->traj[0].cand) first = i;
+        if (first < 0) {
+            first = n;
+            idx[n++] = res->traj[0].cand;
+        }
+    }
+    if (n < 2) return 0; /* nothing to compare */
+    double secs[9];
+    int rc = tune_second_look(h->j, idx, n, h->o.confirm_rounds, h->eval, h->eval_user, secs, err);
+    if (rc) return rc;
+    int b = -1;
+    for (int i = 0; i < n; i++)
+        if (isfinite(secs[i]) && (b < 0 || secs[i] < secs[b])) b = i;
+    if (b < 0) return 0;
+    res->best_cand = idx[b];
+    res->confirmed = n;
+    res->confirmed_s = secs[b];
+    res->first_confirmed_s = first >= 0 ? secs[first] : NAN;
+    return 0;
+}
+
 /* The best is rebuilt and chosen (TUNE jobs). */
 static int hrun_choose(hrun *h, tlm_error *err)
 {
@@ -932,7 +983,7 @@ static int hrun_choose(hrun *h, tlm_error *err)
     measure_result mr;
     memset(&mr, 0, sizeof mr);
     mr.status = MEASURE_OK;
-    mr.median_s = res->best_s;
+    mr.median_s = isfinite(res->confirmed_s) ? res->confirmed_s : res->best_s;
     mr.rel_err = -1;
     pl_choose(j, res->best_cand, &a, &mr, "htam");
     j->source = PL_SRC_HTAM;
@@ -945,6 +996,7 @@ int htam_run(htam *m, pl_job *j, int start, const htam_opts *o, htam_result *res
     int rc = hrun_init(&h, m, j, start, o, res, tlm_now_s(), err);
     if (rc) return rc;
     rc = hrun_round(&h, o->steps, err);
+    if (rc >= 0) rc = hrun_confirm(&h, err);
     if (rc >= 0) rc = hrun_choose(&h, err);
     hrun_free(&h);
     return rc;

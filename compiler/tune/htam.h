@@ -107,14 +107,20 @@ typedef struct htam_opts {
     int build_threads;
     /* writes the strategy's slot (above); NULL: the strategy's operator. Read-only, shared. */
     const tlm_model *model;
+    /* the second look (htam_run): the `confirm` fastest steps and the starting point measured
+     * again, confirm_rounds times each (tune_second_look), and the fastest there is the best;
+     * 0: off (3 and 3) */
+    int confirm, confirm_rounds;
 } htam_opts;
 
 typedef struct htam_result {
-    double first_s, best_s; /* the starting point's time, the best */
+    double first_s, best_s; /* the starting point's first time, the fastest step's (in the search) */
     int best_cand;
     int steps;       /* steps taken after the starting point */
     htam_step *traj; /* steps + 1 entries (traj[0]: the starting point), malloc'ed */
     int fallbacks;   /* steps with a model whose value came from the operator instead */
+    int confirmed;   /* candidates in the second look (0: none) */
+    double confirmed_s, first_confirmed_s; /* the best's and the start's times there (NAN) */
 } htam_result;
 
 void htam_opts_init(htam_opts *o);

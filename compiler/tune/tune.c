@@ -34,6 +34,7 @@ void tune_opts_init(tune_opts *o)
     o->build_threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
     o->beam = 8;
     o->confirm = 3;
+    o->confirm_rounds = 3;
     o->eval = default_eval;
     o->eval_user = default_eval_user;
 }
@@ -200,6 +201,7 @@ static int state_init(tstate *t, pl_job *j, const tune_opts *o, tlm_error *err)
     }
     t->st.best_s = INFINITY;
     t->st.confirmed_s = NAN;
+    t->st.first_confirmed_s = NAN;
     t->st.first_s = NAN;
     t->st.default_s = NAN;
     t->st.best_cand = -1;
@@ -569,9 +571,72 @@ static int round_run(tstate *t, int budget, tlm_error *err)
     return tried;
 }
 
-/* Measures the search's top candidates again, with twice the samples, and makes the fastest
- * of that second look the best: one lucky short measurement on a busy machine does not
- * decide the kernel. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn eval, void *user,
+                     double *secs, tlm_error *err)
+{
+    if (n <= 0) return 0;
+    if (rounds < 1) rounds = 1;
+    int *ord = malloc((size_t)n * sizeof *ord);
+    double *got = malloc((size_t)n * sizeof *got);
+    double *all = malloc((size_t)n * (size_t)rounds * sizeof *all);
+    if (!ord || !got || !all) {
+        free(ord);
+        free(got);
+        free(all);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    /* the full protocol (the runner's defaults: samples of at least 1 ms, a 5 ms warm-up),
+     * not the search's short samples: some kernels time differently under the two, and the
+     * served kernel must hold up under the full one */
+    measure_opts saved = j->o.mo;
+    if (j->o.mo.repeats < 7) j->o.mo.repeats = 7;
+    if (j->o.mo.min_sample_s < MEASURE_DEFAULT_MIN_SAMPLE_S)
+        j->o.mo.min_sample_s = MEASURE_DEFAULT_MIN_SAMPLE_S;
+    if (j->o.mo.min_warmup_s < MEASURE_DEFAULT_MIN_WARMUP_S)
+        j->o.mo.min_warmup_s = MEASURE_DEFAULT_MIN_WARMUP_S;
+    int rc = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        if (r && j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)) {
+            rounds = r;
+            break;
+        }
+        for (int k = 0; k < n; k++) ord[k] = idx[(k + r) % n];
+        int rec0 = j->n_recs;
+        rc = eval(j, ord, n, got, user, err);
+        if (rc) break;
+        if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
+        for (int k = 0; k < n; k++) all[(size_t)((k + r) % n) * (size_t)rounds + (size_t)r] = got[k];
+    }
+    j->o.mo = saved;
+    if (!rc) {
+        for (int k = 0; k < n; k++) {
+            double *v = all + (size_t)k * (size_t)rounds;
+            bool ok = rounds > 0;
+            for (int r = 0; r < rounds; r++) ok = ok && isfinite(v[r]);
+            if (!ok) {
+                secs[k] = INFINITY;
+                continue;
+            }
+            qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+            secs[k] = rounds % 2 ? v[rounds / 2] : 0.5 * (v[rounds / 2 - 1] + v[rounds / 2]);
+        }
+    }
+    free(ord);
+    free(got);
+    free(all);
+    return rc;
+}
+
+/* Measures the search's top candidates and its starting point again (tune_second_look) and
+ * makes the fastest of that second look the best: one lucky short measurement on a busy
+ * machine does not decide the kernel, and the starting point's first, often slow, sample does
+ * not make a slower kernel look like a gain. */
 static int confirm(tstate *t, tlm_error *err)
 {
     pl_job *j = t->j;
@@ -580,8 +645,8 @@ static int confirm(tstate *t, tlm_error *err)
     if (j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)) return 0;
     if (k > t->st.ok) k = t->st.ok;
     int *ord = malloc((size_t)t->n * sizeof *ord);
-    int *idx = malloc((size_t)k * sizeof *idx);
-    double *secs = malloc((size_t)k * sizeof *secs);
+    int *idx = malloc((size_t)(k + 1) * sizeof *idx);
+    double *secs = malloc((size_t)(k + 1) * sizeof *secs);
     if (!ord || !idx || !secs) {
         free(ord);
         free(idx);
@@ -590,23 +655,21 @@ static int confirm(tstate *t, tlm_error *err)
     }
     for (int i = 0; i < t->n; i++) ord[i] = i;
     qsort_r(ord, (size_t)t->n, sizeof *ord, cmp_secs, t->secs);
-    int n = 0;
+    int n = 0, first = -1;
     for (int i = 0; i < t->n && n < k; i++)
         if (isfinite(t->secs[ord[i]])) idx[n++] = t->cand[ord[i]];
-    /* the second look uses the full protocol (the runner's defaults: samples of at least
-     * 1 ms, a 5 ms warm-up), not the search's short samples: some kernels time differently
-     * under the two, and the served kernel must hold up under the full one */
-    measure_opts saved = j->o.mo;
-    if (j->o.mo.repeats < 7) j->o.mo.repeats = 7;
-    if (j->o.mo.min_sample_s < MEASURE_DEFAULT_MIN_SAMPLE_S)
-        j->o.mo.min_sample_s = MEASURE_DEFAULT_MIN_SAMPLE_S;
-    if (j->o.mo.min_warmup_s < MEASURE_DEFAULT_MIN_WARMUP_S)
-        j->o.mo.min_warmup_s = MEASURE_DEFAULT_MIN_WARMUP_S;
-    int rec0 = j->n_recs;
-    int rc = t->o.eval(j, idx, n, secs, t->o.eval_user, err);
-    j->o.mo = saved;
+    /* the starting point (the first candidate measured), when it was correct */
+    if (t->n > 0 && isfinite(t->secs[0])) {
+        for (int i = 0; i < n && first < 0; i++)
+            if (idx[i] == t->cand[0]) first = i;
+        if (first < 0) {
+            first = n;
+            idx[n++] = t->cand[0];
+        }
+    }
+    int rc = tune_second_look(j, idx, n, t->o.confirm_rounds, t->o.eval, t->o.eval_user, secs,
+                              err);
     if (!rc) {
-        if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
         int b = -1;
         for (int i = 0; i < n; i++)
             if (isfinite(secs[i]) && (b < 0 || secs[i] < secs[b])) b = i;
@@ -614,6 +677,7 @@ static int confirm(tstate *t, tlm_error *err)
             t->st.best_cand = idx[b];
             t->st.confirmed_s = secs[b];
             t->st.confirmed = n;
+            t->st.first_confirmed_s = first >= 0 ? secs[first] : NAN;
         }
     }
     free(ord);
@@ -660,6 +724,11 @@ static int state_choose(tstate *t, tlm_error *err)
         mr.rel_err = isfinite(r->rel_err) ? r->rel_err : -1;
         mr.n_samples = r->n_samples;
         mr.seed = r->seed;
+        /* the second look's median over its rounds, not its last round alone */
+        if (isfinite(t->st.confirmed_s) && t->st.confirmed_s > 0 && r->median_s > 0) {
+            mr.gflops = r->gflops * r->median_s / t->st.confirmed_s;
+            mr.median_s = t->st.confirmed_s;
+        }
     } else {
         mr.median_s = t->st.best_s;
         mr.rel_err = -1;

@@ -21,9 +21,12 @@
  *    host can run them), when `seconds` of wall time have passed (checked between batches
  *    and builds), or when *cancel is set. What was measured is kept, and the fastest correct
  *    candidate is chosen; with none correct the search fails (TLM_ERUNTIME naming the first
- *    failure). Before choosing, the `confirm` best are measured again with the full protocol
- *    (the runner's default sample length and warm-up, at least 7 samples; records too, not
- *    trials) and the fastest of that second look wins.
+ *    failure). Before choosing, the `confirm` best and the starting point (the first
+ *    candidate measured) are measured again, `confirm_rounds` times each in rotating order,
+ *    with the full protocol (tune_second_look; records too, not trials), and the fastest
+ *    median of that second look wins: neither one lucky short sample nor a slow first sample
+ *    of the starting point decides the kernel, and a search never serves a kernel that the
+ *    second look found slower than where it started.
  *  - Reproducible: the random choices come from `seed` alone, so with the same
  *    measurements a run makes the same candidates in the same order (tests inject an
  *    evaluator to check this); the measured times themselves vary run to run.
@@ -61,6 +64,7 @@ typedef struct tune_opts {
     double eps;           /* share of uniform samples in a batch (0.1) */
     int build_threads;    /* parallel builds (online CPUs, at most 8) */
     int confirm;          /* the top candidates measured again at the end (3; 0: off) */
+    int confirm_rounds;   /* measurements of each in that second look (3) */
     const tlm_model *model; /* seeds the population with its beam when set */
     int beam;             /* beam width (8) */
     tune_eval_fn eval;    /* NULL: build + measure */
@@ -77,12 +81,21 @@ typedef struct tune_stats {
     int best_cand;      /* index into j->cands (after confirmation); -1 when none */
     int confirmed;      /* candidates measured again at the end */
     double confirmed_s; /* the chosen one's time in that second look; NAN without one */
+    double first_confirmed_s; /* the starting point's time in it; NAN when not measured */
     double elapsed_s;
     double model_s;     /* time in cost-model training and prediction */
     /* best-so-far after each trial: best_curve[t] for t < trials (INFINITY before the first
      * correct one); malloc'ed, the caller frees it */
     double *best_curve;
 } tune_stats;
+
+/* The second look: candidates idx[0..n) measured again `rounds` times each (at least 1),
+ * each round in an order rotated by one (no candidate always runs first), with the full
+ * protocol (the runner's default sample length and warm-up, at least 7 samples);
+ * secs[k] = the median of idx[k]'s rounds, INFINITY when any of its rounds failed. Calls
+ * j->o.on_records for the records each round adds. */
+int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn eval, void *user,
+                     double *secs, tlm_error *err);
 
 /* tune_opts_init's evaluator (NULL: build + measure here). A server that spreads
  * measurements over a cluster sets its own once at start-up, before any search runs; it

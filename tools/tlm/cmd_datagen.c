@@ -414,6 +414,7 @@ static int run_datagen(int argc, char **argv)
         o.trials = (int)a.per_task - (have > 0 ? have : 0); /* only what is missing */
         o.seed = a.seed * 1000003u + (uint64_t)i;
         o.confirm = model_labels ? 0 : 1; /* a second look at a deterministic model adds nothing */
+        o.confirm_rounds = 1;
         o.model = model; /* one second look: the label is the best, not the luckiest */
         int before = ctx.stored;
         tune_stats s = {0};

@@ -2,13 +2,17 @@
  * kernel of a network with one budget spread by the task scheduler.
  *
  *   tlm tune --workload W --target T [--trials N] [--seconds S] [--strategy evolutionary|random]
- *            [--seed S] [--batch B] [--store FILE] [--weights F] [--curve FILE]
+ *            [--seed S] [--batch B] [--confirm K] [--confirm-rounds R] [--store FILE]
+ *            [--weights F] [--curve FILE]
  *   tlm tune --model NAME [--batch-size B] [--image-size S] [--seq-len L] --target T ...
  *
  * Prints one JSON object: best_ms, default_ms, first_ms (the starting point's time), trials,
  * ok, rounds, schedule, schedule_source ("tuned"), sketch, speedup_vs_default, elapsed_s,
  * model_s (cost-model time), records (stored), best_at (best-so-far in ms after 16, 64, 256,
- * 1000 trials, where reached). A network prints {"tasks": [...], "weighted_ms",
+ * 1000 trials, where reached), and the second look's figures: confirmed (candidates measured
+ * again), first_confirmed_ms and confirmed_ms (the starting point and the chosen kernel in the
+ * same rotating rounds) and speedup_confirmed (their ratio; the in-search ratio compares the
+ * start's first sample with the luckiest of many). A network prints {"tasks": [...], "weighted_ms",
  * "weighted_default_ms", ...}. Progress goes to stderr, one line per round. --store FILE
  * (SQLite, created if needed) receives every measurement as it is made: a tune killed
  * half-way keeps what it measured. --curve FILE writes the best-so-far per trial (JSON
@@ -53,6 +57,9 @@ static const char tune_usage[] =
     "                    the default without)\n"
     "  --seed S          the search's random seed (default 1)\n"
     "  --batch B         candidates per round (default 16)\n"
+    "  --confirm K       the second look: the K fastest and the starting point measured again\n"
+    "                    (full protocol) and the fastest there chosen (default 3; 0: off)\n"
+    "  --confirm-rounds R  measurements of each in the second look, rotating order (default 3)\n"
     "  --store FILE      record every measurement in this SQLite store as it is made\n"
     "  --weights F       seed the first round with the model's beam\n"
     "  --curve FILE      write the best-so-far time per trial (JSON array, ms)\n"
@@ -61,7 +68,7 @@ static const char tune_usage[] =
 typedef struct {
     const char *wl, *model, *tg, *strategy, *store, *weights, *curve, *memory, *start, *regen;
     fe_zoo_opts zo;
-    uint64_t trials, seed, batch;
+    uint64_t trials, seed, batch, confirm, confirm_rounds;
     double seconds;
     bool quiet;
 } tune_args;
@@ -105,6 +112,7 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
     a->trials = 64;
     a->seed = 1;
     a->batch = 16;
+    a->confirm = a->confirm_rounds = 3;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -145,15 +153,23 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
                 return cli_usage_error("tune: --seconds must be a number in (0, 864000]");
         } else if (!strcmp(o, "--trials") || !strcmp(o, "--seed") || !strcmp(o, "--batch") ||
                    !strcmp(o, "--batch-size") || !strcmp(o, "--image-size") ||
-                   !strcmp(o, "--seq-len")) {
-            if (cli_parse_u64(o, v, !strcmp(o, "--seed") ? UINT64_MAX : 1000000, &n, err))
-                return cli_report(err);
+                   !strcmp(o, "--seq-len") || !strcmp(o, "--confirm") ||
+                   !strcmp(o, "--confirm-rounds")) {
+            uint64_t max = !strcmp(o, "--seed")             ? UINT64_MAX
+                           : !strcmp(o, "--confirm")        ? 8
+                           : !strcmp(o, "--confirm-rounds") ? 15
+                                                            : 1000000;
+            if (cli_parse_u64(o, v, max, &n, err)) return cli_report(err);
             if (!strcmp(o, "--trials"))
                 a->trials = n;
             else if (!strcmp(o, "--seed"))
                 a->seed = n;
             else if (!strcmp(o, "--batch"))
                 a->batch = n;
+            else if (!strcmp(o, "--confirm"))
+                a->confirm = n;
+            else if (!strcmp(o, "--confirm-rounds"))
+                a->confirm_rounds = n;
             else if (!strcmp(o, "--batch-size"))
                 a->zo.batch = (int64_t)n;
             else if (!strcmp(o, "--image-size"))
@@ -169,6 +185,7 @@ static int parse(int argc, char **argv, tune_args *a, tlm_error *err)
     if (!a->tg) return cli_usage_error("tune: --target is required (see tlm tune --help)");
     if (a->trials < 1) return cli_usage_error("tune: --trials must be at least 1");
     if (a->batch < 1 || a->batch > 256) return cli_usage_error("tune: --batch must be in 1..256");
+    if (a->confirm_rounds < 1) return cli_usage_error("tune: --confirm-rounds must be in 1..15");
     return 0;
 }
 
@@ -216,6 +233,8 @@ static void search_opts(const tune_args *a, const tlm_model *model, tune_opts *o
     o->seed = a->seed;
     o->batch = (int)a->batch;
     o->model = model;
+    o->confirm = (int)a->confirm;
+    o->confirm_rounds = (int)a->confirm_rounds;
 }
 
 /* --strategy htam's flags: the memory ablation, the starting point, who writes the slots. */
@@ -254,6 +273,8 @@ static void htam_fill_opts(const tune_args *a, const htam_flags *f, int steps, h
     o->seed = a->seed;
     o->memory = f->mem;
     o->model = f->regen;
+    o->confirm = (int)a->confirm;
+    o->confirm_rounds = (int)a->confirm_rounds;
 }
 
 /* The trajectory: per step the direction, the strategy, who wrote the value ("gen"), the slot
@@ -275,6 +296,18 @@ static json_t *htam_traj_json(const htam *m, const pl_job *j, const htam_result 
         json_array_append_new(traj, x);
     }
     return traj;
+}
+
+/* The second look's figures: the starting point and the chosen kernel measured again in the
+ * same rounds (null without one), and their ratio, the speedup least biased by noise. */
+static void confirmed_json(json_t *r, int n, double first_s, double best_s)
+{
+    json_object_set_new(r, "confirmed", json_integer(n));
+    json_object_set_new(r, "first_confirmed_ms", ms(first_s));
+    json_object_set_new(r, "confirmed_ms", ms(best_s));
+    json_object_set_new(r, "speedup_confirmed", isfinite(first_s) && isfinite(best_s) && best_s > 0
+                                                    ? json_real(first_s / best_s)
+                                                    : json_null());
 }
 
 /* The starting point: the model's one pass (--start tlm) or the default. */
@@ -339,6 +372,7 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
             isfinite(res.first_s) && isfinite(res.best_s) ? json_real(res.first_s / res.best_s)
                                                           : json_null(),
             "records", ctx->stored, "trajectory", htam_traj_json(m, &j, &res));
+        confirmed_json(r, res.confirmed, res.first_confirmed_s, res.confirmed_s);
         out = cli_print_json(r);
         json_decref(r);
     }
@@ -386,8 +420,7 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
                                                         : json_null(),
             "elapsed_s", s.elapsed_s, "model_s", s.model_s, "records", ctx->stored, "best_at",
             best_at(&s));
-        /* the chosen kernel's time in the final second look (twice the samples) */
-        json_object_set_new(r, "confirmed_ms", ms(s.confirmed_s));
+        confirmed_json(r, s.confirmed, s.first_confirmed_s, s.confirmed_s);
         if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err)) out = cli_report(&err);
         if (out == CLI_OK) out = cli_print_json(r);
         json_decref(r);
