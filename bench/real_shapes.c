@@ -504,6 +504,11 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
         json_object_set_new(tj_json, "wall_s", json_real(tune_wall));
         json_object_set_new(tj_json, "model_s", json_real(st.model_s));
         json_object_set_new(tj_json, "search_best_s", rs_num(isfinite(st.best_s) ? st.best_s : 0));
+        /* the search's second look: its start (the default) and its winner in the same rounds */
+        json_object_set_new(tj_json, "confirmed_s",
+                            rs_num(isfinite(st.confirmed_s) ? st.confirmed_s : 0));
+        json_object_set_new(tj_json, "first_confirmed_s",
+                            rs_num(isfinite(st.first_confirmed_s) ? st.first_confirmed_s : 0));
         json_object_set_new(tj_json, "curve_s", curve);
         if (trc) {
             fprintf(stderr, "[%s %s] tune: %s\n", name, tname, te.msg);

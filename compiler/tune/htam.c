@@ -931,7 +931,8 @@ static int hrun_confirm(hrun *h, tlm_error *err)
     while (n < k) { /* the k fastest steps, fastest first */
         int b = -1;
         for (int s = 0; s < ns; s++)
-            if (!used[s] && isfinite(res->traj[s].ms) && (b < 0 || res->traj[s].ms < res->traj[b].ms))
+            if (!used[s] && isfinite(res->traj[s].ms) &&
+                (b < 0 || res->traj[s].ms < res->traj[b].ms))
                 b = s;
         if (b < 0) break;
         used[b] = true;

@@ -114,7 +114,7 @@ typedef struct htam_opts {
 } htam_opts;
 
 typedef struct htam_result {
-    double first_s, best_s; /* the starting point's first time, the fastest step's (in the search) */
+    double first_s, best_s; /* the start's first time, the fastest step's (in the search) */
     int best_cand;
     int steps;       /* steps taken after the starting point */
     htam_step *traj; /* steps + 1 entries (traj[0]: the starting point), malloc'ed */

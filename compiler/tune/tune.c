@@ -600,31 +600,30 @@ int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn 
         j->o.mo.min_sample_s = MEASURE_DEFAULT_MIN_SAMPLE_S;
     if (j->o.mo.min_warmup_s < MEASURE_DEFAULT_MIN_WARMUP_S)
         j->o.mo.min_warmup_s = MEASURE_DEFAULT_MIN_WARMUP_S;
-    int rc = 0;
+    int rc = 0, done = 0; /* rounds measured (a cancel stops between rounds) */
     for (int r = 0; r < rounds && !rc; r++) {
-        if (r && j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)) {
-            rounds = r;
-            break;
-        }
+        if (r && j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)) break;
         for (int k = 0; k < n; k++) ord[k] = idx[(k + r) % n];
         int rec0 = j->n_recs;
         rc = eval(j, ord, n, got, user, err);
         if (rc) break;
         if (j->o.on_records && j->n_recs > rec0) j->o.on_records(j, rec0, j->n_recs, j->o.user);
-        for (int k = 0; k < n; k++) all[(size_t)((k + r) % n) * (size_t)rounds + (size_t)r] = got[k];
+        for (int k = 0; k < n; k++) /* got[k] is idx[(k + r) % n]'s */
+            all[(size_t)((k + r) % n) * (size_t)rounds + (size_t)r] = got[k];
+        done++;
     }
     j->o.mo = saved;
     if (!rc) {
         for (int k = 0; k < n; k++) {
             double *v = all + (size_t)k * (size_t)rounds;
-            bool ok = rounds > 0;
-            for (int r = 0; r < rounds; r++) ok = ok && isfinite(v[r]);
+            bool ok = done > 0;
+            for (int r = 0; r < done; r++) ok = ok && isfinite(v[r]);
             if (!ok) {
                 secs[k] = INFINITY;
                 continue;
             }
-            qsort(v, (size_t)rounds, sizeof *v, cmp_double);
-            secs[k] = rounds % 2 ? v[rounds / 2] : 0.5 * (v[rounds / 2 - 1] + v[rounds / 2]);
+            qsort(v, (size_t)done, sizeof *v, cmp_double);
+            secs[k] = done % 2 ? v[done / 2] : 0.5 * (v[done / 2 - 1] + v[done / 2]);
         }
     }
     free(ord);

@@ -187,7 +187,8 @@ static int synth_eval(pl_job *j, const int *idx, int n, double *secs, void *user
                       : synth_time(j->sp, s, c);
         if (s->lucky_at && s->evaluated == s->lucky_at) {
             s->lucky_hash = tune_sched_hash(c);
-            secs[k] *= s->lucky_scale > 0 ? s->lucky_scale : 0.1; /* a lucky sample on a busy machine */
+            /* a lucky sample on a busy machine */
+            secs[k] *= s->lucky_scale > 0 ? s->lucky_scale : 0.1;
         }
     }
     if (s->cancel && s->calls >= s->cancel_after) *s->cancel = true;
