@@ -14,6 +14,7 @@
 # Each run ends with a second look (--confirm K, default 1: the search's K fastest and the
 # starting point measured again, alternately, three rounds each); the report's figures are
 # from it, the in-search ratios beside them.
+# The plot needs matplotlib (Debian python3-matplotlib; bench/setup.sh installs it).
 # OPENBLAS pins are not touched: no OpenBLAS peer here (the reference check's BLAS only).
 set -eu
 cd "$(dirname "$0")/.."
