@@ -16,11 +16,14 @@ export TLM_BIN="${TLM_BIN:-$PWD/build/san/tlm}"
 export TLM_ROOT="$PWD"
 tap=$(mktemp /tmp/tlm-tap-XXXXXX)
 trap 'rm -f "$tap"' EXIT
-pass=0; fail=0; skip=0; failed=(); failed_tests=(); skipped_tests=()
+pass=0; fail=0; skip=0; failed=(); failed_tests=(); skipped_tests=(); times=()
 for t in "$@"; do
     echo "== $t"
     : >"$tap"
+    t0=$SECONDS
     out=$("$t" --jobs=2 --tap="$tap" 2>&1); rc=$?
+    echo "   ($((SECONDS - t0)) s)"
+    times+=("$((SECONDS - t0)) ${t##*/tests/}")
     echo "$out" | tail -n 40 | grep -v '^$' | grep -E 'FAIL|Synthesis|ERROR|error|Assertion|CRASH|Timeout|passed' || true
     line=$(echo "$out" | grep -E '^\[====\] Synthesis' | tail -1)
     p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p'); p=${p:-0}
@@ -72,5 +75,7 @@ if [ ${#failed_tests[@]} -gt 0 ]; then
     printf '  %s\n' "${failed_tests[@]}"
 fi
 if [ ${#failed[@]} -gt 0 ]; then echo "failed binaries: ${failed[*]}"; fi
+echo "slowest binaries (s):"
+printf '%s\n' "${times[@]}" | sort -rn | head -5 | sed 's/^/  /'
 echo "$pass passed, $fail failed, $skip skipped"
 [ ${#failed[@]} -eq 0 ]
