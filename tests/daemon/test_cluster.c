@@ -551,12 +551,13 @@ Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
     cr_assert_eq(status, 200);
     cr_assert_str_eq(kstr(k, "schedule_source"), "tuned");
     json_decref(k);
-    /* 16 trials and a second look at the top 3, measured by whichever daemon took them */
+    /* 16 trials and a second look at the top 3 and the start (unless among them), three
+     * rounds each, measured by whichever daemon took them */
     double ma = metric(&a, "tlmd_l2_measured_total"), mb = metric(&b, "tlmd_l2_measured_total");
-    cr_expect_eq(ma + mb, 16 + 3, "a %g + b %g", ma, mb);
+    cr_expect(ma + mb == 16 + 3 * 3 || ma + mb == 16 + 3 * 4, "a %g + b %g", ma, mb);
     cr_expect(ma >= 1 && mb >= 1, "both daemons measured (a %g, b %g)", ma, mb);
     /* the requester keeps every record */
-    cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements"), 16 + 3);
+    cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements"), (long)(ma + mb));
     /* and the tuned kernel is the cluster's: b serves it to generate from L2 */
     const char *gen = "{\"target\": \"cpu\", \"workloads\": [{\"op\": \"dense\", \"shape\": "
                       "{\"M\": 24, \"N\": 40, \"K\": 16}}]}";

@@ -132,8 +132,11 @@ Test(tune, streams_progress_stores_records_and_serves_the_tuned_kernel_to_genera
     const char *tuned_schedule = json_string_value(json_object_get(kernel, "schedule"));
     cr_assert(tuned_schedule);
     resp_free(&r);
-    cr_assert_eq(rows(&d, NULL), 6 + 3, "one record per trial, and the second look at the top 3");
-    cr_assert_geq(rows(&d, "WHERE status = 'ok' AND median_s > 0"), 9);
+    /* one record per trial, and the second look at the top 3 and the start (unless among
+     * them), three rounds each */
+    long long recs = rows(&d, NULL);
+    cr_assert(recs == 6 + 3 * 3 || recs == 6 + 3 * 4, "%lld records", recs);
+    cr_assert_eq(rows(&d, "WHERE status = 'ok' AND median_s > 0"), recs);
 
     /* generate for the same workload: the tuned kernel, from the cache */
     r = post(&d, "{\"target\":\"cpu\",\"workloads\":[" WL "]}");
@@ -150,7 +153,7 @@ Test(tune, streams_progress_stores_records_and_serves_the_tuned_kernel_to_genera
                  "\"workloads\":[" WL "]}");
     cr_assert_eq(r.status, 200, "%s", r.body.p);
     resp_free(&r);
-    cr_assert_eq(rows(&d, NULL), 9);
+    cr_assert_eq(rows(&d, NULL), recs);
     json_decref(kernel);
     cr_assert(healthy(&d));
     teardown(&d);
@@ -184,7 +187,10 @@ Test(tune, strategy_htam_refines_and_keeps_its_memory_in_the_store)
     cr_assert(strstr(r.body.p, "\"event\":\"progress\""), "progress per step: %s", r.body.p);
     cr_assert(strstr(r.body.p, "\"schedule_source\":\"htam\""), "%s", r.body.p);
     resp_free(&r);
-    cr_assert_eq(rows(&d, NULL), 5, "the start and four steps");
+    /* the start and four steps, then the second look at the three fastest and the start
+     * (unless among them), three rounds each */
+    long long recs = rows(&d, NULL);
+    cr_assert(recs == 5 + 3 * 2 || recs == 5 + 3 * 3 || recs == 5 + 3 * 4, "%lld records", recs);
     sqlite3 *h;
     sqlite3_stmt *s = htam_memory_rows(&d, "count(*)", &h);
     cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
