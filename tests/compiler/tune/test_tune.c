@@ -329,15 +329,21 @@ Test(tune, failures_score_zero_and_cancel_stops_between_rounds)
     cr_assert_str_eq(e.field, "strategy");
 }
 
-Test(tune, a_second_look_at_the_best_overrules_a_lucky_measurement)
+/* A dense job on a landscape (seed 5) whose lucky_at-th measurement reads fast. */
+static void lucky_job(pl_job *j, synth *s, int lucky_at)
 {
     ir_workload w;
     dense(&w, 197, 256, 96);
+    prepare(j, &w, "cpu");
+    synth_init(s, j, 5);
+    s->lucky_at = lucky_at;
+}
+
+Test(tune, a_second_look_at_the_best_overrules_a_lucky_measurement)
+{
     pl_job j;
-    prepare(&j, &w, "cpu");
     synth s;
-    synth_init(&s, &j, 5);
-    s.lucky_at = 20;
+    lucky_job(&j, &s, 20);
     tune_opts o;
     synth_opts(&o, &s, 32, 2, TUNE_EVOLUTIONARY);
     o.confirm = 3;
@@ -418,15 +424,11 @@ Test(tune, the_second_look_rotates_its_order_and_takes_medians)
 
 Test(tune, the_second_look_keeps_the_start_when_the_rest_only_got_lucky)
 {
-    ir_workload w;
-    dense(&w, 197, 256, 96);
     pl_job j;
-    prepare(&j, &w, "cpu");
     synth s;
-    synth_init(&s, &j, 5);
+    lucky_job(&j, &s, 5);
     /* the hidden optimum is the default, the first candidate the search measures */
     space_default(j.sp, &s.opt);
-    s.lucky_at = 5;
     s.lucky_scale = 1e-3; /* reads faster than the optimum */
     tune_opts o;
     synth_opts(&o, &s, 16, 2, TUNE_EVOLUTIONARY);
