@@ -80,7 +80,8 @@ static double run_batch(const tlm_model *m, tlm_device *dev, int slots, int n_se
     double t0 = tlm_now_s(), rate = -1;
     while (done < n_seq) {
         while (next < n_seq) {
-            tlm_request r = {prompts[next], PROMPT, bench_mask, &salts[next], DECODE, 1};
+            tlm_request r = {.prompt = prompts[next], .n_prompt = PROMPT, .mask = bench_mask,
+                             .user = &salts[next], .max_new_tokens = DECODE, .beam_width = 1};
             int slot = tlm_decoder_add(d, &r, &err);
             if (slot == TLM_ELIMIT) break;
             if (slot < 0) {

@@ -524,11 +524,22 @@ static int setup_weights(tlmd_config *c)
     srv.env.weights_cfg = m->cfg;
     srv.env.weights_params = m->n_params;
     srv.env.weights_trained = trained;
+    m->default_prior = (float)tlm_weights_prior(c->weights);
+    srv.env.weights_prior = m->default_prior;
     bool held_back = trained && tlm_weights_held_back(c->weights);
     if ((srv.env.weights_trained && !held_back) || c->serve_untrained) {
         srv.model = m;
         srv.env.model = m;
-        snprintf(srv.env.model_id, sizeof srv.env.model_id, "%s", srv.env.weights_sha);
+        /* the MANIFEST's prior on the default schedule changes what the model writes: the
+         * cache key's model part names it (the weights' hash alone without one) */
+        if (m->default_prior > 0.0f) {
+            char id[128];
+            int n = snprintf(id, sizeof id, "%s:prior=%.9g", srv.env.weights_sha,
+                             (double)m->default_prior);
+            tlm_sha256_hex(id, (size_t)n, srv.env.model_id);
+        } else {
+            snprintf(srv.env.model_id, sizeof srv.env.model_id, "%s", srv.env.weights_sha);
+        }
         snprintf(srv.env.schedules_reason, sizeof srv.env.schedules_reason, "%s",
                  srv.env.weights_trained && !held_back ? "trained weights"
                  : held_back ? "trained weights held back by their MANIFEST (serve = default), "

@@ -493,11 +493,12 @@ static void do_version(routes *rt, http_req *r)
     if (env->weights_loaded[0]) {
         const tlm_config *c = &env->weights_cfg;
         model =
-            json_pack("{s:s, s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I}", "id",
+            json_pack("{s:s, s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:f}", "id",
                       env->weights_sha, "path", env->weights_loaded, "vocab_hash", env->vocab_hash,
                       "trained", env->weights_trained, "served", env->model != NULL, "n_layer",
                       c->n_layer, "n_head", c->n_head, "n_embd", c->n_embd, "n_ctx", c->n_ctx,
-                      "vocab_size", c->vocab_size, "n_params", (json_int_t)env->weights_params);
+                      "vocab_size", c->vocab_size, "n_params", (json_int_t)env->weights_params,
+                      "prior", env->weights_prior);
     }
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:o, s:b, s:s, s:i, s:o, s:{s:s, s:s}, s:s, s:s, s:s, s:s}",

@@ -120,7 +120,9 @@ typedef struct tlmd_env {
      * (--weights none, a missing default file, untrained weights without --serve-untrained)
      * generate serves space_default. */
     const tlm_model *model; /* the served model, NULL when serving default schedules */
-    char model_id[65];      /* the served model's id (its file's SHA-256), or "none" */
+    char model_id[65];      /* the served model's id (its file's SHA-256; with a decoding
+                             * prior, SHA-256 of "<sha>:prior=<x>"), or "none" */
+    double weights_prior;   /* the served model's prior on the default schedule (MANIFEST) */
     char schedules_reason[1400];
     char weights_loaded[1024]; /* the weight file that was read ("" when none) */
     char weights_sha[65];      /* its SHA-256 ("" when none) */

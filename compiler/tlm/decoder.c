@@ -11,7 +11,9 @@
  * lower token id); across beams by score (sum of log-softmax over the allowed tokens,
  * computed in double), then parent beam index, then token id. Because tlm_forward_batch
  * makes each row's logits independent of the batch, the tokens a request gets do not
- * depend on what else was decoded with it.
+ * depend on what else was decoded with it. A request's preference callback names one token
+ * per position whose logit gains a bonus before ranking and scoring (the select layer's prior
+ * on the default schedule).
  *
  * With a device (tlm_decoder_set_device) the caches are made there and the forward pass runs
  * there; caches are freed with tlm_kv_free_dev, which frees either kind.
@@ -28,6 +30,7 @@ typedef struct beam {
     int n;          /* tokens so far */
     tlm_kv *kv;     /* holds tok[0 .. kv->len) */
     uint64_t *mask; /* (words) allowed next tokens */
+    int32_t prefer; /* the token the preference callback favours next, or -1 */
     double score;
     int parent; /* while building the next generation: index in cur */
 } beam;
@@ -48,6 +51,8 @@ typedef struct req {
     tlm_slot_state state;
     int n_prompt, max_new, width, cap;
     tlm_mask_fn fn;
+    tlm_prefer_fn prefer;
+    float bonus;
     void *user;
     beam *cur, *nxt; /* (width) each; nxt is scratch for the next generation */
     int n_cur;
@@ -150,6 +155,7 @@ enum { RES_ACTIVE, RES_DONE, RES_ERROR };
 static int resolve(const tlm_decoder *d, req *q, beam *b)
 {
     const int V = d->m->cfg.vocab_size;
+    b->prefer = -1;
     for (;;) {
         if (b->n - q->n_prompt >= q->max_new) return RES_DONE;
         if (!q->fn) {
@@ -191,6 +197,10 @@ static int resolve(const tlm_decoder *d, req *q, beam *b)
             tlm_err_set(&q->err, TLM_EINVAL, "mask",
                         "the mask allowed no token at position %d and forced none", b->n);
             return RES_ERROR;
+        }
+        if (q->prefer) {
+            int32_t t = q->prefer(q->user, b->tok, b->n, q->n_prompt);
+            if (t >= 0 && t < V && tlm_bitset_get(b->mask, t)) b->prefer = t;
         }
         return RES_ACTIVE;
     }
@@ -241,6 +251,9 @@ int tlm_decoder_add(tlm_decoder *d, const tlm_request *r, tlm_error *err)
                            r->beam_width, TLM_MAX_BEAM);
     if (!r->prompt || r->n_prompt < 1)
         return tlm_err_set(err, TLM_EINVAL, "n_prompt", "the prompt needs at least one token");
+    if (r->prefer && (!r->mask || !(r->prefer_bonus >= 0.0f) || !isfinite(r->prefer_bonus)))
+        return tlm_err_set(err, TLM_EINVAL, "prefer",
+                           "a preference needs a mask callback and a finite bonus >= 0");
     if (r->max_new_tokens < 1)
         return tlm_err_set(err, TLM_EINVAL, "max_new_tokens", "max_new_tokens is %d; at least 1",
                            r->max_new_tokens);
@@ -265,6 +278,8 @@ int tlm_decoder_add(tlm_decoder *d, const tlm_request *r, tlm_error *err)
     q->width = width;
     q->cap = r->n_prompt + r->max_new_tokens;
     q->fn = r->mask;
+    q->prefer = r->prefer;
+    q->bonus = r->prefer_bonus;
     q->user = r->user;
     q->cur = calloc((size_t)width, sizeof(beam));
     q->nxt = calloc((size_t)width, sizeof(beam));
@@ -319,15 +334,17 @@ static int beam_candidates(const tlm_decoder *d, const req *q, int bi, const flo
 {
     const beam *b = &q->cur[bi];
     const int V = d->m->cfg.vocab_size;
+    /* the preferred token's logit with its bonus (the others as they are) */
+#define LOGIT(t) ((t) == b->prefer ? lg[t] + q->bonus : lg[t])
     int k = 0;
     float maxv = -INFINITY;
     for (int t = 0; t < V; t++) {
         if (!tlm_bitset_get(b->mask, t)) continue;
-        float v = lg[t];
+        float v = LOGIT(t);
         if (v > maxv) maxv = v;
         /* insertion into out[0..k), best first; equal logits keep the lower id first */
         int pos = k < q->width ? k : q->width;
-        while (pos > 0 && lg[out[pos - 1].token] < v)
+        while (pos > 0 && LOGIT(out[pos - 1].token) < v)
             pos--;
         if (pos >= q->width) continue;
         int last = k < q->width ? k : q->width - 1;
@@ -338,10 +355,11 @@ static int beam_candidates(const tlm_decoder *d, const req *q, int bi, const flo
     }
     double sum = 0.0;
     for (int t = 0; t < V; t++)
-        if (tlm_bitset_get(b->mask, t)) sum += exp((double)lg[t] - (double)maxv);
+        if (tlm_bitset_get(b->mask, t)) sum += exp((double)LOGIT(t) - (double)maxv);
     double lse = (double)maxv + log(sum);
     for (int i = 0; i < k; i++)
-        out[i].score = b->score + ((double)lg[out[i].token] - lse);
+        out[i].score = b->score + ((double)LOGIT(out[i].token) - lse);
+#undef LOGIT
     return k;
 }
 

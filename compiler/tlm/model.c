@@ -469,11 +469,14 @@ static char *manifest_trim(char *s)
     return s;
 }
 
-/* Reads the MANIFEST beside path: trained = true, its sha256, and serve = default. */
-static void manifest_read(const char *path, bool *trained, char *sha, bool *held_back)
+/* Reads the MANIFEST beside path: trained = true, its sha256, serve = default and the
+ * decoding prior (prior = X; 0 when absent or not a finite X >= 0). */
+static void manifest_read(const char *path, bool *trained, char *sha, bool *held_back,
+                          double *prior)
 {
     *trained = false;
     *held_back = false;
+    *prior = 0.0;
     sha[0] = 0;
     char dir[1024], mpath[1100];
     snprintf(dir, sizeof dir, "%s", path);
@@ -491,6 +494,7 @@ static void manifest_read(const char *path, bool *trained, char *sha, bool *held
         const char *key = !strncmp(s, "trained", 7) ? "trained"
                           : !strncmp(s, "sha256", 6) ? "sha256"
                           : !strncmp(s, "serve", 5)  ? "serve"
+                          : !strncmp(s, "prior", 5)  ? "prior"
                                                      : NULL;
         if (!key) continue;
         s = manifest_trim(s + strlen(key));
@@ -500,7 +504,11 @@ static void manifest_read(const char *path, bool *trained, char *sha, bool *held
             *trained = !strcmp(v, "true");
         else if (!strcmp(key, "sha256"))
             snprintf(sha, 65, "%.64s", v);
-        else
+        else if (!strcmp(key, "prior")) {
+            char *end;
+            double x = strtod(v, &end);
+            *prior = end != v && !*end && isfinite(x) && x >= 0.0 && x <= 100.0 ? x : 0.0;
+        } else
             *held_back = !strcmp(v, "default");
     }
     fclose(f);
@@ -514,7 +522,8 @@ bool tlm_weights_trained(const char *path, char sha_hex[65])
     if (!sha[0]) return false;
     bool trained, held;
     char msha[65];
-    manifest_read(path, &trained, msha, &held);
+    double prior;
+    manifest_read(path, &trained, msha, &held, &prior);
     return trained && !strcasecmp(msha, sha);
 }
 
@@ -522,6 +531,17 @@ bool tlm_weights_held_back(const char *path)
 {
     bool trained, held;
     char msha[65];
-    manifest_read(path, &trained, msha, &held);
+    double prior;
+    manifest_read(path, &trained, msha, &held, &prior);
     return held;
+}
+
+double tlm_weights_prior(const char *path)
+{
+    if (!tlm_weights_trained(path, NULL)) return 0.0;
+    bool trained, held;
+    char msha[65];
+    double prior;
+    manifest_read(path, &trained, msha, &held, &prior);
+    return prior;
 }

@@ -35,6 +35,34 @@ static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt
     return TLM_MASK_NEXT;
 }
 
+/* The default schedule's next token where the decisions so far still agree with its value
+ * for the current slot (mask_cb has just replayed them into c->st); -1 elsewhere, e.g. once
+ * the slot's value has left the default's encoding. Where the model chose another vector axis
+ * (the first slot of a CPU tile), the default for that axis (space_default_vectorized) is
+ * the one favoured from there on: the rule of thumb's tiles belong to its vector axis. */
+static int32_t prefer_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt)
+{
+    (void)tokens, (void)n_tokens, (void)n_prompt;
+    tlm_select_ctx *c = user;
+    const lang_state *st = &c->st;
+    if (st->done || st->want_slot || st->slot < 0 || st->slot >= c->anchor.n) return -1;
+    if (st->slot > 0 && c->sp->slot[0].kind == SLOT_VECTORIZE &&
+        st->partial.v[0] != c->anchor.v[0]) {
+        int64_t v = st->partial.v[0];
+        space_default_vectorized(c->sp, v, &c->anchor);
+        if (c->anchor.v[0] != v) { /* not this axis: no prior past the first slot */
+            space_default(c->sp, &c->anchor);
+            return -1;
+        }
+    }
+    int enc[LANG_MAX_VALUE_TOKENS];
+    int n = lang_encode_int(c->anchor.v[st->slot], enc, LANG_MAX_VALUE_TOKENS);
+    if (n <= st->nprefix) return -1;
+    for (int i = 0; i < st->nprefix; i++)
+        if (st->prefix[i] != enc[i]) return -1;
+    return enc[st->nprefix];
+}
+
 int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_select_ctx *ctx,
                        tlm_request *req, tlm_error *err)
 {
@@ -64,6 +92,11 @@ int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_
     req->user = ctx;
     req->max_new_tokens = max_new;
     req->beam_width = beam_width;
+    if (m->default_prior > 0.0f) {
+        space_default(sp, &ctx->anchor);
+        req->prefer = prefer_cb;
+        req->prefer_bonus = m->default_prior;
+    }
     return 0;
 }
 
@@ -209,6 +242,7 @@ int tlm_select_regen(const tlm_model *m, const space *sp, const space_sched *bas
         return 0;
     }
     req.mask = regen_mask;
+    req.prefer = NULL; /* the slot's values as the model ranks them: no prior on the default */
     req.user = c;
     tlm_decoder *dec = NULL;
     if (!rc) rc = tlm_decoder_new(m, 1, &dec, err);

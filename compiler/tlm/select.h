@@ -6,7 +6,9 @@
  *    (lang_encode_prompt) and a mask callback that replays the decisions generated so far
  *    through a lang_state, so every sentence the decoder can produce decodes to a schedule
  *    that passes space_check. Greedy decoding is deterministic: same model, same space,
- *    same tokens.
+ *    same tokens. With m->default_prior > 0 the tokens of the space's default schedule gain
+ *    that bonus on their logits (while the decisions agree with it slot by slot): the model
+ *    writes the default except where it prefers another value by more than the margin.
  *  - A tlm_select_ctx belongs to one request and must outlive it in the decoder; it holds
  *    the prompt and scratch state for the callback (which runs on the decoder's thread).
  *  - tlm_select_generate is the one-shot convenience: a private decoder, k candidates by
@@ -27,6 +29,7 @@ typedef struct tlm_select_ctx {
     int32_t prompt[LANG_MAX_SENTENCE];
     int n_prompt;
     lang_state st; /* scratch for the mask callback */
+    space_sched anchor; /* the default schedule, favoured by the model's default_prior */
 } tlm_select_ctx;
 
 typedef struct tlm_candidate {

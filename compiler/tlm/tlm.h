@@ -99,6 +99,12 @@ typedef struct tlm_model {
     float *wpe;           /* (T, C) */
     tlm_layer *layers;    /* (L) */
     float *lnf_w, *lnf_b; /* (C) */
+    /* Decoding, not stored in the file: the bonus (in logits, >= 0) that the tokens of the
+     * space's default schedule get when the model writes a schedule (tlm_select_request), so
+     * that it departs from the rule of thumb only where it prefers another value by more than
+     * that margin (a prior on the default; 0 = none). Set by whoever loads the model (the
+     * MANIFEST's "prior", tlm_weights_prior; --prior on the CLI). */
+    float default_prior;
 } tlm_model;
 
 /* 0 if cfg is within the limits above, else TLM_EINVAL/TLM_ELIMIT naming the field. */
@@ -132,6 +138,10 @@ bool tlm_weights_trained(const char *path, char sha_hex[65]);
  * lost to the rule-of-thumb schedules on the held-out evaluation), so a server keeps the
  * default schedules. Any thread. */
 bool tlm_weights_held_back(const char *path);
+/* The decoding prior on the default schedule that MANIFEST gives these weights ("prior = X",
+ * 0 <= X <= 100, in logits; tlm_model.default_prior), 0 when it gives none or does not vouch
+ * for the file (tlm_weights_trained). Any thread. */
+double tlm_weights_prior(const char *path);
 
 /* ---- KV cache: one per sequence ---- */
 
@@ -199,6 +209,12 @@ static inline int tlm_bitset_get(const uint64_t *bits, int32_t t)
     return (int)((bits[t >> 6] >> (t & 63)) & 1);
 }
 
+/* The preference callback (optional): called right after the mask callback returned
+ * TLM_MASK_NEXT without forcing, for the same tokens; returns the token to favour at that
+ * position (it gains tlm_request.prefer_bonus on its logit when it is allowed), or -1 for
+ * none. Same purity rules as the mask. */
+typedef int32_t (*tlm_prefer_fn)(void *user, const int32_t *tokens, int n_tokens, int n_prompt);
+
 typedef struct tlm_request {
     const int32_t *prompt; /* copied by tlm_decoder_add */
     int n_prompt;          /* >= 1 */
@@ -210,6 +226,8 @@ typedef struct tlm_request {
                          * are ranked by score (then beam, then token id) and taken in
                          * order, finished ones into the results, until k beams are active;
                          * stops when no beam is active or none can beat the k-th result */
+    tlm_prefer_fn prefer;  /* NULL: no preference (needs mask) */
+    float prefer_bonus;    /* added to the preferred token's logit before ranking and scoring */
 } tlm_request;
 
 typedef enum {

@@ -1184,6 +1184,27 @@ Test(daemon, untrained_weights_serve_default_unless_serve_untrained)
     k = compile_one(&d, NULL);
     cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
     cr_assert_str_eq(jstr(k, "cache"), "hit", "the same weights and mode as step 2: same key");
+    char tlm_key[65];
+    snprintf(tlm_key, sizeof tlm_key, "%s", jstr(k, "key"));
+    json_decref(k);
+    cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
+
+    /* 4b. the MANIFEST gives a prior on the default schedule: the model writes differently,
+     * so its id (the cache key's model part) names the prior, and its kernels are not served
+     * from step 4's entries */
+    snprintf(man, sizeof man, "trained = true\nsha256 = %s\nprior = 3\n", sha);
+    write_manifest(&d, man);
+    start(&d, NULL);
+    v = version_json(&d);
+    cr_assert_str_eq(jstr(v, "schedules"), "tlm");
+    cr_assert_str_neq(jstr(v, "model_id"), sha);
+    cr_assert_eq(strlen(jstr(v, "model_id")), 64);
+    cr_assert_float_eq(json_real_value(json_object_get(json_object_get(v, "model"), "prior")), 3.0,
+                       1e-9);
+    json_decref(v);
+    k = compile_one(&d, NULL);
+    cr_assert_str_eq(jstr(k, "schedule_source"), "tlm");
+    cr_assert_str_neq(jstr(k, "key"), tlm_key);
     json_decref(k);
     cr_assert_eq(stop_with(&d, SIGTERM, 60), 0);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,18 @@ int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *ou
     return 0;
 }
 
+int cli_parse_prior(const char *flag, const char *text, double *out, tlm_error *err)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !isfinite(v) || v < 0.0 || v > 100.0)
+        return tlm_err_set(err, TLM_EINVAL, flag,
+                           "expected a bonus in logits from 0 to 100 (0 = no prior), got \"%s\"",
+                           text);
+    *out = v;
+    return 0;
+}
+
 uint64_t cli_seed_state(uint64_t seed)
 {
     /* splitmix64: nearby seeds give unrelated states, and the state is never 0 (xorshift's
@@ -172,7 +185,10 @@ int cli_load_weights(const char *flag, const char *path, struct tlm_model **out,
 {
     uint8_t vh[32];
     lang_vocab_hash(vh);
-    if (!tlm_model_load(path, lang_vocab_size(), vh, out, err)) return 0;
+    if (!tlm_model_load(path, lang_vocab_size(), vh, out, err)) {
+        (*out)->default_prior = (float)tlm_weights_prior(path);
+        return 0;
+    }
     err->code = TLM_EINVAL;
     snprintf(err->field, sizeof err->field, "%s", flag);
     return err->code;

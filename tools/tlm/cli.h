@@ -43,8 +43,9 @@ char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *
  * file; errors (TLM_EIO) name "-o", the output directory's flag. */
 int cli_write_file(const char *path, const void *data, size_t len, tlm_error *err);
 
-/* Loads a weight file for the tensor language's vocabulary (size and hash checked); on failure
- * err names `flag` with TLM_EINVAL (bad input) and *out is NULL. */
+/* Loads a weight file for the tensor language's vocabulary (size and hash checked), with the
+ * decoding prior its MANIFEST gives (tlm_weights_prior); on failure err names `flag` with
+ * TLM_EINVAL (bad input) and *out is NULL. */
 struct tlm_model;
 int cli_load_weights(const char *flag, const char *path, struct tlm_model **out, tlm_error *err);
 
@@ -59,6 +60,8 @@ int cli_print_json(const json_t *j);
 
 /* Decimal unsigned integer <= max (no sign, no blanks, nothing after it); errors name flag. */
 int cli_parse_u64(const char *flag, const char *text, uint64_t max, uint64_t *out, tlm_error *err);
+/* --prior X: the decoding prior on the default schedule, 0 <= X <= 100 (tlm_model.default_prior). */
+int cli_parse_prior(const char *flag, const char *text, double *out, tlm_error *err);
 
 /* The space_sample RNG state for a user seed. `tlm space --seed S` and `tlm compile
  * --schedule random:S` both start from it, so the first sample of one is the schedule of the

@@ -63,6 +63,8 @@ static const char compile_usage[] =
     "                   model_weights/tlm.bin)\n"
     "    topk:K         K beam candidates of the TLM; with --measure the fastest correct one,\n"
     "                   else the best-scored one that builds\n"
+    "  --prior X (tlm, topk:K) the bonus in logits on the default schedule's tokens while the\n"
+    "                   model writes (0 = none; default: the weights' MANIFEST \"prior\", else 0)\n"
     "  --measure runs the kernel against the reference interpreter and times it (CPU targets\n"
     "  this machine can run). Writes DIR/kernel.c|.cu, DIR/kernel.so|.cubin, DIR/meta.json\n"
     "  (DIR defaults to ./tlm-out) and prints a JSON summary.\n"
@@ -102,6 +104,7 @@ static json_t *real_or_null(double v)
 typedef struct {
     const char *wl, *tg, *sched, *dir, *weights;
     bool measure;
+    double prior; /* < 0: the MANIFEST's */
 } compile_args;
 
 /* Everything a run owns, freed in one place. */
@@ -127,17 +130,11 @@ static int work_failed(const tlm_error *err)
 
 /* Loads the weights for --schedule tlm|topk:K (a missing or mismatched file is the user's
  * input: the message names the flag that chose it). */
-static int load_model(const char *weights, tlm_model **m, tlm_error *err)
+static int load_model(const char *weights, double prior, tlm_model **m, tlm_error *err)
 {
-    uint8_t vh[32];
-    lang_vocab_hash(vh);
-    int rc =
-        tlm_model_load(weights ? weights : TLM_WEIGHTS_DEFAULT_PATH, lang_vocab_size(), vh, m, err);
-    if (rc) {
-        err->code = TLM_EINVAL;
-        snprintf(err->field, sizeof err->field, "%s", weights ? "--weights" : "--schedule");
-        return TLM_EINVAL;
-    }
+    const char *path = weights ? weights : TLM_WEIGHTS_DEFAULT_PATH;
+    if (cli_load_weights(weights ? "--weights" : "--schedule", path, m, err)) return TLM_EINVAL;
+    if (prior >= 0.0) (*m)->default_prior = (float)prior;
     return 0;
 }
 
@@ -239,15 +236,17 @@ static int parse_args(int argc, char **argv, compile_args *a)
         {"workload", required_argument, NULL, 'w'}, {"target", required_argument, NULL, 't'},
         {"schedule", required_argument, NULL, 's'}, {"weights", required_argument, NULL, 'W'},
         {"measure", no_argument, NULL, 'm'},        {"out", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"prior", required_argument, NULL, 'p'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     a->sched = "default";
     a->dir = "tlm-out";
+    a->prior = -1.0;
     opterr = 0;
     optind = 1;
     int ch;
-    while ((ch = getopt_long(argc, argv, ":w:t:s:mo:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":w:t:s:mo:p:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'w':
             a->wl = optarg;
@@ -267,6 +266,12 @@ static int parse_args(int argc, char **argv, compile_args *a)
         case 'o':
             a->dir = optarg;
             break;
+        case 'p': {
+            tlm_error e;
+            tlm_err_clear(&e);
+            if (cli_parse_prior("--prior", optarg, &a->prior, &e)) return cli_report(&e);
+            break;
+        }
         case 'h':
             fputs(compile_usage, stdout);
             return -1;
@@ -285,6 +290,8 @@ static int parse_args(int argc, char **argv, compile_args *a)
     if (!a->dir[0]) return cli_usage_error("compile: -o needs a directory name");
     if (a->weights && strcmp(a->sched, "tlm") && strncmp(a->sched, "topk:", 5))
         return cli_usage_error("compile: --weights is only used with --schedule tlm or topk:K");
+    if (a->prior >= 0.0 && strcmp(a->sched, "tlm") && strncmp(a->sched, "topk:", 5))
+        return cli_usage_error("compile: --prior is only used with --schedule tlm or topk:K");
     return 0;
 }
 
@@ -327,7 +334,7 @@ static int run_compile(int argc, char **argv)
     o.measure = a.measure ? PL_MEASURE_ON : PL_MEASURE_OFF;
 
     if (schedule_mode(a.sched, &o, &err) || ((o.mode == PL_MODE_TLM || o.mode == PL_MODE_TOPK) &&
-                                             load_model(a.weights, &st.model, &err))) {
+                                             load_model(a.weights, a.prior, &st.model, &err))) {
         rc = cli_report(&err);
         goto done;
     }

@@ -1,13 +1,15 @@
 /* cmd_eval.c — `tlm eval`: how good are the model's schedules, measured beside the others.
  *
  *   tlm eval --suite FILE --target T --weights F [--schedules default,tlm,topk:8,search:N]
- *            [--only NAMES] [--jsonl FILE] [--seed S] [--quiet]
+ *            [--only NAMES] [--jsonl FILE] [--seed S] [--prior X] [--quiet]
  *
  * For every workload of the suite (bench/suites format; it must be a validation suite the
  * model was never trained on: `tlm datagen --exclude` keeps it out of the data):
  *  - default: the rule-of-thumb schedule (what an untrained server serves);
  *  - tlm: the model's one pass (greedy, zero measurements), decoded twice to check that the
  *    output is identical run to run;
+ *  - tlm@X: the one pass under a prior of X logits on the default schedule's tokens
+ *    (tlm_model.default_prior), to compare priors in one job;
  *  - topk:K: the model's beam of K, each measured, the fastest kept;
  *  - search:N: the measured search (compiler/tune) with N trials.
  * default, tlm and topk candidates are built and measured in ONE job, one after another with
@@ -39,17 +41,25 @@ static const char eval_usage[] =
     "  measures the model's schedules beside the default and the measured search on a\n"
     "  validation suite; prints geomean ratios (JSON)\n"
     "options:\n"
-    "  --schedules LIST  of default, tlm, topk:K, search:N (default default,tlm,topk:8,search:64)\n"
+    "  --schedules LIST  of default, tlm, tlm@X, topk:K, search:N (default\n"
+    "                    default,tlm,topk:8,search:64); tlm@X: the one pass under a prior of X\n"
+    "                    logits on the default schedule's tokens (up to 4, measured in the\n"
+    "                    same job as the rest)\n"
     "  --only NAMES      comma-separated workload names\n"
     "  --jsonl FILE      one line per workload, appended (resumes: names there are skipped)\n"
     "  --seed S          inputs and the search's seed (default 1)\n"
+    "  --prior X         the bonus in logits on the default schedule's tokens when the model\n"
+    "                    writes (0 = none; default: the weights' MANIFEST \"prior\", else 0)\n"
     "  --quiet           no progress on stderr\n";
 
 typedef struct {
     const char *suite, *tg, *weights, *schedules, *only, *jsonl;
     uint64_t seed;
     bool quiet;
+    double prior; /* < 0: the MANIFEST's */
     int topk, search;
+    int n_priors; /* tlm@X: the one pass again under each of these priors */
+    double priors[4];
     bool want_default, want_tlm;
 } ev_args;
 
@@ -77,7 +87,13 @@ static int parse_schedules(ev_args *a, tlm_error *err)
             a->want_default = true;
         else if (!strcmp(t, "tlm"))
             a->want_tlm = true;
-        else if (!strncmp(t, "topk:", 5)) {
+        else if (!strncmp(t, "tlm@", 4)) {
+            double x;
+            if (a->n_priors == 4)
+                return tlm_err_set(err, TLM_EINVAL, "--schedules", "at most 4 tlm@X entries");
+            if (cli_parse_prior("--schedules tlm@X", t + 4, &x, err)) return err->code;
+            a->priors[a->n_priors++] = x;
+        } else if (!strncmp(t, "topk:", 5)) {
             if (cli_parse_u64("--schedules topk", t + 5, PL_MAX_CANDIDATES - 2, &v, err) || v < 2)
                 return tlm_err_set(err, TLM_EINVAL, "--schedules", "topk:K needs 2 <= K <= %d",
                                    PL_MAX_CANDIDATES - 2);
@@ -88,7 +104,7 @@ static int parse_schedules(ev_args *a, tlm_error *err)
             a->search = (int)v;
         } else
             return tlm_err_set(err, TLM_EINVAL, "--schedules",
-                               "'%s': expected default, tlm, topk:K or search:N", t);
+                               "'%s': expected default, tlm, tlm@X, topk:K or search:N", t);
     }
     return 0;
 }
@@ -98,6 +114,7 @@ static int parse(int argc, char **argv, ev_args *a, tlm_error *err)
     memset(a, 0, sizeof *a);
     a->schedules = "default,tlm,topk:8,search:64";
     a->seed = 1;
+    a->prior = -1.0;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -124,6 +141,8 @@ static int parse(int argc, char **argv, ev_args *a, tlm_error *err)
             a->jsonl = v;
         else if (!strcmp(k, "--seed")) {
             if (cli_parse_u64("--seed", v, UINT64_MAX, &a->seed, err)) return cli_report(err);
+        } else if (!strcmp(k, "--prior")) {
+            if (cli_parse_prior("--prior", v, &a->prior, err)) return cli_report(err);
         } else {
             fputs(eval_usage, stderr);
             return cli_usage_error("eval: unknown option '%s'", k);
@@ -131,7 +150,7 @@ static int parse(int argc, char **argv, ev_args *a, tlm_error *err)
     }
     if (!a->suite || !a->tg) return cli_usage_error("eval: --suite and --target are required");
     if (parse_schedules(a, err)) return cli_report(err);
-    if ((a->want_tlm || a->topk) && !a->weights)
+    if ((a->want_tlm || a->topk || a->n_priors) && !a->weights)
         return cli_usage_error("eval: tlm and topk schedules need --weights");
     return 0;
 }
@@ -164,7 +183,7 @@ static double cand_time(const pl_job *j, int c, const char **status)
 }
 
 static json_t *eval_one(const ev_args *a, const char *name, const ir_workload *w, const target *t,
-                        const tlm_model *m, tlm_error *err)
+                        tlm_model *m, tlm_error *err)
 {
     pl_opts po;
     pl_opts_init(&po);
@@ -206,6 +225,24 @@ static json_t *eval_one(const ev_args *a, const char *name, const ir_workload *w
         }
         free(c);
     }
+    int ic_pri[4];
+    for (int p = 0; p < a->n_priors && rc >= 0; p++) {
+        tlm_candidate *c = malloc(sizeof *c);
+        int n1 = 0;
+        float keep = m->default_prior;
+        m->default_prior = (float)a->priors[p];
+        rc = c ? tlm_select_generate(m, j.sp, 1, c, &n1, err) : TLM_ENOMEM;
+        m->default_prior = keep;
+        ic_pri[p] = -1;
+        if (!rc && n1 == 1) {
+            char key[64], txt[DRV_SCHED_MAX];
+            snprintf(key, sizeof key, "tlm@%g_schedule", a->priors[p]);
+            if (space_print(j.sp, &c->sched, txt, sizeof txt) >= 0)
+                json_object_set_new(r, key, json_string(txt));
+            rc = ic_pri[p] = add_unique(&j, &c->sched, PL_SRC_TLM, c->score, err);
+        }
+        free(c);
+    }
     if (rc >= 0 && a->topk) {
         tlm_candidate *c = malloc((size_t)a->topk * sizeof *c);
         int n = 0;
@@ -243,6 +280,14 @@ static json_t *eval_one(const ev_args *a, const char *name, const ir_workload *w
         json_object_set_new(r, "tlm_decode_ms", json_real(gen_s * 1e3));
     } else if (a->want_tlm) {
         json_object_set_new(r, "tlm_status", json_string("no_schedule"));
+    }
+    for (int p = 0; p < a->n_priors; p++) {
+        char key[64];
+        snprintf(key, sizeof key, "tlm@%g_ms", a->priors[p]);
+        json_object_set_new(r, key, ic_pri[p] >= 0 ? ms_or_null(cand_time(&j, ic_pri[p], NULL))
+                                                   : json_null());
+        snprintf(key, sizeof key, "tlm@%g_same_as_default", a->priors[p]);
+        json_object_set_new(r, key, json_boolean(ic_pri[p] >= 0 && ic_pri[p] == ic_def));
     }
     if (n_top) {
         double best = INFINITY;
@@ -324,6 +369,55 @@ static json_t *summary(json_t *lines)
                         n_tlm ? json_real((double)n_det / n_tlm) : json_null());
     json_object_set_new(s, "tlm_same_as_default",
                         n_tlm ? json_real((double)n_same / n_tlm) : json_null());
+    /* tlm@X: every "tlm@<X>_ms" key of the lines, vs the default on the same line */
+    json_t *pri = json_object();
+    json_array_foreach(lines, i, r)
+    {
+        const char *key;
+        json_t *val;
+        json_object_foreach(r, key, val)
+        {
+            size_t kl = strlen(key);
+            if (strncmp(key, "tlm@", 4) || kl < 8 || strcmp(key + kl - 3, "_ms")) continue;
+            char px[32];
+            snprintf(px, sizeof px, "%.*s", (int)(kl - 7), key + 4);
+            json_t *agg = json_object_get(pri, px);
+            if (!agg) {
+                agg = json_pack("{s:f, s:i, s:i, s:i}", "lsum", 0.0, "n", 0, "same", 0, "lines", 0);
+                json_object_set_new(pri, px, agg);
+            }
+            double d = json_number_value(json_object_get(r, "default_ms"));
+            double x = json_number_value(val);
+            char sk[80];
+            snprintf(sk, sizeof sk, "tlm@%s_same_as_default", px);
+            json_object_set_new(agg, "lines", json_integer(json_integer_value(json_object_get(agg, "lines")) + 1));
+            if (json_is_true(json_object_get(r, sk)))
+                json_object_set_new(agg, "same", json_integer(json_integer_value(json_object_get(agg, "same")) + 1));
+            if (d > 0 && x > 0) {
+                json_object_set_new(agg, "lsum", json_real(json_real_value(json_object_get(agg, "lsum")) + log(d / x)));
+                json_object_set_new(agg, "n", json_integer(json_integer_value(json_object_get(agg, "n")) + 1));
+            }
+        }
+    }
+    json_t *out = json_array();
+    const char *px;
+    json_t *agg;
+    json_object_foreach(pri, px, agg)
+    {
+        int n = (int)json_integer_value(json_object_get(agg, "n"));
+        int lines_n = (int)json_integer_value(json_object_get(agg, "lines"));
+        json_array_append_new(
+            out, json_pack("{s:f, s:o, s:f, s:i}", "prior", atof(px), "vs_default",
+                           n ? json_real(geo(json_real_value(json_object_get(agg, "lsum")), n))
+                             : json_null(),
+                           "same_as_default",
+                           lines_n ? (double)json_integer_value(json_object_get(agg, "same")) / lines_n
+                                   : 0.0,
+                           "workloads", lines_n));
+    }
+    json_decref(pri);
+    if (json_array_size(out)) json_object_set_new(s, "tlm_prior", out);
+    else json_decref(out);
     return s;
 }
 
@@ -338,6 +432,7 @@ static int run_eval(int argc, char **argv)
     if (target_parse(a.tg, &t, &err)) return cli_report(&err);
     tlm_model *m = NULL;
     if (a.weights && cli_load_weights("--weights", a.weights, &m, &err)) return cli_report(&err);
+    if (m && a.prior >= 0.0) m->default_prior = (float)a.prior;
     size_t len = 0;
     char *text = cli_read_file("--suite", a.suite, &len, &err);
     json_error_t je;
@@ -413,6 +508,7 @@ static int run_eval(int argc, char **argv)
         json_t *s = summary(lines);
         json_object_set_new(s, "target", json_string(t.name));
         json_object_set_new(s, "weights", a.weights ? json_string(a.weights) : json_null());
+        json_object_set_new(s, "prior", m ? json_real(m->default_prior) : json_null());
         res = cli_print_json(s);
         json_decref(s);
     }

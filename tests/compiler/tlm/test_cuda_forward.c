@@ -282,7 +282,8 @@ static void decode(const tlm_model *m, tlm_device *dev, int beam, int one_at_a_t
     for (int i = 0; i < NREQ; i++) {
         int len = 1 + (i * 7) % 30;
         fill_tokens(prompts[i], len, V, 1000 + (uint32_t)i);
-        rq[i] = (tlm_request){prompts[i], len, mask_fn, &V, MAXNEW, beam};
+        rq[i] = (tlm_request){.prompt = prompts[i], .n_prompt = len, .mask = mask_fn, .user = &V,
+                              .max_new_tokens = MAXNEW, .beam_width = beam};
     }
     int slot[NREQ];
     if (one_at_a_time) {

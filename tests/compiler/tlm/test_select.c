@@ -2,6 +2,7 @@
  * decoded sentence a legal schedule that generates and compiles; decoding is deterministic
  * and batched decoding equals one-at-a-time decoding. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "compiler/codegen/codegen.h"
 #include "compiler/tlm/select.h"
 #include "compiler/toolchain/toolchain.h"
+#include "proto/workload.h"
 
 #define N_PAIRS 1000
 #define BATCH 32
@@ -224,5 +226,132 @@ Test(select, wrong_vocabulary_is_refused)
     cr_assert_neq(tlm_select_generate(m, &sp, 1, &c, &n, &e), 0);
     cr_assert_str_eq(e.field, "weights");
     free(g);
+    tlm_model_free(m);
+}
+
+/* One space of a workload on a target (caller frees g). */
+static void space_of(const char *op_wl, const char *tg, ir_subgraph **g, space *sp)
+{
+    tlm_error e;
+    ir_workload w;
+    cr_assert_eq(proto_workload_from_string(op_wl, strlen(op_wl), &w, &e), 0, "%s", e.msg);
+    *g = malloc(sizeof **g);
+    target t;
+    cr_assert_eq(ir_subgraph_build(&w, *g, &e), 0, "%s", e.msg);
+    cr_assert_eq(target_parse(tg, &t, &e), 0);
+    cr_assert_eq(space_build(*g, &t, sp, &e), 0, "%s", e.msg);
+}
+
+/* The prior on the default schedule: none (0) leaves decoding as it was; a bonus far above
+ * any logit gap writes the default exactly, greedy and as the beam's best; a bonus in between
+ * departs from the default less often than none, on random weights over several spaces;
+ * every sentence stays legal, and the same prior gives the same schedule twice. */
+Test(select, the_prior_on_the_default_schedule_pulls_the_model_towards_it)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":3072}}",
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":12,\"M\":197,\"N\":197,\"K\":64},"
+        "\"transpose_b\":true}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":80,\"W\":80,\"F\":64,\"KH\":3,"
+        "\"KW\":3},\"pad\":[1,1]}",
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
+        "\"KW\":7},\"pad\":[3,3]}",
+        "{\"op\":\"softmax\",\"shape\":{\"R\":2364,\"C\":197}}",
+        "{\"op\":\"layer_norm\",\"shape\":{\"R\":197,\"C\":768}}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    tlm_model *m = model();
+    tlm_error e;
+    int departs_none = 0, departs_mid = 0, pairs = 0;
+    for (size_t wi = 0; wi < sizeof wls / sizeof wls[0]; wi++)
+        for (int ti = 0; ti < 2; ti++) {
+            ir_subgraph *g;
+            space sp;
+            space_of(wls[wi], tgs[ti], &g, &sp);
+            space_sched def;
+            space_default(&sp, &def);
+            size_t bytes = sizeof(int64_t) * (size_t)sp.n_slot;
+            tlm_candidate *c = calloc(3, sizeof *c);
+            int n = 0;
+            m->default_prior = 0.0f;
+            cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[0], &n, &e), 0, "%s", e.msg);
+            m->default_prior = 100.0f;
+            cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[1], &n, &e), 0, "%s", e.msg);
+            cr_assert_eq(n, 1);
+            cr_assert_eq(memcmp(c[1].sched.v, def.v, bytes), 0,
+                         "%s on %s: a prior of 100 did not write the default", wls[wi], tgs[ti]);
+            cr_assert_eq(tlm_select_generate(m, &sp, 3, c, &n, &e), 0, "%s", e.msg);
+            cr_assert_geq(n, 1);
+            cr_assert_eq(memcmp(c[0].sched.v, def.v, bytes), 0, "the beam's best is the default");
+            for (int i = 0; i < n; i++) cr_assert_eq(space_check(&sp, &c[i].sched, &e), 0, "%s", e.msg);
+            m->default_prior = 2.0f;
+            cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[0], &n, &e), 0, "%s", e.msg);
+            cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[1], &n, &e), 0, "%s", e.msg);
+            cr_assert_eq(memcmp(c[0].sched.v, c[1].sched.v, bytes), 0, "deterministic");
+            cr_assert_eq(space_check(&sp, &c[0].sched, &e), 0, "%s", e.msg);
+            for (int s = 0; s < sp.n_slot; s++) departs_mid += c[0].sched.v[s] != def.v[s];
+            for (int s = 0; s < sp.n_slot; s++) pairs++;
+            m->default_prior = 0.0f;
+            cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[2], &n, &e), 0, "%s", e.msg);
+            for (int s = 0; s < sp.n_slot; s++) departs_none += c[2].sched.v[s] != def.v[s];
+            free(c);
+            free(g);
+        }
+    /* counted per slot: random weights pick a value other than the default's on most slots;
+     * with a bonus of 2 logits on the default's tokens, on fewer */
+    cr_expect_lt(departs_mid, departs_none, "a prior of 2 departed from the default on %d of %d "
+                 "slots, none on %d", departs_mid, pairs, departs_none);
+    tlm_model_free(m);
+}
+
+/* The decoder's preference: a favoured token with a large bonus is chosen wherever it is
+ * allowed; a preference without a mask, or with a bonus that is negative or not finite, is
+ * refused with the field named. */
+static int all_tokens(void *user, const int32_t *tokens, int n_tokens, int n_prompt,
+                      uint64_t *allowed, int32_t *forced, tlm_error *err)
+{
+    (void)user, (void)tokens, (void)n_prompt, (void)forced, (void)err;
+    if (n_tokens >= n_prompt + 5) return TLM_MASK_STOP;
+    for (int t = 0; t < lang_vocab_size(); t++) tlm_bitset_set(allowed, t);
+    return TLM_MASK_NEXT;
+}
+
+static int32_t favour_7(void *user, const int32_t *tokens, int n_tokens, int n_prompt)
+{
+    (void)user, (void)tokens, (void)n_tokens, (void)n_prompt;
+    return 7;
+}
+
+Test(select, a_decoder_preference_is_checked_and_followed)
+{
+    tlm_model *m = model();
+    tlm_decoder *dec = NULL;
+    tlm_error e;
+    cr_assert_eq(tlm_decoder_new(m, 1, &dec, &e), 0);
+    int32_t prompt[2] = {LANG_BOS, LANG_SEP};
+    tlm_request r = {.prompt = prompt, .n_prompt = 2, .mask = all_tokens, .prefer = favour_7,
+                     .prefer_bonus = 1000.0f, .max_new_tokens = 8, .beam_width = 1};
+    int slot = tlm_decoder_add(dec, &r, &e);
+    cr_assert_geq(slot, 0, "%s", e.msg);
+    cr_assert_eq(tlm_decoder_run(dec, &e), 0, "%s", e.msg);
+    const int32_t *toks;
+    int n;
+    double score;
+    cr_assert_eq(tlm_decoder_result(dec, slot, 0, &toks, &n, &score, &e), 0);
+    cr_assert_eq(n, 5, "generated %d tokens", n); /* the result leaves the prompt out */
+    for (int i = 0; i < n; i++) cr_assert_eq(toks[i], 7, "position %d: token %d", i, toks[i]);
+    cr_assert(score > -1e-3 && score <= 0.0, "a 1000-logit favourite has probability ~1: %g", score);
+    tlm_decoder_release(dec, slot);
+    float bad[] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        r.prefer_bonus = bad[i];
+        cr_assert_lt(tlm_decoder_add(dec, &r, &e), 0, "bonus %g accepted", (double)bad[i]);
+        cr_assert_str_eq(e.field, "prefer");
+    }
+    r.prefer_bonus = 1.0f;
+    r.mask = NULL;
+    cr_assert_lt(tlm_decoder_add(dec, &r, &e), 0);
+    cr_assert_str_eq(e.field, "prefer");
+    tlm_decoder_free(dec);
     tlm_model_free(m);
 }
