@@ -34,8 +34,8 @@
  *                    [--rounds R] [--ours-from FILE]
  *   --only takes names or shell patterns (fnmatch), comma-separated.
  *   --rounds R: after each workload's first pass, R head-to-head rounds re-measure our kept
- *   kernels (default, best) and the peers alternately (rs_rounds); 3 by default, 2 with
- *   --quick, 0 = off.
+ *   kernels (default, best, and with --tune the search's winner) and the peers alternately
+ *   (rs_rounds); 3 by default, 2 with --quick, 0 = off.
  *   --ours-from FILE: our kernels are the default and FILE's chosen schedule per (workload,
  *   target) instead of a new search (the AVX2-held peers pass re-measures the sweep's
  *   cpu:avx2 kernels beside the held peers, in the same machine state).
@@ -314,13 +314,15 @@ static double rs_build_s(const pl_job *j)
  * candidate's shared objects, written to the run's scratch directory. */
 typedef struct {
     const char *target;
-    char path[2][512]; /* [0] default, [1] best when it is not the default; "" when absent */
+    char path[3][512]; /* [0] default, [1] best when it is not the default, [2] the tuned
+                        * winner (--tune, evolutionary); "" when absent */
     char entry[CG_ENTRY_MAX + 192];
     uint64_t seed;
     int repeats;
 } rs_kept;
 
 static char g_scratch[64]; /* mkdtemp'd; "" when there is none (no rounds for ours) */
+static const char *const rs_slot_name[3] = {"default", "best", "tuned"};
 
 static void rs_keep(rs_kept *kp, int slot, const char *tname, const drv_artifact *a)
 {
@@ -330,7 +332,7 @@ static void rs_keep(rs_kept *kp, int slot, const char *tname, const drv_artifact
     for (char *c = tag; *c; c++)
         if (*c == ':') *c = '_';
     snprintf(kp->path[slot], sizeof kp->path[slot], "%s/%s.%s.so", g_scratch, tag,
-             slot ? "best" : "default");
+             rs_slot_name[slot]);
     FILE *f = fopen(kp->path[slot], "wb");
     bool ok = f && fwrite(a->binary, 1, a->binary_size, f) == a->binary_size;
     if (f && fclose(f)) ok = false;
@@ -524,6 +526,10 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
             json_object_set_new(tj_json, "median_s", rs_num(frc == 0 ? fj.chosen_mr.median_s : 0));
             json_object_set_new(tj_json, "gflops", rs_num(frc == 0 ? fj.chosen_mr.gflops : 0));
             json_object_set_new(tj_json, "schedule", json_string(txt));
+            /* the evolutionary winner joins the head-to-head rounds (rs_rounds) beside the
+             * default and the peers, so that its figure, like theirs, is the best of several
+             * medians and not one later measurement a stall can double */
+            if (frc == 0 && !strat) rs_keep(kp, 2, tname, &fj.art);
             fprintf(stderr, "[%s %s] tune %s@%d: %.2f GFLOP/s %.3g ms (search %.3g ms) in %.1f s\n",
                     name, tname, strat ? "random" : "evolutionary", st.trials,
                     frc == 0 ? fj.chosen_mr.gflops : 0, frc == 0 ? fj.chosen_mr.median_s * 1e3 : 0,
@@ -801,7 +807,7 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
 {
     int n_paths = 0;
     for (int k = 0; k < n_kept; k++)
-        n_paths += (kept[k].path[0][0] != 0) + (kept[k].path[1][0] != 0);
+        for (int slot = 0; slot < 3; slot++) n_paths += kept[k].path[slot][0] != 0;
     if (o->rounds <= 0 || (do_ours && n_paths == 0) || (!do_ours && !do_peers)) return;
     const double t0 = tlm_now_s();
     ir_subgraph *g = calloc(1, sizeof *g);
@@ -810,7 +816,7 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
     json_t *ours = json_object(), *pj = json_object(), *hj = json_object();
     for (int r = 0; r < o->rounds; r++) {
         for (int k = 0; k < n_kept && have_g; k++) {
-            for (int slot = 0; slot < 2; slot++) {
+            for (int slot = 0; slot < 3; slot++) {
                 if (!kept[k].path[slot][0]) continue;
                 measure_opts mo;
                 measure_opts_init(&mo);
@@ -826,7 +832,7 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
                     tj = json_object();
                     json_object_set_new(ours, kept[k].target, tj);
                 }
-                rs_push(tj, slot ? "best" : "default", ok ? mr.median_s : 0);
+                rs_push(tj, rs_slot_name[slot], ok ? mr.median_s : 0);
             }
         }
         if (!do_peers) continue;
@@ -1102,7 +1108,7 @@ int main(int argc, char **argv)
         rs_rounds(&o, name, &w, wj, kept, n_kept, do_ours, do_peers, helpers, out);
         g_clock.def_spent += tlm_now_s() - tr;
         for (int k = 0; k < n_kept; k++)
-            for (int slot = 0; slot < 2; slot++)
+            for (int slot = 0; slot < 3; slot++)
                 if (kept[k].path[slot][0]) unlink(kept[k].path[slot]);
     }
     if (!o.list)
