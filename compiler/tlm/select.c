@@ -47,14 +47,19 @@ static int32_t prefer_cb(void *user, const int32_t *tokens, int n_tokens, int n_
     const lang_state *st = &c->st;
     if (st->done || st->want_slot || st->slot < 0 || st->slot >= c->anchor.n) return -1;
     if (st->slot > 0 && c->sp->slot[0].kind == SLOT_VECTORIZE &&
-        st->partial.v[0] != c->anchor.v[0]) {
+        st->partial.v[0] != c->anchor_for) {
+        /* beams of one request may differ here: the anchor follows this history's axis */
         int64_t v = st->partial.v[0];
-        space_default_vectorized(c->sp, v, &c->anchor);
-        if (c->anchor.v[0] != v) { /* not this axis: no prior past the first slot */
+        c->anchor_for = v;
+        c->anchor_none = false;
+        if (v == c->default_v0) {
             space_default(c->sp, &c->anchor);
-            return -1;
+        } else {
+            space_default_vectorized(c->sp, v, &c->anchor);
+            c->anchor_none = c->anchor.v[0] != v; /* no default for this axis: no prior */
         }
     }
+    if (st->slot > 0 && c->anchor_none) return -1;
     int enc[LANG_MAX_VALUE_TOKENS];
     int n = lang_encode_int(c->anchor.v[st->slot], enc, LANG_MAX_VALUE_TOKENS);
     if (n <= st->nprefix) return -1;
@@ -94,6 +99,8 @@ int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_
     req->beam_width = beam_width;
     if (m->default_prior > 0.0f) {
         space_default(sp, &ctx->anchor);
+        ctx->default_v0 = ctx->anchor_for = ctx->anchor.v[0];
+        ctx->anchor_none = false;
         req->prefer = prefer_cb;
         req->prefer_bonus = m->default_prior;
     }

@@ -30,6 +30,8 @@ typedef struct tlm_select_ctx {
     int n_prompt;
     lang_state st; /* scratch for the mask callback */
     space_sched anchor; /* the default schedule, favoured by the model's default_prior */
+    int64_t default_v0, anchor_for; /* slot 0 of the default / of the history anchor is for */
+    bool anchor_none;               /* no default for that history's vector axis */
 } tlm_select_ctx;
 
 typedef struct tlm_candidate {

@@ -310,6 +310,19 @@ Test(select, the_prior_on_the_default_schedule_pulls_the_model_towards_it)
             cr_assert_eq(memcmp(c[0].sched.v, c[1].sched.v, bytes), 0, "deterministic");
             cr_assert_eq(space_check(&sp, &c[0].sched, &e), 0, "%s", e.msg);
             for (int s = 0; s < sp.n_slot; s++) departs_mid += c[0].sched.v[s] != def.v[s];
+            /* a beam whose histories differ on the vector axis: each follows its own anchor,
+             * the same way every time */
+            tlm_candidate *b1 = calloc(4, sizeof *b1), *b2 = calloc(4, sizeof *b2);
+            int n1 = 0, n2 = 0;
+            cr_assert_eq(tlm_select_generate(m, &sp, 4, b1, &n1, &e), 0, "%s", e.msg);
+            cr_assert_eq(tlm_select_generate(m, &sp, 4, b2, &n2, &e), 0, "%s", e.msg);
+            cr_assert_eq(n1, n2);
+            for (int i = 0; i < n1; i++) {
+                cr_assert_eq(space_check(&sp, &b1[i].sched, &e), 0, "%s", e.msg);
+                cr_assert_eq(memcmp(b1[i].sched.v, b2[i].sched.v, bytes), 0, "beam %d differs", i);
+            }
+            free(b1);
+            free(b2);
             for (int s = 0; s < sp.n_slot; s++) pairs++;
             m->default_prior = 0.0f;
             cr_assert_eq(tlm_select_generate(m, &sp, 1, &c[2], &n, &e), 0, "%s", e.msg);
