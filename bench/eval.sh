@@ -1,8 +1,9 @@
 #!/bin/bash
 # bench/eval.sh — the TLM's evaluation (issue 12): on a validation slice of
 # bench/suites/real_shapes.json (models outside the training zoo; `tlm datagen --exclude` keeps
-# them out of the data), `tlm eval` measures the default, the model's one pass, its top-8 and
-# the measured search, then PyTorch eager measures the same workloads in the same run;
+# them out of the data), `tlm eval` measures the default, the model's one pass (also under a
+# prior of 4 and 8 logits on the default's tokens: tlm@4, tlm@8), its top-8 and the measured
+# search, then PyTorch eager measures the same workloads in the same run;
 # bench/report_eval.py writes bench/results/eval.md and eval.png.
 #
 #   bench/eval.sh [--fresh] [--weights F] [--search N] [--targets T1,T2] [--only NAMES]
@@ -32,7 +33,7 @@ suite=bench/suites/real_shapes.json
 "$TLM" model info "$weights" > "$R/eval.model.json"
 for t in ${targets//,/ }; do
     "$TLM" eval --suite "$suite" --target "$t" --weights "$weights" \
-        --schedules "default,tlm,topk:8,search:$search" --only "$only" --jsonl "$R/eval.jsonl" \
+        --schedules "default,tlm,tlm@4,tlm@8,topk:8,search:$search" --only "$only" --jsonl "$R/eval.jsonl" \
         > "$R/eval.summary.$t.json"
 done
 # the peer, right after ours on the same machine; OpenBLAS unheld only here

@@ -85,6 +85,26 @@ def main():
         md.append(f"| `{t}` | {n} | {f(valid)} | {f(det)} | {f(same)} | {f(ratio('default_ms', 'tlm_ms'))} | "
                   f"{f(ratio('default_ms', 'topk_ms'))} | {f(ratio('search_ms', 'tlm_ms'))} | "
                   f"{f(ratio('search_ms', 'topk_ms'))} | {f(ratio('default_ms', 'search_ms'))} | {f(tvp)} | {f(dvp)} |")
+    # tlm@X (tlm eval --schedules ...,tlm@X): the one pass under a prior of X logits on the
+    # default schedule's tokens, measured in the same job as the default
+    priors = sorted({k[4:-3] for r in ours for k in r if k.startswith("tlm@") and k.endswith("_ms")},
+                    key=float)
+    if priors:
+        md += ["", "The one pass under a prior on the default schedule (`tlm@X`: X logits on the "
+               "default's tokens; speedup over the default, geomean, and the share of workloads where "
+               "it wrote the default):", "",
+               "| target | " + " | ".join(f"tlm@{x}" for x in priors) + " |",
+               "|---|" + "---|" * len(priors)]
+        for t in targets:
+            rs = [r for r in ours if r["target"] == t]
+            cells = []
+            for x in priors:
+                v = geo([r["default_ms"] / r[f"tlm@{x}_ms"] for r in rs
+                         if r.get("default_ms") and r.get(f"tlm@{x}_ms")])
+                same = [r.get(f"tlm@{x}_same_as_default") for r in rs if f"tlm@{x}_ms" in r]
+                share = sum(1 for q in same if q) / len(same) if same else None
+                cells.append(f"{f(v)} ({f(share * 100 if share is not None else None, 0)} %)")
+            md.append(f"| `{t}` | " + " | ".join(cells) + " |")
     for t in targets:
         md += ["", f"## `{t}`", "",
                "| workload | op | GFLOP | default ms | tlm ms | topk ms | search ms (trials) | PyTorch ms | "
