@@ -569,8 +569,13 @@ Test(tlm_compile, usage_errors)
         (const char *const[]){"compile", "--workload", DENSE, "--target", "cuda", NULL},
         (const char *const[]){"compile", "--workload", DENSE, "--target", "cpu", "--weights",
                               "w.bin", NULL},
+        (const char *const[]){"compile", "--workload", DENSE, "--target", "cpu", "--prior", "2",
+                              NULL},
+        (const char *const[]){"compile", "--workload", DENSE, "--target", "cpu", "--schedule",
+                              "tlm", "--prior", "-3", NULL},
     };
-    const char *expect[] = {"--workload", "--target", "--frob", "extra", "target", "--weights"};
+    const char *expect[] = {"--workload", "--target", "--frob", "extra", "target", "--weights",
+                            "--prior", "--prior"};
     for (size_t i = 0; i < sizeof argsets / sizeof argsets[0]; i++) {
         run_result r = run_tlm_in(NULL, argsets[i]);
         expect_one_line_error(&r, 2, expect[i]);
@@ -627,6 +632,20 @@ Test(tlm_compile, schedule_sources_through_the_pipeline)
         json_decref(sum);
         free_result(&r);
     }
+    /* --prior 100: the model writes the rule of thumb's schedule */
+    r = RUN("compile", "--workload", DENSE, "--target", "cpu", "-o", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *def = parse_json(r.out);
+    free_result(&r);
+    r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--schedule", "tlm", "--weights",
+            model, "--prior", "100", "-o", out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_t *pri = parse_json(r.out);
+    cr_expect_str_eq(jstr(pri, "schedule_source"), "tlm");
+    cr_expect_str_eq(jstr(pri, "schedule"), jstr(def, "schedule"));
+    json_decref(pri);
+    json_decref(def);
+    free_result(&r);
     r = RUN("generate", "--workload", DENSE, "--target", "cpu", "--weights", model,
             "--candidates", "2");
     cr_assert_eq(r.status, 0, "%s", r.err);

@@ -156,9 +156,18 @@ Test(tlm_train, learns_its_labels_and_resumes_bitwise)
     tool_path(held, sizeof held, "held.json");
     tool_path(ev, sizeof ev, "eval.jsonl");
     r = RUN("eval", "--suite", held, "--target", "cpu", "--weights", w1, "--schedules",
-            "default,tlm,topk:2,search:4", "--jsonl", ev, "--quiet");
+            "default,tlm,tlm@3,tlm@100,topk:2,search:4", "--jsonl", ev, "--quiet");
     o = run_json(&r);
     cr_assert_eq(jint(o, "workloads"), 1);
+    /* the one pass under priors: a prior of 100 logits writes the default, which is then the
+     * same kernel (measured once): exactly 1x */
+    json_t *pri = json_object_get(o, "tlm_prior");
+    cr_assert_eq(json_array_size(pri), 2, "%s", r.out);
+    json_t *p100 = json_array_get(pri, 0);
+    if (json_number_value(json_object_get(p100, "prior")) != 100.0) p100 = json_array_get(pri, 1);
+    cr_assert_float_eq(json_number_value(json_object_get(p100, "prior")), 100.0, 1e-9);
+    cr_assert_float_eq(json_number_value(json_object_get(p100, "same_as_default")), 1.0, 1e-9);
+    cr_assert_float_eq(json_number_value(json_object_get(p100, "vs_default")), 1.0, 1e-12);
     cr_assert_float_eq(json_number_value(json_object_get(o, "tlm_valid")), 1.0, 1e-9, "%s", r.out);
     cr_assert_float_eq(json_number_value(json_object_get(o, "tlm_deterministic")), 1.0, 1e-9);
     cr_assert(json_number_value(json_object_get(o, "tlm_vs_default")) > 0);
@@ -199,5 +208,13 @@ Test(tlm_train, refusals_name_the_flag)
     r = RUN("eval", "--suite", bad, "--target", "cpu", "--schedules", "fast");
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "--schedules"), "%s", r.err);
+    free_result(&r);
+    r = RUN("eval", "--suite", bad, "--target", "cpu", "--schedules", "default,tlm@-1");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "tlm@X"), "%s", r.err);
+    free_result(&r);
+    r = RUN("eval", "--suite", bad, "--target", "cpu", "--schedules", "default", "--prior", "lots");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--prior"), "%s", r.err);
     free_result(&r);
 }
