@@ -19,6 +19,8 @@ import json
 import math
 import os
 
+import report_real_shapes  # bench/, beside this script
+
 
 def read_jsonl(path):
     rows = []
@@ -50,42 +52,24 @@ def vendor_s(p):
     return min(ts) if ts else None
 
 
-def fastest(first, more):
-    """The best median of the first pass and the rounds (None when there is none)."""
-    xs = [x for x in [first] + list(more or []) if isinstance(x, (int, float)) and x > 0]
-    return min(xs) if xs else first
-
-
 def apply_rounds(rows, ours, peers, torch, ort):
-    """Folds real_shapes' head-to-head "rounds" records (the default, the tuned winner and
-    the peers re-measured alternately after the first pass) into the first-pass figures: each
-    becomes the best of its medians, ours and the peers' alike, as in report_real_shapes.py.
-    Returns the largest number of rounds seen and how many tuned winners had rounds."""
-    n, n_tuned = 0, 0
+    """Folds real_shapes' head-to-head "rounds" records into the first-pass figures as
+    report_real_shapes.py does (the default and every peer: the best of its medians), and the
+    tuned winner, which --tune adds to the rounds, likewise. Returns the largest number of
+    rounds seen and how many tuned winners had rounds."""
+    n = report_real_shapes.apply_rounds(rows, ours, peers, torch, ort)
+    n_tuned = 0
     for r in rows:
         if r.get("kind") != "rounds":
             continue
-        name = r["name"]
-        n = max(n, r.get("rounds") or 0)
         for t, k in (r.get("ours") or {}).items():
-            o = ours.get((name, t))
+            o = ours.get((r["name"], t))
             if not o or o.get("build") != r.get("build"):
                 continue
-            d = o.get("default", {})
-            if d.get("median_s") and "default" in k:
-                d["median_s"] = fastest(d["median_s"], k["default"])
             evo = o.get("tune", {}).get("evolutionary", {})
             if evo.get("median_s") and "tuned" in k:
-                evo["median_s"] = fastest(evo["median_s"], k["tuned"])
+                evo["median_s"] = report_real_shapes.fastest(evo["median_s"], k["tuned"])
                 n_tuned += 1
-        p = peers.get(name)
-        for key, more in (r.get("peers") or {}).items():
-            if p is not None and p.get(key):
-                p[key] = fastest(p[key], more)
-        for table, key in ((torch, "torch"), (ort, "ort")):
-            q = table.get(name)
-            if q and q.get("median_s") and r.get(key):
-                q["median_s"] = fastest(q["median_s"], r[key])
     return n, n_tuned
 
 

@@ -35,6 +35,18 @@ static int mask_cb(void *user, const int32_t *tokens, int n_tokens, int n_prompt
     return TLM_MASK_NEXT;
 }
 
+/* The next token of v's encoding after the current slot's value tokens so far, or -1 when
+ * those are not the start of v's encoding (or already all of it). */
+static int32_t next_value_token(const lang_state *st, int64_t v)
+{
+    int enc[LANG_MAX_VALUE_TOKENS];
+    int n = lang_encode_int(v, enc, LANG_MAX_VALUE_TOKENS);
+    if (n <= st->nprefix) return -1;
+    for (int i = 0; i < st->nprefix; i++)
+        if (st->prefix[i] != enc[i]) return -1;
+    return enc[st->nprefix];
+}
+
 /* The default schedule's next token where the decisions so far still agree with its value
  * for the current slot (mask_cb has just replayed them into c->st); -1 elsewhere, e.g. once
  * the slot's value has left the default's encoding. Where the model chose another vector axis
@@ -60,12 +72,7 @@ static int32_t prefer_cb(void *user, const int32_t *tokens, int n_tokens, int n_
         }
     }
     if (st->slot > 0 && c->anchor_none) return -1;
-    int enc[LANG_MAX_VALUE_TOKENS];
-    int n = lang_encode_int(c->anchor.v[st->slot], enc, LANG_MAX_VALUE_TOKENS);
-    if (n <= st->nprefix) return -1;
-    for (int i = 0; i < st->nprefix; i++)
-        if (st->prefix[i] != enc[i]) return -1;
-    return enc[st->nprefix];
+    return next_value_token(st, c->anchor.v[st->slot]);
 }
 
 int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_select_ctx *ctx,
@@ -200,11 +207,9 @@ static int regen_mask(void *user, const int32_t *tokens, int n_tokens, int n_pro
     if (rc) return rc;
     if (st->done || st->slot > c->slot) return TLM_MASK_STOP;
     if (!st->want_slot && st->slot < c->slot) {
-        int enc[LANG_MAX_VALUE_TOKENS];
-        int k = lang_encode_int(c->base->v[st->slot], enc, LANG_MAX_VALUE_TOKENS);
-        if (k <= st->nprefix)
-            return tlm_err_set(err, TLM_EINVAL, "sentence", "internal: base value overrun");
-        *forced = enc[st->nprefix];
+        int32_t t = next_value_token(st, c->base->v[st->slot]);
+        if (t < 0) return tlm_err_set(err, TLM_EINVAL, "sentence", "internal: base value overrun");
+        *forced = t;
         return TLM_MASK_NEXT;
     }
     if (!st->want_slot) st->nvals = filter_values(c, st->vals, st->nvals);
