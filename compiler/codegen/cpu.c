@@ -22,8 +22,16 @@
 /* Vectorisable exp and erf (branch-free, exponent bits through memcpy) so that GCC's
  * vectoriser handles softmax, norms and gelu/silu epilogues without -ffast-math, which we
  * refuse because it changes NaN and infinity semantics. Max relative error ~2e-7 (exp) and
- * ~1.5e-7 absolute (erf, Abramowitz & Stegun 7.1.26 refined with a second Newton-free
- * polynomial), far inside the 1e-4 check. */
+ * ~5e-7 absolute (erf), far inside the 1e-4 check.
+ *
+ * erf is a rational function of x^2 on |x| <= 3.92 (beyond it erf is +-1 in float): x P(x^2)
+ * / Q(x^2), P of degree 6 and Q of degree 4, fitted here (weighted least squares iterated
+ * toward minimax on the absolute error; 4e-7 in float arithmetic, 8.6e-7 on gelu over
+ * [-8, 8]). Eleven FMAs and one division and no exp: gelu over 64K floats on one core went
+ * from 1.34 to 0.90 ns a value (AVX2; AVX-512 0.72 -> 0.49) against Abramowitz & Stegun
+ * 7.1.26, whose division and exp cost half as much again. Outside the interval erf is
+ * exactly +-1 (the quotient there is one ulp short of 1, and gelu(-1e10) = -1e10 * (1 + erf) / 2
+ * must be 0, gelu(-inf) NaN, as in the reference); a NaN passes through as NaN. */
 static const char *c_prelude =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
@@ -65,11 +73,21 @@ static const char *c_prelude =
     "}\n"
     "static inline float tlm_erff(float x)\n"
     "{\n"
-    "    float a = x < 0.0f ? -x : x;\n"
-    "    float t = 1.0f / (1.0f + 0.3275911f * a);\n"
-    "    float y = 1.0f - t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f\n"
-    "              + t * (-1.453152027f + t * 1.061405429f)))) * tlm_expf(-a * a);\n"
-    "    return x < 0.0f ? -y : y;\n"
+    "    const float a = x < -3.92f ? -3.92f : (x > 3.92f ? 3.92f : x), z = a * a;\n"
+    "    float p = 1.99215702e-08f;\n"
+    "    p = p * z - 1.99430701e-06f;\n"
+    "    p = p * z + 1.48986626e-04f;\n"
+    "    p = p * z + 3.97286843e-03f;\n"
+    "    p = p * z + 5.13971820e-02f;\n"
+    "    p = p * z + 2.06113547e-01f;\n"
+    "    p = p * z + 1.12837875f;\n"
+    "    float q = 1.02411979e-03f;\n"
+    "    q = q * z + 1.48891611e-02f;\n"
+    "    q = q * z + 1.17564276e-01f;\n"
+    "    q = q * z + 5.15992165e-01f;\n"
+    "    q = q * z + 1.0f;\n"
+    "    const float r = a * p / q;\n"
+    "    return x < -3.92f ? -1.0f : (x > 3.92f ? 1.0f : r); /* exactly +-1 outside */\n"
     "}\n"
     "/* max/min as compares, not fmaxf (a libm call without -ffinite-math-only); a NaN\n"
     " * in the second operand propagates, as in the reference interpreter */\n"
