@@ -179,6 +179,78 @@ Test(tlm_train, learns_its_labels_and_resumes_bitwise)
     free(line);
 }
 
+/* --teacher: perturbed copies of each training workload, labelled with their default
+ * schedules, join the measured examples; seeded (the same run twice writes the same bytes),
+ * held-out groups lend none, and the summary counts them. */
+Test(tlm_train, teacher_copies_are_seeded_training_only_defaults)
+{
+    char db[128], jsonl[128], w1[128], w2[128];
+    tool_path(db, sizeof db, "a.db");
+    tool_path(jsonl, sizeof jsonl, "a.jsonl");
+    tool_path(w1, sizeof w1, "one.bin");
+    tool_path(w2, sizeof w2, "two.bin");
+    make_records(db, jsonl);
+    const char *w[2] = {w1, w2};
+    long long groups[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        run_result r = RUN("train", "--records", jsonl, "--out", w[i], "--layers", "1", "--heads",
+                           "2", "--dim", "32", "--steps", "60", "--batch", "8", "--top", "1",
+                           "--val-pct", "0", "--teacher", "10", "--teacher-weight", "0.5",
+                           "--quiet");
+        json_t *o = run_json(&r);
+        cr_assert_eq(jint(o, "groups_train"), 2, "measured groups only: %s", r.out);
+        cr_assert_eq(jint(o, "teacher_tries"), 20, "10 copies of each of 2 workloads: %s", r.out);
+        groups[i] = jint(o, "teacher_groups");
+        cr_assert(groups[i] >= 10 && groups[i] <= 20, "most copies build: %s", r.out);
+        cr_assert_eq(jint(o, "examples_train"), 2 + groups[i], "%s", r.out);
+        double te = json_number_value(json_object_get(o, "teacher_exact"));
+        cr_assert(te >= 0 && te <= 1, "%s", r.out);
+        json_decref(o);
+        free_result(&r);
+    }
+    cr_assert_eq(groups[0], groups[1]);
+    size_t n1 = 0, n2 = 0;
+    char *b1 = slurp_len(w1, &n1), *b2 = slurp_len(w2, &n2);
+    cr_assert(n1 == n2 && !memcmp(b1, b2, n1), "the copies are a function of the seed");
+    free(b1);
+    free(b2);
+    /* every group held out: none lends copies, and nothing is left to train on */
+    run_result r = RUN("train", "--records", jsonl, "--out", w1, "--val-pct", "99", "--teacher",
+                       "4", "--steps", "5", "--quiet");
+    if (r.status == 0) {
+        json_t *o = run_json(&r);
+        cr_assert_eq(jint(o, "teacher_tries"), 4 * (2 - jint(o, "groups_val")), "%s", r.out);
+        json_decref(o);
+    } else {
+        cr_assert(strstr(r.err, "no trainable records"), "%s", r.err);
+    }
+    free_result(&r);
+    /* copies under another target: counted as copies, never as that target's labels */
+    r = RUN("train", "--records", jsonl, "--out", w1, "--layers", "1", "--heads", "2", "--dim",
+            "32", "--steps", "5", "--val-pct", "0", "--teacher", "4", "--teacher-targets",
+            "cpu:avx2", "--quiet");
+    json_t *o = run_json(&r);
+    cr_assert_eq(jint(o, "teacher_tries"), 8, "%s", r.out);
+    cr_assert_geq(jint(o, "teacher_groups"), 4, "%s", r.out);
+    cr_assert_null(json_object_get(json_object_get(o, "labels"), "cpu:avx2"), "%s", r.out);
+    json_decref(o);
+    free_result(&r);
+    r = RUN("train", "--records", jsonl, "--out", w1, "--teacher", "4", "--teacher-targets",
+            "cpu,cpu:bogus");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--teacher-targets") && strstr(r.err, "cpu:bogus"), "%s", r.err);
+    free_result(&r);
+    /* without --teacher the summary has no teacher counts, but the default's fit on held-out
+     * groups is always reported */
+    r = RUN("train", "--records", jsonl, "--out", w1, "--layers", "1", "--heads", "2", "--dim",
+            "32", "--steps", "5", "--val-pct", "0", "--quiet");
+    o = run_json(&r);
+    cr_assert_null(json_object_get(o, "teacher_groups"));
+    cr_assert_not_null(json_object_get(o, "val_default_exact"));
+    json_decref(o);
+    free_result(&r);
+}
+
 Test(tlm_train, refusals_name_the_flag)
 {
     char bad[128], out[128];

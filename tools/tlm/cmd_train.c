@@ -67,6 +67,12 @@ static const char train_usage[] =
     "                      beats it by more than M (default 0: the fastest is the label)\n"
     "  --target NAME       only records of this target name (default: all)\n"
     "  --val-pct P         groups held out for validation, by workload hash (default 10)\n"
+    "  --teacher N         N workloads per training group with its extents perturbed, each\n"
+    "                      labelled with its space's default schedule (no measurement: the\n"
+    "                      rule of thumb taught over many shapes; default 0)\n"
+    "  --teacher-weight W  those examples' weight (default 1; a measured best weighs 1)\n"
+    "  --teacher-targets L the copies' targets, taken in turn (comma-separated, e.g.\n"
+    "                      cpu,cpu:avx2; default: each group's own target)\n"
     "optimisation:\n"
     "  --steps N           optimizer steps (default 2000)\n"
     "  --pretrain-steps N  of which the first N on uniform samples (default 0)\n"
@@ -97,6 +103,7 @@ typedef struct {
     int n, cap;
     /* built */
     bool built, val;
+    bool teacher; /* a --teacher workload: no records, the label is its space's default */
     ir_subgraph *g;
     space *sp;
     space_sched best;
@@ -115,9 +122,11 @@ typedef struct {
     const char *records[64];
     int n_records;
     const char *out, *init, *target, *checkpoint, *log;
+    char teacher_tg[8][64]; /* --teacher-targets */
+    int n_teacher_tg;
     uint64_t layers, heads, dim, ctx, top, steps, pretrain, batch, warmup, seed, eval_every,
-        ckpt_every, val_pct, until;
-    double alpha, lr, wd, margin;
+        ckpt_every, val_pct, until, teacher;
+    double alpha, lr, wd, margin, teacher_w;
     bool resume, quiet;
 } tr_args;
 
@@ -128,6 +137,7 @@ typedef struct {
     int n_ex, cap_ex;
     long read, ok, stale, skipped;
     long modelled, superseded; /* of ok: modelled records; modelled records dropped */
+    long teacher_tries, teacher_groups; /* perturbed workloads tried; built and labelled */
     int max_len;
 } tr_data;
 
@@ -315,6 +325,7 @@ static json_t *labels_summary(const tr_data *d, char *line, size_t cap)
     json_t *o = json_object();
     for (int gi = 0; gi < d->n; gi++) {
         const tr_group *g = &d->g[gi];
+        if (g->teacher) continue;
         json_t *t = json_object_get(o, g->target);
         if (!t) {
             t = json_pack("{s:I, s:I, s:I, s:I}", "measured_records", (json_int_t)0,
@@ -432,6 +443,96 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* ---- teacher examples (--teacher) ----
+ * The rule of thumb (space_default) is a function of the extents that costs nothing to
+ * evaluate, while the measured groups are few (hundreds of shapes), so a model trained on them
+ * alone meets unseen extents with little to go on. Each training group lends its workload to N
+ * copies with perturbed extents: each shape key but the window's (KH, KW) is kept with
+ * probability 1/2, else scaled by 2^u, u uniform in [-2, 2], and one time in four moved off by
+ * one (odd and prime extents); a matmul's operands are each transposed or not with probability
+ * 1/4 (the zoo's attention matmuls all transpose one operand, while a model's own batched
+ * matmul may transpose none). With --teacher-targets the copies take those targets in turn
+ * (the rule of thumb of cpu:avx2 taught from records measured on cpu: the same shapes, the
+ * other ISA's lanes and registers). A copy that builds under its target is labelled
+ * with its space's default schedule. Copies only train: one whose workload hash is a measured
+ * group's (training or held out) or an earlier copy's is dropped, so no held-out workload is
+ * ever a label, and their labels say nothing a measurement said. Seeded: the copies are a
+ * function of (seed, the group's workload hash, N). */
+static int add_teachers(tr_data *d, const tr_args *a, tlm_error *err)
+{
+    int n0 = d->n;
+    for (int gi = 0; gi < n0; gi++) {
+        if (!d->g[gi].built || d->g[gi].val) continue;
+        ir_workload w0;
+        tlm_error e;
+        if (proto_workload_decode(d->g[gi].workload, &w0, &e)) continue;
+        const ir_op_info *oi = ir_op_get(w0.op);
+        char own[sizeof d->g[gi].target];
+        memcpy(own, d->g[gi].target, sizeof own);
+        if (!oi) continue;
+        uint64_t s = mix(a->seed ^ mix(0x7465616368ull + fnv1a(d->g[gi].whash)));
+        for (uint64_t k = 0; k < a->teacher; k++) {
+            const char *tg = a->n_teacher_tg ? a->teacher_tg[k % (uint64_t)a->n_teacher_tg] : own;
+            target t;
+            if (target_parse(tg, &t, &e)) continue;
+            ir_workload w = w0;
+            for (int q = 0; q < oi->n_keys; q++) {
+                if (!strcmp(oi->keys[q], "KH") || !strcmp(oi->keys[q], "KW")) continue;
+                s = mix(s);
+                if (s & 1) continue;
+                double u = (double)(s >> 11) / 9007199254740992.0 * 4.0 - 2.0;
+                int64_t v = llround((double)w.shape[q] * exp2(u));
+                if (((s >> 1) & 3) == 0) v += (s >> 3) & 1 ? 1 : -1;
+                w.shape[q] = v < 1 ? 1 : v;
+            }
+            if (oi->fields & IR_F_TRANSPOSE) { /* either operand transposed or not */
+                s = mix(s);
+                if ((s & 3) == 0) w.transpose_a = !w.transpose_a;
+                if (((s >> 2) & 3) == 0) w.transpose_b = !w.transpose_b;
+            }
+            d->teacher_tries++;
+            char wh[IR_HASH_HEX];
+            if (ir_workload_hash_hex(&w, wh)) continue;
+            bool seen = false; /* as a measured group of any target, or an earlier copy */
+            for (int q = 0; q < d->n && !seen; q++)
+                seen = !strcmp(d->g[q].whash, wh) &&
+                       (!d->g[q].teacher || !strcmp(d->g[q].target, tg));
+            if (seen) continue;
+            ir_subgraph *sg = calloc(1, sizeof *sg);
+            space *sp = calloc(1, sizeof *sp);
+            if (!sg || !sp) {
+                free(sg);
+                free(sp);
+                return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+            }
+            if (ir_subgraph_build(&w, sg, &e) || space_build(sg, &t, sp, &e)) {
+                free(sg);
+                free(sp);
+                continue;
+            }
+            json_t *wj = proto_workload_encode(&w);
+            tr_group *g = wj ? group_for(d, wh, tg, space_sketch_name(sp->sketch), wj) : NULL;
+            json_decref(wj);
+            if (!g) {
+                free(sg);
+                free(sp);
+                return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+            }
+            g->g = sg;
+            g->sp = sp;
+            g->teacher = true;
+            space_default(sp, &g->best);
+            g->first_ex = d->n_ex;
+            int rc = add_example(d, sp, &g->best, (float)a->teacher_w, (int)(g - d->g));
+            if (rc == TLM_ENOMEM) return tlm_err_set(err, rc, "", "out of memory");
+            g->n_ex = d->n_ex - g->first_ex;
+            g->built = g->n_ex > 0;
+            d->teacher_groups += g->built;
+        }
+    }
+    return 0;
+}
+
 /* The training examples' order for an epoch: a permutation from (seed, epoch) alone. */
 static void epoch_order(const int *train, int n, uint64_t seed, long epoch, int *out)
 {
@@ -491,25 +592,28 @@ static void progress(FILE *log, bool quiet, json_t *j)
     json_decref(j);
 }
 
-/* Greedy decoding on the validation groups (or, with val false, on up to `cap` training
- * groups): how often it writes exactly the best measured schedule, and the share of decision
- * slots it gets right. */
-static void decode_check(const tlm_model *m, const tr_data *d, bool val, int cap, double *exact,
-                         double *slots)
+/* Greedy decoding on the held-out groups (which 0), up to `cap` measured training groups
+ * (which 1) or up to `cap` teacher groups (which 2): how often it writes exactly the label
+ * (the best measured schedule, or with want_default the space's default) and the share of
+ * decision slots it gets right. */
+static void decode_check(const tlm_model *m, const tr_data *d, int which, int cap,
+                         bool want_default, double *exact, double *slots)
 {
     int n = 0, hit = 0;
     long sl = 0, sl_ok = 0;
     for (int gi = 0; gi < d->n && n < cap; gi++) {
         const tr_group *g = &d->g[gi];
-        if (!g->built || g->val != val) continue;
+        if (!g->built || g->val != (which == 0) || g->teacher != (which == 2)) continue;
+        space_sched want = g->best;
+        if (want_default) space_default(g->sp, &want);
         tlm_candidate *c = malloc(sizeof *c);
         int got = 0;
         tlm_error e;
         if (c && !tlm_select_generate(m, g->sp, 1, c, &got, &e) && got == 1) {
             n++;
-            bool same = c->sched.n == g->best.n;
-            for (int i = 0; i < g->best.n; i++) {
-                bool ok = i < c->sched.n && c->sched.v[i] == g->best.v[i];
+            bool same = c->sched.n == want.n;
+            for (int i = 0; i < want.n; i++) {
+                bool ok = i < c->sched.n && c->sched.v[i] == want.v[i];
                 same = same && ok;
                 sl_ok += ok;
                 sl++;
@@ -527,7 +631,7 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
     memset(a, 0, sizeof *a);
     a->layers = 4, a->heads = 4, a->dim = 128, a->top = 2, a->steps = 2000, a->batch = 16;
     a->warmup = 100, a->seed = 1, a->eval_every = 200, a->ckpt_every = 500, a->val_pct = 10;
-    a->alpha = 4, a->lr = 1e-3, a->wd = 0.1;
+    a->alpha = 4, a->lr = 1e-3, a->wd = 0.1, a->teacher_w = 1;
     a->init = "random";
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i];
@@ -562,14 +666,16 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
                  {"--eval-every", &a->eval_every, 100000000},
                  {"--checkpoint-every", &a->ckpt_every, 100000000},
                  {"--val-pct", &a->val_pct, 99},
-                 {"--until", &a->until, 100000000}};
+                 {"--until", &a->until, 100000000},
+                 {"--teacher", &a->teacher, 1000}};
         struct {
             const char *flag;
             double *dst;
         } f[] = {{"--alpha", &a->alpha},
                  {"--lr", &a->lr},
                  {"--weight-decay", &a->wd},
-                 {"--margin", &a->margin}};
+                 {"--margin", &a->margin},
+                 {"--teacher-weight", &a->teacher_w}};
         bool found = false;
         for (size_t q = 0; q < sizeof u / sizeof u[0] && !found; q++)
             if (!strcmp(k, u[q].flag))
@@ -592,6 +698,24 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
             a->init = v;
         else if (!strcmp(k, "--target"))
             a->target = v;
+        else if (!strcmp(k, "--teacher-targets")) {
+            a->n_teacher_tg = 0;
+            for (const char *p = v; *p;) {
+                size_t len = strcspn(p, ",");
+                target t;
+                tlm_error e;
+                char name[64];
+                if (!len || len >= sizeof name || a->n_teacher_tg == 8)
+                    return cli_usage_error("train: --teacher-targets: at most 8 targets, "
+                                           "comma-separated, got '%s'", v);
+                memcpy(name, p, len);
+                name[len] = 0;
+                if (target_parse(name, &t, &e))
+                    return cli_usage_error("train: --teacher-targets: '%s': %s", name, e.msg);
+                memcpy(a->teacher_tg[a->n_teacher_tg++], name, len + 1);
+                p += len + (p[len] == ',');
+            }
+        }
         else if (!strcmp(k, "--checkpoint"))
             a->checkpoint = v;
         else if (!strcmp(k, "--log"))
@@ -648,6 +772,7 @@ static int run_train(int argc, char **argv)
         rc = read_records(a.records[i], &a, &d, &err);
     if (!rc) drop_superseded(&d);
     if (!rc) rc = build_examples(&d, &a, &err);
+    if (!rc && a.teacher) rc = add_teachers(&d, &a, &err);
     int *train = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *train);
     int *val = rc ? NULL : malloc(((size_t)d.n_ex + 1) * sizeof *val);
     int n_train = 0, n_val = 0, g_train = 0, g_val = 0;
@@ -659,7 +784,7 @@ static int run_train(int argc, char **argv)
             train[n_train++] = i;
     }
     for (int i = 0; !rc && i < d.n; i++)
-        if (d.g[i].built) d.g[i].val ? g_val++ : g_train++;
+        if (d.g[i].built && !d.g[i].teacher) d.g[i].val ? g_val++ : g_train++;
     if (!rc && !n_train)
         rc = tlm_err_set(&err, TLM_EINVAL, "--records",
                          "no trainable records (%ld read, %ld ok, %ld stale)", d.read, d.ok,
@@ -792,8 +917,11 @@ static int run_train(int argc, char **argv)
     } else {
         double exact = NAN, slots = NAN, texact = NAN, tslots = NAN;
         double t1 = tlm_now_s();
-        decode_check(m, &d, true, d.n, &exact, &slots);
-        decode_check(m, &d, false, 200, &texact, &tslots);
+        double vdexact = NAN, vdslots = NAN, teexact = NAN, teslots = NAN;
+        decode_check(m, &d, 0, d.n, false, &exact, &slots);
+        decode_check(m, &d, 1, 200, false, &texact, &tslots);
+        decode_check(m, &d, 0, d.n, true, &vdexact, &vdslots);
+        if (a.teacher) decode_check(m, &d, 2, 200, false, &teexact, &teslots);
         char line[2048];
         json_t *labels = labels_summary(&d, line, sizeof line);
         json_t *r = json_pack(
@@ -815,6 +943,20 @@ static int run_train(int argc, char **argv)
             isfinite(texact) ? json_real(texact) : json_null(), "train_slots",
             isfinite(tslots) ? json_real(tslots) : json_null(), "decode_check_s", tlm_now_s() - t1,
             "step", tlm_trainer_step_count(tr));
+        /* the held-out groups against their default schedules (what the teacher examples teach),
+         * and the teacher examples' own fit */
+        json_object_set_new(r, "val_default_exact",
+                            isfinite(vdexact) ? json_real(vdexact) : json_null());
+        json_object_set_new(r, "val_default_slots",
+                            isfinite(vdslots) ? json_real(vdslots) : json_null());
+        if (a.teacher) {
+            json_object_set_new(r, "teacher_tries", json_integer(d.teacher_tries));
+            json_object_set_new(r, "teacher_groups", json_integer(d.teacher_groups));
+            json_object_set_new(r, "teacher_exact",
+                                isfinite(teexact) ? json_real(teexact) : json_null());
+            json_object_set_new(r, "teacher_slots",
+                                isfinite(teslots) ? json_real(teslots) : json_null());
+        }
         out = cli_print_json(r);
         json_decref(r);
     }
