@@ -122,7 +122,8 @@ typedef struct {
     const char *records[64];
     int n_records;
     const char *out, *init, *target, *checkpoint, *log;
-    char teacher_tg[8][64]; /* --teacher-targets */
+    char teacher_tg[8][64]; /* --teacher-targets, and each parsed */
+    target teacher_t[8];
     int n_teacher_tg;
     uint64_t layers, heads, dim, ctx, top, steps, pretrain, batch, warmup, seed, eval_every,
         ckpt_every, val_pct, until, teacher;
@@ -469,12 +470,13 @@ static int add_teachers(tr_data *d, const tr_args *a, tlm_error *err)
         const ir_op_info *oi = ir_op_get(w0.op);
         char own[sizeof d->g[gi].target];
         memcpy(own, d->g[gi].target, sizeof own);
-        if (!oi) continue;
+        target own_t;
+        if (!oi || (!a->n_teacher_tg && target_parse(own, &own_t, &e))) continue;
         uint64_t s = mix(a->seed ^ mix(0x7465616368ull + fnv1a(d->g[gi].whash)));
         for (uint64_t k = 0; k < a->teacher; k++) {
-            const char *tg = a->n_teacher_tg ? a->teacher_tg[k % (uint64_t)a->n_teacher_tg] : own;
-            target t;
-            if (target_parse(tg, &t, &e)) continue;
+            int ti = a->n_teacher_tg ? (int)(k % (uint64_t)a->n_teacher_tg) : -1;
+            const char *tg = ti >= 0 ? a->teacher_tg[ti] : own;
+            const target *t = ti >= 0 ? &a->teacher_t[ti] : &own_t;
             ir_workload w = w0;
             for (int q = 0; q < oi->n_keys; q++) {
                 if (!strcmp(oi->keys[q], "KH") || !strcmp(oi->keys[q], "KW")) continue;
@@ -505,7 +507,7 @@ static int add_teachers(tr_data *d, const tr_args *a, tlm_error *err)
                 free(sp);
                 return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
             }
-            if (ir_subgraph_build(&w, sg, &e) || space_build(sg, &t, sp, &e)) {
+            if (ir_subgraph_build(&w, sg, &e) || space_build(sg, t, sp, &e)) {
                 free(sg);
                 free(sp);
                 continue;
@@ -593,37 +595,41 @@ static void progress(FILE *log, bool quiet, json_t *j)
 }
 
 /* Greedy decoding on the held-out groups (which 0), up to `cap` measured training groups
- * (which 1) or up to `cap` teacher groups (which 2): how often it writes exactly the label
- * (the best measured schedule, or with want_default the space's default) and the share of
- * decision slots it gets right. */
+ * (which 1) or up to `cap` teacher groups (which 2), each decoded once: how often it writes
+ * exactly the label (the best measured schedule; exact[0], slots[0]) and exactly the space's
+ * default (exact[1], slots[1]), and the share of decision slots it gets right. */
 static void decode_check(const tlm_model *m, const tr_data *d, int which, int cap,
-                         bool want_default, double *exact, double *slots)
+                         double exact[2], double slots[2])
 {
-    int n = 0, hit = 0;
-    long sl = 0, sl_ok = 0;
+    int n = 0, hit[2] = {0, 0};
+    long sl = 0, sl_ok[2] = {0, 0};
     for (int gi = 0; gi < d->n && n < cap; gi++) {
         const tr_group *g = &d->g[gi];
         if (!g->built || g->val != (which == 0) || g->teacher != (which == 2)) continue;
-        space_sched want = g->best;
-        if (want_default) space_default(g->sp, &want);
+        space_sched want[2] = {g->best};
+        space_default(g->sp, &want[1]);
         tlm_candidate *c = malloc(sizeof *c);
         int got = 0;
         tlm_error e;
         if (c && !tlm_select_generate(m, g->sp, 1, c, &got, &e) && got == 1) {
             n++;
-            bool same = c->sched.n == want.n;
-            for (int i = 0; i < want.n; i++) {
-                bool ok = i < c->sched.n && c->sched.v[i] == want.v[i];
-                same = same && ok;
-                sl_ok += ok;
-                sl++;
+            for (int l = 0; l < 2; l++) {
+                bool same = c->sched.n == want[l].n;
+                for (int i = 0; i < want[l].n; i++) {
+                    bool ok = i < c->sched.n && c->sched.v[i] == want[l].v[i];
+                    same = same && ok;
+                    sl_ok[l] += ok;
+                    sl += !l;
+                }
+                hit[l] += same;
             }
-            hit += same;
         }
         free(c);
     }
-    *exact = n ? (double)hit / n : NAN;
-    *slots = sl ? (double)sl_ok / (double)sl : NAN;
+    for (int l = 0; l < 2; l++) {
+        exact[l] = n ? (double)hit[l] / n : NAN;
+        slots[l] = sl ? (double)sl_ok[l] / (double)sl : NAN;
+    }
 }
 
 static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
@@ -702,7 +708,6 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
             a->n_teacher_tg = 0;
             for (const char *p = v; *p;) {
                 size_t len = strcspn(p, ",");
-                target t;
                 tlm_error e;
                 char name[64];
                 if (!len || len >= sizeof name || a->n_teacher_tg == 8)
@@ -710,7 +715,7 @@ static int parse(int argc, char **argv, tr_args *a, tlm_error *err)
                                            "comma-separated, got '%s'", v);
                 memcpy(name, p, len);
                 name[len] = 0;
-                if (target_parse(name, &t, &e))
+                if (target_parse(name, &a->teacher_t[a->n_teacher_tg], &e))
                     return cli_usage_error("train: --teacher-targets: '%s': %s", name, e.msg);
                 memcpy(a->teacher_tg[a->n_teacher_tg++], name, len + 1);
                 p += len + (p[len] == ',');
@@ -915,13 +920,13 @@ static int run_train(int argc, char **argv)
     if (rc) {
         out = cli_report(&err);
     } else {
-        double exact = NAN, slots = NAN, texact = NAN, tslots = NAN;
+        double vx[2], vs[2], tx[2], ts[2], ex[2] = {NAN, NAN}, es[2] = {NAN, NAN};
         double t1 = tlm_now_s();
-        double vdexact = NAN, vdslots = NAN, teexact = NAN, teslots = NAN;
-        decode_check(m, &d, 0, d.n, false, &exact, &slots);
-        decode_check(m, &d, 1, 200, false, &texact, &tslots);
-        decode_check(m, &d, 0, d.n, true, &vdexact, &vdslots);
-        if (a.teacher) decode_check(m, &d, 2, 200, false, &teexact, &teslots);
+        decode_check(m, &d, 0, d.n, vx, vs);
+        decode_check(m, &d, 1, 200, tx, ts);
+        if (a.teacher) decode_check(m, &d, 2, 200, ex, es);
+        double exact = vx[0], slots = vs[0], texact = tx[0], tslots = ts[0];
+        double vdexact = vx[1], vdslots = vs[1], teexact = ex[0], teslots = es[0];
         char line[2048];
         json_t *labels = labels_summary(&d, line, sizeof line);
         json_t *r = json_pack(

@@ -134,19 +134,17 @@ static void nvrtc_family(const char *json, uint64_t seed_base, int n_random)
     }
 }
 
-/* Medium shapes: NVRTC's time does not depend on them, ptxas's register use does. */
-#define NVRTC_TEST(name, seed, json)                                                               \
+/* Medium shapes: NVRTC's time does not depend on them, ptxas's register use does. N random
+ * schedules a target: the windowed convolutions take 6 (ptxas takes 3-5 s over one of their
+ * unrolled random schedules; the three families took 270 of the binary's 800 CPU seconds with
+ * 10 a target), the rest N_RANDOM. */
+#define NVRTC_TEST_N(name, seed, n, json)                                                          \
     Test(cuda_nvrtc, name, .timeout = 600)                                                         \
     {                                                                                              \
-        nvrtc_family(json, seed, N_RANDOM);                                                        \
+        nvrtc_family(json, seed, n);                                                               \
     }
-/* Windowed convolutions: ptxas takes 3-5 s over one of their unrolled random schedules (the
- * three families took 270 of the binary's 800 CPU seconds with 10 a target), so 6 a target */
-#define NVRTC_TEST_CONV(name, seed, json)                                                          \
-    Test(cuda_nvrtc, name, .timeout = 600)                                                         \
-    {                                                                                              \
-        nvrtc_family(json, seed, 6);                                                               \
-    }
+#define NVRTC_TEST(name, seed, json) NVRTC_TEST_N(name, seed, N_RANDOM, json)
+#define NVRTC_TEST_CONV(name, seed, json) NVRTC_TEST_N(name, seed, 6, json)
 
 NVRTC_TEST(dense, 1, "{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":256,\"K\":128}}")
 NVRTC_TEST(dense_ta_tb, 2,
