@@ -504,9 +504,9 @@ static int setup_weights(tlmd_config *c)
         return 0;
     }
     tlm_model *m = NULL;
-    bool trained = false;
+    tlm_weights_info wi = {0};
     if (tlm_model_load(c->weights, lang_vocab_size(), vh, &m, &err) ||
-        ((trained = tlm_weights_trained(c->weights, srv.env.weights_sha)), !srv.env.weights_sha[0])) {
+        (tlm_weights_manifest(c->weights, &wi), !wi.sha[0])) {
         if (!err.msg[0]) tlm_err_set(&err, TLM_EIO, "file", "cannot read it");
         const char *who = is_default                           ? "weights"
                           : !strcmp(c->weights_from, "config") ? "weights (config file)"
@@ -523,10 +523,11 @@ static int setup_weights(tlmd_config *c)
     snprintf(srv.env.weights_loaded, sizeof srv.env.weights_loaded, "%s", c->weights);
     srv.env.weights_cfg = m->cfg;
     srv.env.weights_params = m->n_params;
-    srv.env.weights_trained = trained;
-    m->default_prior = (float)tlm_weights_prior(c->weights);
+    snprintf(srv.env.weights_sha, sizeof srv.env.weights_sha, "%s", wi.sha);
+    srv.env.weights_trained = wi.trained;
+    m->default_prior = (float)wi.prior;
     srv.env.weights_prior = m->default_prior;
-    bool held_back = trained && tlm_weights_held_back(c->weights);
+    bool held_back = wi.trained && wi.held_back;
     if ((srv.env.weights_trained && !held_back) || c->serve_untrained) {
         srv.model = m;
         srv.env.model = m;

@@ -514,34 +514,23 @@ static void manifest_read(const char *path, bool *trained, char *sha, bool *held
     fclose(f);
 }
 
+void tlm_weights_manifest(const char *path, tlm_weights_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tlm_sha256_file_hex(path, out->sha)) out->sha[0] = 0;
+    bool trained, held;
+    char msha[65];
+    double prior;
+    manifest_read(path, &trained, msha, &held, &prior);
+    out->trained = out->sha[0] && trained && !strcasecmp(msha, out->sha);
+    out->held_back = held;
+    out->prior = out->trained ? prior : 0.0;
+}
+
 bool tlm_weights_trained(const char *path, char sha_hex[65])
 {
-    char sha[65];
-    if (tlm_sha256_file_hex(path, sha)) sha[0] = 0;
-    if (sha_hex) memcpy(sha_hex, sha, sizeof sha);
-    if (!sha[0]) return false;
-    bool trained, held;
-    char msha[65];
-    double prior;
-    manifest_read(path, &trained, msha, &held, &prior);
-    return trained && !strcasecmp(msha, sha);
-}
-
-bool tlm_weights_held_back(const char *path)
-{
-    bool trained, held;
-    char msha[65];
-    double prior;
-    manifest_read(path, &trained, msha, &held, &prior);
-    return held;
-}
-
-double tlm_weights_prior(const char *path)
-{
-    if (!tlm_weights_trained(path, NULL)) return 0.0;
-    bool trained, held;
-    char msha[65];
-    double prior;
-    manifest_read(path, &trained, msha, &held, &prior);
-    return prior;
+    tlm_weights_info w;
+    tlm_weights_manifest(path, &w);
+    if (sha_hex) memcpy(sha_hex, w.sha, sizeof w.sha);
+    return w.trained;
 }

@@ -103,7 +103,7 @@ typedef struct tlm_model {
      * space's default schedule get when the model writes a schedule (tlm_select_request), so
      * that it departs from the rule of thumb only where it prefers another value by more than
      * that margin (a prior on the default; 0 = none). Set by whoever loads the model (the
-     * MANIFEST's "prior", tlm_weights_prior; --prior on the CLI). */
+     * MANIFEST's "prior", tlm_weights_manifest; --prior on the CLI). */
     float default_prior;
 } tlm_model;
 
@@ -128,20 +128,27 @@ int tlm_model_load(const char *path, int expect_vocab_size, const uint8_t *expec
 /* Writes the model atomically (PATH.tmp.PID, then rename). */
 int tlm_model_save(const tlm_model *m, const char *path, tlm_error *err);
 
-/* Whether the weight file at path is trained: the MANIFEST next to it (same directory) says
- * "trained = true" (or "trained: true") AND names this file's SHA-256 ("sha256 = HEX"), so a
- * manifest written for other weights, or one naming no hash, never vouches for a file. A
- * freshly initialised model has none. sha_hex (may be NULL) receives the file's SHA-256
- * (hex, "" when unreadable). Any thread. */
+/* What the MANIFEST next to a weight file (same directory) says of it, read with one hash of
+ * the file:
+ *   trained    "trained = true" (or "trained: true") AND "sha256 = HEX" names this file's
+ *              SHA-256, so a manifest written for other weights, or one naming no hash, never
+ *              vouches for a file (a freshly initialised model has none);
+ *   held_back  "serve = default": trained weights that lost to the rule-of-thumb schedules on
+ *              the held-out evaluation, so a server keeps the default schedules;
+ *   prior      "prior = X", 0 <= X <= 100, the decoding bonus in logits on the default
+ *              schedule (tlm_model.default_prior); 0 when it gives none or does not vouch for
+ *              the file;
+ *   sha        the file's SHA-256 in hex, "" when unreadable.
+ * Any thread. */
+typedef struct {
+    bool trained;
+    bool held_back;
+    double prior;
+    char sha[65];
+} tlm_weights_info;
+void tlm_weights_manifest(const char *path, tlm_weights_info *out);
+/* tlm_weights_manifest's `trained`; sha_hex (may be NULL) receives the file's SHA-256. */
 bool tlm_weights_trained(const char *path, char sha_hex[65]);
-/* Whether that MANIFEST holds trained weights back from serving ("serve = default": they
- * lost to the rule-of-thumb schedules on the held-out evaluation), so a server keeps the
- * default schedules. Any thread. */
-bool tlm_weights_held_back(const char *path);
-/* The decoding prior on the default schedule that MANIFEST gives these weights ("prior = X",
- * 0 <= X <= 100, in logits; tlm_model.default_prior), 0 when it gives none or does not vouch
- * for the file (tlm_weights_trained). Any thread. */
-double tlm_weights_prior(const char *path);
 
 /* ---- KV cache: one per sequence ---- */
 

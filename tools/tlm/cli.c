@@ -186,7 +186,9 @@ int cli_load_weights(const char *flag, const char *path, struct tlm_model **out,
     uint8_t vh[32];
     lang_vocab_hash(vh);
     if (!tlm_model_load(path, lang_vocab_size(), vh, out, err)) {
-        (*out)->default_prior = (float)tlm_weights_prior(path);
+        tlm_weights_info wi;
+        tlm_weights_manifest(path, &wi);
+        (*out)->default_prior = (float)wi.prior;
         return 0;
     }
     err->code = TLM_EINVAL;

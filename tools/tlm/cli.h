@@ -44,7 +44,7 @@ char *cli_read_file(const char *flag, const char *path, size_t *len, tlm_error *
 int cli_write_file(const char *path, const void *data, size_t len, tlm_error *err);
 
 /* Loads a weight file for the tensor language's vocabulary (size and hash checked), with the
- * decoding prior its MANIFEST gives (tlm_weights_prior); on failure err names `flag` with
+ * decoding prior its MANIFEST gives (tlm_weights_manifest); on failure err names `flag` with
  * TLM_EINVAL (bad input) and *out is NULL. */
 struct tlm_model;
 int cli_load_weights(const char *flag, const char *path, struct tlm_model **out, tlm_error *err);

@@ -81,14 +81,14 @@ static int info(int argc, char **argv)
     lang_vocab_hash(vh);
     char hex[65];
     tlm_hex(m->vocab_hash, 32, hex);
-    char sha[65];
-    bool trained = tlm_weights_trained(argv[1], sha);
+    tlm_weights_info wi;
+    tlm_weights_manifest(argv[1], &wi);
     printf("{\"path\": \"%s\", \"params\": %zu, \"layers\": %d, \"heads\": %d, \"dim\": %d, "
            "\"ctx\": %d, \"vocab\": %d, \"vocab_hash\": \"%s\", \"sha256\": \"%s\", "
            "\"trained\": %s, \"served\": %s, \"matches_language\": %s}\n",
            argv[1], m->n_params, m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.n_ctx,
-           m->cfg.vocab_size, hex, sha, trained ? "true" : "false",
-           trained && !tlm_weights_held_back(argv[1]) ? "true" : "false",
+           m->cfg.vocab_size, hex, wi.sha, wi.trained ? "true" : "false",
+           wi.trained && !wi.held_back ? "true" : "false",
            m->cfg.vocab_size == lang_vocab_size() && !memcmp(vh, m->vocab_hash, 32) ? "true"
                                                                                      : "false");
     tlm_model_free(m);

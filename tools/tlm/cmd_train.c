@@ -108,6 +108,7 @@ typedef struct {
     space *sp;
     space_sched best;
     int first_ex, n_ex; /* its examples in the example table */
+    int next;           /* the next group with a workload hash in the same bucket, or -1 */
 } tr_group;
 
 typedef struct {
@@ -134,6 +135,8 @@ typedef struct {
 typedef struct {
     tr_group *g;
     int n, cap;
+    int *bucket; /* groups by workload hash: the first in each of n_bucket chains, or -1 */
+    int n_bucket;
     tr_ex *ex;
     int n_ex, cap_ex;
     long read, ok, stale, skipped;
@@ -144,12 +147,57 @@ typedef struct {
 
 /* ---- records ---- */
 
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The first group of workload hash wh (its chain goes on through .next), or -1. */
+static int group_first(const tr_data *d, const char *wh)
+{
+    if (!d->n_bucket) return -1;
+    int i = d->bucket[fnv1a(wh) & (uint64_t)(d->n_bucket - 1)];
+    while (i >= 0 && strcmp(d->g[i].whash, wh)) i = d->g[i].next;
+    return i;
+}
+
+static int group_next(const tr_data *d, int i)
+{
+    const char *wh = d->g[i].whash;
+    for (i = d->g[i].next; i >= 0 && strcmp(d->g[i].whash, wh); i = d->g[i].next) {}
+    return i;
+}
+
+/* Chains group i into its bucket; the table doubles (rehashing every group) past half full. */
+static int group_index(tr_data *d, int i)
+{
+    if (2 * (d->n + 1) > d->n_bucket) {
+        int nb = d->n_bucket ? 2 * d->n_bucket : 1024;
+        int *b = malloc((size_t)nb * sizeof *b);
+        if (!b) return -1;
+        for (int k = 0; k < nb; k++) b[k] = -1;
+        free(d->bucket);
+        d->bucket = b;
+        d->n_bucket = nb;
+        for (int q = 0; q < i; q++) {
+            int h = (int)(fnv1a(d->g[q].whash) & (uint64_t)(nb - 1));
+            d->g[q].next = b[h];
+            b[h] = q;
+        }
+    }
+    int h = (int)(fnv1a(d->g[i].whash) & (uint64_t)(d->n_bucket - 1));
+    d->g[i].next = d->bucket[h];
+    d->bucket[h] = i;
+    return 0;
+}
+
 static tr_group *group_for(tr_data *d, const char *wh, const char *tg, const char *sk, json_t *wl)
 {
-    for (int i = d->n - 1; i >= 0; i--)
-        if (!strcmp(d->g[i].whash, wh) && !strcmp(d->g[i].target, tg) &&
-            !strcmp(d->g[i].sketch, sk))
-            return &d->g[i];
+    for (int i = group_first(d, wh); i >= 0; i = group_next(d, i))
+        if (!strcmp(d->g[i].target, tg) && !strcmp(d->g[i].sketch, sk)) return &d->g[i];
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 256;
         tr_group *v = realloc(d->g, (size_t)cap * sizeof *v);
@@ -157,11 +205,13 @@ static tr_group *group_for(tr_data *d, const char *wh, const char *tg, const cha
         d->g = v;
         d->cap = cap;
     }
-    tr_group *g = &d->g[d->n++];
+    tr_group *g = &d->g[d->n];
     memset(g, 0, sizeof *g);
     snprintf(g->whash, sizeof g->whash, "%s", wh);
     snprintf(g->target, sizeof g->target, "%s", tg);
     snprintf(g->sketch, sizeof g->sketch, "%s", sk);
+    if (group_index(d, d->n)) return NULL;
+    d->n++;
     g->workload = json_incref(wl);
     return g;
 }
@@ -226,14 +276,6 @@ static int cmp_meas(const void *x, const void *y)
 {
     const tr_meas *a = x, *b = y;
     return a->s < b->s ? -1 : a->s > b->s ? 1 : strcmp(a->sched, b->sched);
-}
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
 }
 
 /* The full sentence of schedule s in sp and its loss mask (value tokens only). */
@@ -496,9 +538,8 @@ static int add_teachers(tr_data *d, const tr_args *a, tlm_error *err)
             char wh[IR_HASH_HEX];
             if (ir_workload_hash_hex(&w, wh)) continue;
             bool seen = false; /* as a measured group of any target, or an earlier copy */
-            for (int q = 0; q < d->n && !seen; q++)
-                seen = !strcmp(d->g[q].whash, wh) &&
-                       (!d->g[q].teacher || !strcmp(d->g[q].target, tg));
+            for (int q = group_first(d, wh); q >= 0 && !seen; q = group_next(d, q))
+                seen = !d->g[q].teacher || !strcmp(d->g[q].target, tg);
             if (seen) continue;
             ir_subgraph *sg = calloc(1, sizeof *sg);
             space *sp = calloc(1, sizeof *sp);
@@ -757,6 +798,7 @@ static void data_free(tr_data *d)
         free(d->ex[i].mask);
     }
     free(d->g);
+    free(d->bucket);
     free(d->ex);
 }
 
