@@ -924,11 +924,11 @@ static int hrun_confirm(hrun *h, tlm_error *err)
     int k = h->o.confirm, ns = res->steps + 1;
     if (k <= 0 || res->best_cand < 0 || !res->traj) return 0;
     if (h->j->o.cancel && __atomic_load_n(h->j->o.cancel, __ATOMIC_ACQUIRE)) return 0;
-    int idx[9], n = 0, first = -1;
+    int fast[8], n = 0;
     if (k > 8) k = 8;
     bool *used = calloc((size_t)ns, sizeof *used);
     if (!used) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    while (n < k) { /* the k fastest steps, fastest first */
+    while (n < k) { /* the k fastest steps' distinct candidates, fastest first */
         int b = -1;
         for (int s = 0; s < ns; s++)
             if (!used[s] && isfinite(res->traj[s].ms) &&
@@ -937,30 +937,19 @@ static int hrun_confirm(hrun *h, tlm_error *err)
         if (b < 0) break;
         used[b] = true;
         bool dup = false;
-        for (int i = 0; i < n; i++) dup = dup || idx[i] == res->traj[b].cand;
-        if (!dup) idx[n++] = res->traj[b].cand;
+        for (int i = 0; i < n; i++) dup = dup || fast[i] == res->traj[b].cand;
+        if (!dup) fast[n++] = res->traj[b].cand;
     }
     free(used);
-    if (isfinite(res->traj[0].ms)) {
-        for (int i = 0; i < n && first < 0; i++)
-            if (idx[i] == res->traj[0].cand) first = i;
-        if (first < 0) {
-            first = n;
-            idx[n++] = res->traj[0].cand;
-        }
-    }
-    if (n < 2) return 0; /* nothing to compare */
-    double secs[9];
-    int rc = tune_second_look(h->j, idx, n, h->o.confirm_rounds, h->eval, h->eval_user, secs, err);
-    if (rc) return rc;
-    int b = -1;
-    for (int i = 0; i < n; i++)
-        if (isfinite(secs[i]) && (b < 0 || secs[i] < secs[b])) b = i;
-    if (b < 0) return 0;
-    res->best_cand = idx[b];
-    res->confirmed = n;
-    res->confirmed_s = secs[b];
-    res->first_confirmed_s = first >= 0 ? secs[first] : NAN;
+    bool won;
+    tune_confirmed c;
+    int rc = tune_confirm(h->j, fast, n, isfinite(res->traj[0].ms) ? res->traj[0].cand : -1,
+                          h->o.confirm_rounds, h->eval, h->eval_user, &won, &c, err);
+    if (rc || !won) return rc;
+    res->best_cand = c.best_cand;
+    res->confirmed = c.confirmed;
+    res->confirmed_s = c.confirmed_s;
+    res->first_confirmed_s = c.first_confirmed_s;
     return 0;
 }
 

@@ -108,7 +108,7 @@ typedef struct htam_opts {
     /* writes the strategy's slot (above); NULL: the strategy's operator. Read-only, shared. */
     const tlm_model *model;
     /* the second look (htam_run): the `confirm` fastest steps and the starting point measured
-     * again, confirm_rounds times each (tune_second_look), and the fastest there is the best;
+     * again, confirm_rounds times each (tune_confirm), and the fastest there is the best;
      * 0: off (3 and 3) */
     int confirm, confirm_rounds;
 } htam_opts;

@@ -632,10 +632,40 @@ int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn 
     return rc;
 }
 
-/* Measures the search's top candidates and its starting point again (tune_second_look) and
- * makes the fastest of that second look the best: one lucky short measurement on a busy
- * machine does not decide the kernel, and the starting point's first, often slow, sample does
- * not make a slower kernel look like a gain. */
+int tune_confirm(pl_job *j, const int *fast, int n, int start, int rounds, tune_eval_fn eval,
+                 void *user, bool *won, tune_confirmed *out, tlm_error *err)
+{
+    *won = false;
+    int idx[9], k = 0, first = -1;
+    for (int i = 0; i < n && k < 8; i++) idx[k++] = fast[i];
+    if (start >= 0) {
+        for (int i = 0; i < k && first < 0; i++)
+            if (idx[i] == start) first = i;
+        if (first < 0) {
+            first = k;
+            idx[k++] = start;
+        }
+    }
+    if (k < 2) return 0; /* nothing to compare */
+    double secs[9];
+    int rc = tune_second_look(j, idx, k, rounds, eval, user, secs, err);
+    if (rc) return rc;
+    int b = -1;
+    for (int i = 0; i < k; i++)
+        if (isfinite(secs[i]) && (b < 0 || secs[i] < secs[b])) b = i;
+    if (b < 0) return 0;
+    *won = true;
+    out->best_cand = idx[b];
+    out->confirmed = k;
+    out->confirmed_s = secs[b];
+    out->first_confirmed_s = first >= 0 ? secs[first] : NAN;
+    return 0;
+}
+
+/* Measures the search's top candidates and its starting point again (tune_confirm) and makes
+ * the fastest of that second look the best: one lucky short measurement on a busy machine
+ * does not decide the kernel, and the starting point's first, often slow, sample does not
+ * make a slower kernel look like a gain. */
 static int confirm(tstate *t, tlm_error *err)
 {
     pl_job *j = t->j;
@@ -643,45 +673,27 @@ static int confirm(tstate *t, tlm_error *err)
     if (k <= 0 || t->st.ok < 2) return 0;
     if (j->o.cancel && __atomic_load_n(j->o.cancel, __ATOMIC_ACQUIRE)) return 0;
     if (k > t->st.ok) k = t->st.ok;
+    if (k > 8) k = 8;
     int *ord = malloc((size_t)t->n * sizeof *ord);
-    int *idx = malloc((size_t)(k + 1) * sizeof *idx);
-    double *secs = malloc((size_t)(k + 1) * sizeof *secs);
-    if (!ord || !idx || !secs) {
-        free(ord);
-        free(idx);
-        free(secs);
-        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    }
+    if (!ord) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     for (int i = 0; i < t->n; i++) ord[i] = i;
     qsort_r(ord, (size_t)t->n, sizeof *ord, cmp_secs, t->secs);
-    int n = 0, first = -1;
+    int fast[8], n = 0;
     for (int i = 0; i < t->n && n < k; i++)
-        if (isfinite(t->secs[ord[i]])) idx[n++] = t->cand[ord[i]];
-    /* the starting point (the first candidate measured), when it was correct */
-    if (t->n > 0 && isfinite(t->secs[0])) {
-        for (int i = 0; i < n && first < 0; i++)
-            if (idx[i] == t->cand[0]) first = i;
-        if (first < 0) {
-            first = n;
-            idx[n++] = t->cand[0];
-        }
-    }
-    int rc = tune_second_look(j, idx, n, t->o.confirm_rounds, t->o.eval, t->o.eval_user, secs,
-                              err);
-    if (!rc) {
-        int b = -1;
-        for (int i = 0; i < n; i++)
-            if (isfinite(secs[i]) && (b < 0 || secs[i] < secs[b])) b = i;
-        if (b >= 0) {
-            t->st.best_cand = idx[b];
-            t->st.confirmed_s = secs[b];
-            t->st.confirmed = n;
-            t->st.first_confirmed_s = first >= 0 ? secs[first] : NAN;
-        }
-    }
+        if (isfinite(t->secs[ord[i]])) fast[n++] = t->cand[ord[i]];
     free(ord);
-    free(idx);
-    free(secs);
+    /* the starting point (the first candidate measured), when it was correct */
+    int start = t->n > 0 && isfinite(t->secs[0]) ? t->cand[0] : -1;
+    bool won;
+    tune_confirmed c;
+    int rc = tune_confirm(j, fast, n, start, t->o.confirm_rounds, t->o.eval, t->o.eval_user, &won,
+                          &c, err);
+    if (!rc && won) {
+        t->st.best_cand = c.best_cand;
+        t->st.confirmed_s = c.confirmed_s;
+        t->st.confirmed = c.confirmed;
+        t->st.first_confirmed_s = c.first_confirmed_s;
+    }
     return rc;
 }
 

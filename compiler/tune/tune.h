@@ -63,7 +63,7 @@ typedef struct tune_opts {
     int generations;      /* evolution steps per round (4) */
     double eps;           /* share of uniform samples in a batch (0.1) */
     int build_threads;    /* parallel builds (online CPUs, at most 8) */
-    int confirm;          /* the top candidates measured again at the end (3; 0: off) */
+    int confirm;          /* the top candidates measured again at the end (3; 0: off; at most 8) */
     int confirm_rounds;   /* measurements of each in that second look (3) */
     const tlm_model *model; /* seeds the population with its beam when set */
     int beam;             /* beam width (8) */
@@ -96,6 +96,19 @@ typedef struct tune_stats {
  * j->o.on_records for the records each round adds. */
 int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn eval, void *user,
                      double *secs, tlm_error *err);
+
+/* The confirmation the search and HTAM end with: the candidates fast[0..n) (distinct, fastest
+ * first, at most 8) and the starting point `start` (-1: none; appended when not among them)
+ * take the second look (tune_second_look), and the fastest median there wins. Returns 0 with
+ * *won = false when fewer than two candidates are left to compare or none of them was timed;
+ * otherwise *won = true and best_cand (the winner), confirmed (how many were measured),
+ * confirmed_s (its median) and first_confirmed_s (the starting point's, NAN without one). */
+typedef struct {
+    int best_cand, confirmed;
+    double confirmed_s, first_confirmed_s;
+} tune_confirmed;
+int tune_confirm(pl_job *j, const int *fast, int n, int start, int rounds, tune_eval_fn eval,
+                 void *user, bool *won, tune_confirmed *out, tlm_error *err);
 
 /* tune_opts_init's evaluator (NULL: build + measure here). A server that spreads
  * measurements over a cluster sets its own once at start-up, before any search runs; it
