@@ -935,11 +935,27 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
  * loop is needed. A trip count up to twice the steps is left to GCC, which unrolls it whole
  * (a 3x3 conv's kw: written out, the AVX2 conv ran 5 % slower), and so are the edge tiles
  * (one per axis): 1 = the loop as it is, under GCC's unroll pragma. */
+/* Whether the reduction steps pay unrolled in the source on this target. With 32 vector
+ * registers they do (GCC's unroll pragma left 5 loop instructions beside a GEMM step's 12
+ * FMAs: tinyllama 512x2048x2048, one thread, AVX-512 69 -> 65 ms on a Xeon; on a Zen 4 EPYC
+ * a tie, alternating rounds). With 16 the unrolled statements cost registers: GCC spills an
+ * accumulator of the 6 x 16 AVX2 tile and copies others about. Intel still gained (AVX2 109
+ * -> 106 ms on the Xeon); AMD Zen, whose wider dispatch absorbs the loop instructions, loses
+ * (Zen 4, 2 threads, 16 alternating rounds: a 1021x1031x1009 GEMM 14.4 -> 12.5 ms median,
+ * rolled faster in 13 of 16; tinyllama 27.9 -> 26.4 ms; vit_b16_qkv a tie). So 16-register
+ * targets keep them rolled unless the target names an Intel CPU: the generic cpu:avx2 too,
+ * since AVX2-only servers are mostly Zen. */
+static bool source_unroll_pays(const cgc *c)
+{
+    const target_cpu_info *t = &c->sp->tgt.cpu;
+    return t->vector_registers > 16 || !strcmp(t->vendor, "GenuineIntel");
+}
+
 static int64_t unroll_steps(const cgc *c, int unroll, int64_t nv)
 {
     const int inn = c->ns + c->nr - 1;
     const int64_t trip = c->T[inn][1];
-    if (unroll <= 0 || nv <= 0 || c->edge || c->short_tile) return 1;
+    if (unroll <= 0 || nv <= 0 || c->edge || c->short_tile || !source_unroll_pays(c)) return 1;
     int64_t u = unroll / nv;
     if (u > 4) u = 4;
     if (u <= 1 || trip <= 1) return 1;

@@ -1150,41 +1150,48 @@ Test(codegen_cpu, last_register_tile_takes_its_true_size)
 /* The innermost reduction loop is unrolled in the source under the unroll slot (steps that
  * divide the chunk, or a remainder loop after them: K = 37 in one chunk), rolled with unroll
  * 0; with 32 vector registers the broadcast operand is read through one base pointer per
- * step, with 16 per point. Every kernel is checked, both ISAs. */
+ * step, with 16 per point. With 16 registers the steps stay rolled unless the target names an
+ * Intel CPU (codegen's source_unroll_pays): each target is tried as Intel's, AMD's and
+ * vendorless. Every kernel is checked, both ISAs. */
 Test(codegen_cpu, reduction_steps_unrolled_in_the_source)
 {
     static const char *const wls[] = {
         "{\"op\":\"dense\",\"shape\":{\"M\":12,\"N\":64,\"K\":64},\"epilogue\":[\"bias_add\"]}",
         "{\"op\":\"dense\",\"shape\":{\"M\":12,\"N\":64,\"K\":37}}",
     };
-    for (int ti = 0; ti < 2; ti++) {
-        const char *tg = ti ? "cpu:avx2" : "cpu";
-        for (int w = 0; w < 2; w++)
-            for (int un = 0; un < 2; un++) {
-                built b = build(wls[w], tg);
-                const int64_t k1 = w ? 37 : 64;
-                const want_rule rules[] = {{SLOT_TILE, 0, 3, 6},
-                                           {SLOT_TILE, 2, -1, k1},
-                                           {SLOT_UNROLL, -1, -1, un ? 64 : 0}};
-                space_sched s;
-                space_default(b.sp, &s);
-                force_slots(b.sp, &s, rules, 3);
-                char txt[1024];
-                space_print(b.sp, &s, txt, sizeof txt);
-                cr_assert(space_tile(b.sp, &s, 0, 3) == 6 && space_tile(b.sp, &s, 2, 1) == k1 &&
-                              space_get(b.sp, &s, SLOT_UNROLL, -1) == (un ? 64 : 0),
-                          "%s: not forced: %s", tg, txt);
-                cr_expect_eq(source_has(&b, &s, "k1u += "), un == 1, "%s, [%s]: unrolled", tg,
-                             txt);
-                cr_expect_eq(source_has(&b, &s, "for (int64_t k1 = k1u;"), un == 1 && w == 1,
-                             "%s, [%s]: remainder loop", tg, txt);
-                cr_expect_eq(source_has(&b, &s, "const float *const Lb"), ti == 0, "%s, [%s]: base",
-                             tg, txt);
-                check_schedule(&b, &s, wls[w]);
-                free(b.g);
-                free(b.sp);
-            }
-    }
+    static const char *const vendors[] = {"GenuineIntel", "AuthenticAMD", ""};
+    for (int ti = 0; ti < 2; ti++)
+        for (int vi = 0; vi < 3; vi++) {
+            const char *tg = ti ? "cpu:avx2" : "cpu";
+            for (int w = 0; w < 2; w++)
+                for (int un = 0; un < 2; un++) {
+                    built b = build(wls[w], tg);
+                    snprintf(b.sp->tgt.cpu.vendor, sizeof b.sp->tgt.cpu.vendor, "%s", vendors[vi]);
+                    const bool regs32 = b.sp->tgt.cpu.vector_registers > 16;
+                    const bool unrolled = un == 1 && (regs32 || vi == 0);
+                    const int64_t k1 = w ? 37 : 64;
+                    const want_rule rules[] = {{SLOT_TILE, 0, 3, 6},
+                                               {SLOT_TILE, 2, -1, k1},
+                                               {SLOT_UNROLL, -1, -1, un ? 64 : 0}};
+                    space_sched s;
+                    space_default(b.sp, &s);
+                    force_slots(b.sp, &s, rules, 3);
+                    char txt[1024];
+                    space_print(b.sp, &s, txt, sizeof txt);
+                    cr_assert(space_tile(b.sp, &s, 0, 3) == 6 && space_tile(b.sp, &s, 2, 1) == k1 &&
+                                  space_get(b.sp, &s, SLOT_UNROLL, -1) == (un ? 64 : 0),
+                              "%s: not forced: %s", tg, txt);
+                    cr_expect_eq(source_has(&b, &s, "k1u += "), unrolled, "%s (%s), [%s]: unrolled",
+                                 tg, vendors[vi], txt);
+                    cr_expect_eq(source_has(&b, &s, "for (int64_t k1 = k1u;"), unrolled && w == 1,
+                                 "%s (%s), [%s]: remainder loop", tg, vendors[vi], txt);
+                    cr_expect_eq(source_has(&b, &s, "const float *const Lb"), regs32,
+                                 "%s (%s), [%s]: base", tg, vendors[vi], txt);
+                    if (vi == 0 || w == 0) check_schedule(&b, &s, wls[w]);
+                    free(b.g);
+                    free(b.sp);
+                }
+        }
 }
 
 /* The rule of thumb with the vectors along F (axis 3 from the last of a conv's n, f, oh, ow),
