@@ -928,13 +928,6 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
     memset(c->lbase, 0, sizeof c->lbase);
 }
 
-/* Steps of the innermost reduction loop written out per iteration: the unroll slot's budget
- * in statements over the tile's accumulators, at most 4 (8, with the edge tiles unrolled too,
- * bought nothing measurable and more than doubled a GEMM's compile time) and the trip count;
- * a divisor of the trip count from half that up, when there is one, so that no remainder
- * loop is needed. A trip count up to twice the steps is left to GCC, which unrolls it whole
- * (a 3x3 conv's kw: written out, the AVX2 conv ran 5 % slower), and so are the edge tiles
- * (one per axis): 1 = the loop as it is, under GCC's unroll pragma. */
 /* Whether the reduction steps pay unrolled in the source on this target. With 32 vector
  * registers they do (GCC's unroll pragma left 5 loop instructions beside a GEMM step's 12
  * FMAs: tinyllama 512x2048x2048, one thread, AVX-512 69 -> 65 ms on a Xeon; on a Zen 4 EPYC
@@ -951,6 +944,13 @@ static bool source_unroll_pays(const cgc *c)
     return t->vector_registers > 16 || !strcmp(t->vendor, "GenuineIntel");
 }
 
+/* Steps of the innermost reduction loop written out per iteration: the unroll slot's budget
+ * in statements over the tile's accumulators, at most 4 (8, with the edge tiles unrolled too,
+ * bought nothing measurable and more than doubled a GEMM's compile time) and the trip count;
+ * a divisor of the trip count from half that up, when there is one, so that no remainder
+ * loop is needed. A trip count up to twice the steps is left to GCC, which unrolls it whole
+ * (a 3x3 conv's kw: written out, the AVX2 conv ran 5 % slower), and so are the edge tiles
+ * (one per axis): 1 = the loop as it is, under GCC's unroll pragma. */
 static int64_t unroll_steps(const cgc *c, int unroll, int64_t nv)
 {
     const int inn = c->ns + c->nr - 1;
@@ -1264,15 +1264,9 @@ static void plan_packs(cgc *c)
  * and packs), so reuse needs no clearing. The memory stays with the loaded kernel (freed when
  * it is unloaded); the slot's size is fixed per kernel. A failed allocation means the process
  * is out of memory, and a void kernel has no way to say so (kernels are measured in child
- * processes, where a trap is reported as a crash). */
-static int scratch_slots(const cgc *c)
-{
-    int n = c->npad;
-    for (int pi = 0; pi < c->npack; pi++) n += c->pack_glob[pi];
-    return n;
-}
-
-/* Slot of global pack pi (pad copy k: pack = -1, pad = k). */
+ * processes, where a trap is reported as a crash).
+ * scratch_slot: the slot of global pack pi (pad copy k: pack = -1, pad = k);
+ * scratch_slot(c, -1, c->npad) is the number of slots. */
 static int scratch_slot(const cgc *c, int pack, int pad)
 {
     int n = 0;
@@ -1282,10 +1276,17 @@ static int scratch_slot(const cgc *c, int pack, int pad)
 }
 
 /* tlm_scratch_take(k, bytes) / tlm_scratch_give(k, p) over n slots; k outside [0, n) (a
- * thread past the per-thread slots) allocates and frees. */
+ * thread past the per-thread slots) allocates and frees, and with n = 0 they are
+ * aligned_alloc and free. */
 static void emit_scratch_slots(cg_buf *b, int n)
 {
-    cg_line(b, 0, "/* call buffers kept across calls (codegen/cpu.c scratch_slots) */");
+    if (n == 0) {
+        cg_line(b, 0, "static void *tlm_scratch_take(int k, size_t bytes) { (void)k; return "
+                      "aligned_alloc(64, bytes); }");
+        cg_line(b, 0, "static void tlm_scratch_give(int k, void *p) { (void)k; free(p); }");
+        return;
+    }
+    cg_line(b, 0, "/* call buffers kept across calls (codegen/cpu.c scratch_slot) */");
     cg_line(b, 0, "static void *tlm_scratch[%d];", n);
     cg_line(b, 0, "static void *tlm_scratch_take(int k, size_t bytes)");
     cg_line(b, 0, "{");
@@ -1306,21 +1307,19 @@ static void emit_scratch_slots(cg_buf *b, int n)
 
 static void emit_scratch_helpers(cgc *c)
 {
-    int n = scratch_slots(c);
+    int n = scratch_slot(c, -1, c->npad);
     if (n) emit_scratch_slots(&c->b, n);
 }
 
-/* A rows kernel's scratch row(s), one buffer per thread: kept in per-thread slots (the
- * thread's number in the team) once a buffer is past glibc's mmap threshold (128 KiB), below
- * which malloc reuses its heap anyway. Returns whether the slots are used. */
+/* A rows kernel's scratch row(s), one buffer per thread, taken and given back by the thread's
+ * number in the team: kept in per-thread slots once a buffer is past glibc's mmap threshold
+ * (128 KiB), below which malloc reuses its heap anyway. */
 enum { SCRATCH_THREADS = 64, SCRATCH_MIN_BYTES = 128 << 10 };
 
-static bool emit_row_scratch(cg_buf *b, int64_t bytes)
+static void emit_row_scratch(cg_buf *b, int64_t bytes)
 {
-    if (bytes < SCRATCH_MIN_BYTES) return false;
     cg_line(b, 0, "#include <omp.h>");
-    emit_scratch_slots(b, SCRATCH_THREADS);
-    return true;
+    emit_scratch_slots(b, bytes < SCRATCH_MIN_BYTES ? 0 : SCRATCH_THREADS);
 }
 
 static void emit_call_buffer(cgc *c, int ind, const char *name, int slot, int64_t bytes)
@@ -2749,7 +2748,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
               : op == RV_LAYER_NORM ? rows_vec_layer_norm
               : op == RV_RMS_NORM   ? rows_vec_rms_norm
                                     : rows_vec_reduce);
-    const bool kept = stream && emit_row_scratch(b, 2 * CP * 4);
+    if (stream) emit_row_scratch(b, 2 * CP * 4);
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     int ind = 1;
@@ -2761,12 +2760,9 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     }
     if (stream) {
         cg_line(b, ind, "/* two scratch rows: the one computed and the one streaming out */");
-        if (kept)
-            cg_line(b, ind,
-                    "float *const tlm_buf = (float *)tlm_scratch_take(omp_get_thread_num(), %lld);",
-                    2 * CP * 4);
-        else
-            cg_line(b, ind, "float *const tlm_buf = aligned_alloc(64, %lld);", 2 * CP * 4);
+        cg_line(b, ind,
+                "float *const tlm_buf = (float *)tlm_scratch_take(omp_get_thread_num(), %lld);",
+                2 * CP * 4);
         /* every thread must reach the worksharing loop; a kernel has no error path */
         cg_line(b, ind, "if (!tlm_buf) abort();");
         cg_line(b, ind, "float *py = NULL;");
@@ -2828,10 +2824,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
         cg_line(b, ind + 1, "tlm_out_finish(&o);");
         cg_line(b, ind, "}");
         cg_line(b, ind, "_mm_sfence(); /* the streamed rows before the threads join */");
-        if (kept)
-            cg_line(b, ind, "tlm_scratch_give(omp_get_thread_num(), tlm_buf);");
-        else
-            cg_line(b, ind, "free(tlm_buf);");
+        cg_line(b, ind, "tlm_scratch_give(omp_get_thread_num(), tlm_buf);");
     }
     cg_line(b, --ind, "}");
     cg_line(b, 0, "}");
@@ -2855,7 +2848,7 @@ static int gen_rows(cgc *c, const char *entry)
     int64_t slen = rows_stream_len(c, vec);
 
     if (slen) emit_stream_helper(b);
-    const bool kept = slen && emit_row_scratch(b, (slen * 4 + 63) / 64 * 64);
+    if (slen) emit_row_scratch(b, (slen * 4 + 63) / 64 * 64);
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     int ind = 1;
@@ -2865,13 +2858,9 @@ static int gen_rows(cgc *c, const char *entry)
             cg_line(b, ind, "#pragma omp parallel");
             cg_line(b, ind++, "{");
         }
-        if (kept)
-            cg_line(b, ind,
-                    "float *const tlm_row = (float *)tlm_scratch_take(omp_get_thread_num(), %lld);",
-                    (long long)((slen * 4 + 63) / 64 * 64));
-        else
-            cg_line(b, ind, "float *const tlm_row = aligned_alloc(64, %lld);",
-                    (long long)((slen * 4 + 63) / 64 * 64));
+        cg_line(b, ind,
+                "float *const tlm_row = (float *)tlm_scratch_take(omp_get_thread_num(), %lld);",
+                (long long)((slen * 4 + 63) / 64 * 64));
         /* every thread must reach the worksharing loop; a kernel has no error path */
         cg_line(b, ind, "if (!tlm_row) abort();");
         if (par) cg_line(b, ind, "#pragma omp for schedule(static)");
@@ -3010,10 +2999,7 @@ static int gen_rows(cgc *c, const char *entry)
     while (ind > top) cg_line(b, --ind, "}");
     if (slen) {
         cg_line(b, ind, "_mm_sfence(); /* the streamed rows before the threads join */");
-        if (kept)
-            cg_line(b, ind, "tlm_scratch_give(omp_get_thread_num(), tlm_row);");
-        else
-            cg_line(b, ind, "free(tlm_row);");
+        cg_line(b, ind, "tlm_scratch_give(omp_get_thread_num(), tlm_row);");
         if (par) cg_line(b, --ind, "}");
     }
     cg_line(b, 0, "}");
