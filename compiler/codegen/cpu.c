@@ -2082,6 +2082,12 @@ static int gen_window(cgc *c, const char *entry)
         for (int64_t v = 0; v < NV; v++)
             cg_line(b, 5, "%s a%lld_%lld = %s%s;", ty, (long long)i, (long long)v,
                     W > 1 ? "(tlm_vf){} + " : "", init);
+    /* The taps' weights are read through wk, which an empty asm "changes" at each input row:
+     * GCC otherwise hoists all KH x KW broadcasts out of the tile loops, spills them, and then
+     * folds the input vectors into the FMAs instead, one 64-byte load per FMA; read per row,
+     * each FMA takes its weight as a 4-byte broadcast operand and each input vector is loaded
+     * once for the taps that read it (7x7 at 56x56, one thread: 0.435 -> 0.367 ms) */
+    if (wn) cg_line(b, 5, "const float *wk = wt;");
     for (int64_t ir = 0; ir < span; ir++) {
         bool used = false;
         for (int64_t i = 0; i < R; i++)
@@ -2089,6 +2095,7 @@ static int gen_window(cgc *c, const char *entry)
                 used |= i * SH + kh * DH == ir;
         if (!used) continue;
         cg_line(b, 5, "{");
+        if (wn) cg_line(b, 6, "__asm__(\"\" : \"+r\"(wk));");
         for (int64_t kw = 0; kw < KW; kw++) {
             int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
             for (int64_t v = 0; v < NV; v++) {
@@ -2109,7 +2116,7 @@ static int gen_window(cgc *c, const char *entry)
                                     (long long)v, W > 1 ? "tlm_w_max" : "tlm_max", (long long)i,
                                     (long long)v, (long long)kw, (long long)v);
                         else if (wn)
-                            cg_line(b, 6, "a%lld_%lld += x%lld_%lld * wt[%lld];", (long long)i,
+                            cg_line(b, 6, "a%lld_%lld += x%lld_%lld * wk[%lld];", (long long)i,
                                     (long long)v, (long long)kw, (long long)v,
                                     (long long)(kh * KW + kw));
                         else

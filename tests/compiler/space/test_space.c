@@ -776,7 +776,10 @@ Test(space, gemm_row_blocks_come_out_even)
 
 /* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 7x7
  * depthwise plane takes 7 rows under one AVX-512 vector (no padded row) and 5 under two AVX2
- * vectors (2 rows padded none but left 4 accumulators); a 56-wide plane keeps 4 rows. */
+ * vectors (2 rows padded none but left 4 accumulators). A 56-wide plane: on AVX-512 the
+ * narrowest columns that pad least (one vector) and so 8 rows, where its input vectors are
+ * loaded least often; on AVX2 one unpadded vector of 8 and 8 rows; a max pool (no weights)
+ * keeps the widest columns of those that pad least, and so 4 rows. */
 Test(space, window_rows_cover_the_fma_latency)
 {
 #define DW(h, c) "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #h \
@@ -784,7 +787,11 @@ Test(space, window_rows_cover_the_fma_latency)
     static const default_tiles cases[] = {
         {DW(14, 384), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 7}},
         {DW(14, 384), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 5}},
-        {DW(56, 96), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
+        {DW(56, 96), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 8}},
+        {DW(56, 96), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {8, 8}},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
+         "\"KW\":7},\"stride\":[1,1],\"pad\":[3,3]}",
+         "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
     };
 #undef DW
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
