@@ -2083,10 +2083,15 @@ static int gen_window(cgc *c, const char *entry)
             cg_line(b, 5, "%s a%lld_%lld = %s%s;", ty, (long long)i, (long long)v,
                     W > 1 ? "(tlm_vf){} + " : "", init);
     /* The taps' weights are read through wk, which an empty asm "changes" at each input row:
-     * GCC otherwise hoists all KH x KW broadcasts out of the tile loops, spills them, and then
-     * folds the input vectors into the FMAs instead, one 64-byte load per FMA; read per row,
-     * each FMA takes its weight as a 4-byte broadcast operand and each input vector is loaded
-     * once for the taps that read it (7x7 at 56x56, one thread: 0.435 -> 0.367 ms) */
+     * GCC otherwise hoists all KH x KW broadcasts out of the tile loops and spills them, and
+     * then folds the input vectors into the FMAs, one 64-byte load per FMA (7x7 at 56x56, one
+     * vector x 8 rows, one thread: 0.435 -> 0.367 ms). Under one vector column (pin) each
+     * input vector is also pinned in a register by an empty asm, for the taps that read it,
+     * and a compiler barrier ends each input row, so each FMA takes its weight as a 4-byte
+     * broadcast operand (5x5 stride 2 at 56x56, 1 x 7, 2 threads: 0.047 -> 0.036 ms). Under
+     * wider columns GCC then loads the row's weights early and spills the pinned vectors
+     * (2 x 4 there: 0.053 -> 0.069 ms), so those keep the renewed pointer alone. */
+    bool pin = W > 1 && NV == 1;
     if (wn) cg_line(b, 5, "const float *wk = wt;");
     for (int64_t ir = 0; ir < span; ir++) {
         bool used = false;
@@ -2095,11 +2100,22 @@ static int gen_window(cgc *c, const char *entry)
                 used |= i * SH + kh * DH == ir;
         if (!used) continue;
         cg_line(b, 5, "{");
-        if (wn) cg_line(b, 6, "__asm__(\"\" : \"+r\"(wk));");
+        if (pin)
+            cg_line(b, 6, wn ? "__asm__ volatile(\"\" : \"+r\"(wk) : : \"memory\");"
+                             : "__asm__ volatile(\"\" : : : \"memory\");");
+        else if (wn)
+            cg_line(b, 6, "__asm__(\"\" : \"+r\"(wk));");
         for (int64_t kw = 0; kw < KW; kw++) {
             int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
             for (int64_t v = 0; v < NV; v++) {
-                if (W > 1)
+                if (W > 1 && pin)
+                    cg_line(b, 6,
+                            "tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld]; "
+                            "__asm__(\"\" : \"+v\"(x%lld_%lld));",
+                            (long long)kw, (long long)v,
+                            (long long)((ir * SW + ph) * WQ + jo + v * W), (long long)kw,
+                            (long long)v);
+                else if (W > 1)
                     cg_line(b, 6, "const tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld];",
                             (long long)kw, (long long)v,
                             (long long)((ir * SW + ph) * WQ + jo + v * W));
