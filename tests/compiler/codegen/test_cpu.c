@@ -1082,13 +1082,16 @@ Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
             int cores = k == 2 ? 1 : 2;
             b.t.cpu.cores = b.sp->tgt.cpu.cores = cores;
             const int64_t rows = k == 1 ? 8 : 6, block = k == 1 ? 16 : 32;
+            /* unpacked: a packed B panel is kept across the tasks, whose order then runs the
+             * row blocks fastest and shares the ragged one out by itself */
             const want_rule rules[] = {{SLOT_TILE, 0, 3, rows},
                                        {SLOT_TILE, 0, 2, block},
                                        {SLOT_TILE, 1, 2, 1},
-                                       {SLOT_PARALLEL, -1, -1, 1}};
+                                       {SLOT_PARALLEL, -1, -1, 1},
+                                       {SLOT_PACK, -1, -1, 0}};
             space_sched s;
             space_default(b.sp, &s);
-            force_slots(b.sp, &s, rules, 4);
+            force_slots(b.sp, &s, rules, 5);
             char txt[1024];
             space_print(b.sp, &s, txt, sizeof txt);
             cr_assert(space_tile(b.sp, &s, 0, 3) == rows && space_tile(b.sp, &s, 0, 2) == block,
@@ -1096,6 +1099,58 @@ Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
             bool dealt = source_has(&b, &s, "schedule(static, 1)");
             cr_expect_eq(dealt, k == 0, "%s, [%s], %d cores: dealt one at a time: %d", tg, txt,
                          cores, dealt);
+            check_schedule(&b, &s, wl);
+            free(b.g);
+            free(b.sp);
+        }
+    }
+}
+
+/* A B panel packed per task is kept by each thread across the tasks that read it: the task
+ * index runs the row blocks fastest, the panel is repacked only when the column block
+ * changes, and the kernel still matches the reference with ragged row blocks, a K split in
+ * chunks (the last one short), one core or two, on both ISAs. Unpacked, or with two column
+ * blocks per task (s1 > 1), nothing is kept. */
+Test(codegen_cpu, packed_panel_kept_across_tasks)
+{
+    const char *wl = "{\"op\":\"dense\",\"shape\":{\"M\":77,\"N\":256,\"K\":50},"
+                     "\"epilogue\":[\"bias_add\"]}";
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        for (int k = 0; k < 4; k++) {
+            built b = build(wl, tg);
+            b.t.cpu.cores = b.sp->tgt.cpu.cores = k == 1 ? 1 : 2;
+            /* a 64 KiB L2: B (50 KB) is packed per task, not once per call */
+            b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = 64 << 10;
+            const want_rule rules[] = {{SLOT_TILE, 0, 3, 4},
+                                       {SLOT_TILE, 1, 3, 16},
+                                       {SLOT_TILE, 0, 2, 3},
+                                       {SLOT_TILE, 1, 2, 1},
+                                       {SLOT_TILE, 1, 1, k == 3 ? 2 : 1},
+                                       {SLOT_TILE, 2, 1, 16},
+                                       {SLOT_PARALLEL, -1, -1, 1},
+                                       {SLOT_PACK, -1, -1, k == 2 ? 0 : 1}};
+            space_sched s;
+            space_default(b.sp, &s);
+            force_slots(b.sp, &s, rules, 8);
+            char txt[1024];
+            space_print(b.sp, &s, txt, sizeof txt);
+            cr_assert(space_get(b.sp, &s, SLOT_PACK, 0) == (k == 2 ? 0 : 1) &&
+                          space_tile(b.sp, &s, 1, 1) == (k == 3 ? 2 : 1),
+                      "%s: slots not forced: %s", tg, txt);
+            const bool kept = k < 2;
+            cr_expect_eq(source_has(&b, &s, "K0_key = key;"), kept, "%s [%s]: kept %d", tg, txt,
+                         !kept);
+            /* the row blocks (i) decoded first (fastest) when the panel is kept */
+            tlm_error err;
+            cg_kernel kn;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &kn, &err), 0, "%s", err.msg);
+            const char *r = strstr(kn.source, "int64_t rem = task;");
+            r = r ? strstr(r, "const int64_t ") : NULL;
+            cr_assert(r != NULL, "%s [%s]: no task decode", tg, txt);
+            r += strlen("const int64_t ");
+            cr_expect_eq(r[0] == 'i', kept, "%s [%s]: first decoded %.2s", tg, txt, r);
+            cg_kernel_free(&kn);
             check_schedule(&b, &s, wl);
             free(b.g);
             free(b.sp);
