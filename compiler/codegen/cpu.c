@@ -2118,6 +2118,14 @@ static int gen_window(cgc *c, const char *entry)
         /* a > x ? a : x lane-wise as one compare and a blend (tlm_v_max's lane loop is not
          * vectorised by GCC); a NaN in x propagates as in the reference */
         cg_line(b, 0, "typedef int32_t tlm_wi __attribute__((vector_size(%d)));", 4 * W);
+        /* TLM_PIN: a vector held in a register (an empty asm), where one register holds it:
+         * compiled without the target's flags, a 64-byte vector has none */
+        cg_line(b, 0, "#if defined(__x86_64__) && %s", W >= 16 ? "defined(__AVX512F__)"
+                                                        : W == 8 ? "defined(__AVX__)" : "1");
+        cg_line(b, 0, "#define TLM_PIN(x) __asm__(\"\" : \"+v\"(x))");
+        cg_line(b, 0, "#else");
+        cg_line(b, 0, "#define TLM_PIN(x) ((void)0)");
+        cg_line(b, 0, "#endif");
         cg_line(b, 0, "static inline tlm_vf tlm_w_max(tlm_vf a, tlm_vf x)");
         cg_line(b, 0, "{");
         cg_line(b, 1, "tlm_wi m = a > x;");
@@ -2224,9 +2232,7 @@ static int gen_window(cgc *c, const char *entry)
             int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
             for (int64_t v = 0; v < NV; v++) {
                 if (W > 1 && pin)
-                    cg_line(b, 6,
-                            "tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld]; "
-                            "__asm__(\"\" : \"+v\"(x%lld_%lld));",
+                    cg_line(b, 6, "tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld]; TLM_PIN(x%lld_%lld);",
                             (long long)kw, (long long)v,
                             (long long)((ir * SW + ph) * WQ + jo + v * W), (long long)kw,
                             (long long)v);
