@@ -1299,6 +1299,57 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
     }
 }
 
+typedef struct {
+    const char *wl;
+    bool copied;
+} pad_case;
+
+/* Each case's kernel, both ISAs: copied once with its padding written in (or not) as the case
+ * says, with no bound check left when copied and its checks kept when not, and checked
+ * against the reference. packed: vectors along OW with the input packed; else vectors along F
+ * (along OW, unpacked, for a case that keeps its checks). */
+static void expect_padding_copies(const pad_case *cases, size_t n, bool packed)
+{
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    for (size_t ci = 0; ci < n; ci++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[ci].wl, tgs[ti]);
+            space_sched s;
+            space_default_vectorized(b.sp, packed || !cases[ci].copied ? 1 : 3, &s);
+            /* with vectors along OW: packed, or (unpacked) the single filter's input read in
+             * place */
+            int64_t vals[SPACE_MAX_VALUES];
+            for (int i = 1; i < b.sp->n_slot; i++) {
+                if (b.sp->slot[i].kind != SLOT_PACK || (!packed && cases[ci].copied)) continue;
+                int nv = space_legal_values(b.sp, i, &s, vals);
+                cr_assert(nv > (packed ? 1 : 0), "%s: case %zu: pack slot", tgs[ti], ci);
+                s.v[i] = packed ? 1 : vals[0];
+                cr_assert_eq(s.v[i], packed ? 1 : 0);
+            }
+            tlm_error err;
+            tlm_err_clear(&err);
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            char text[2048];
+            space_print(b.sp, &s, text, sizeof text);
+            if (packed)
+                cr_assert(strstr(k.source, "/* pack operand 0 */") != NULL,
+                          "%s: case %zu [%s]: no pack", tgs[ti], ci, text);
+            bool copied = strstr(k.source, "with its padding written in (0.0f)") != NULL;
+            cr_expect_eq(copied, cases[ci].copied, "%s: case %zu [%s]: copied %d", tgs[ti], ci,
+                         text, copied);
+            /* a copied kernel has no bound check left (no interior test, no checked load or
+             * pack); the other keeps them */
+            bool checks = strstr(k.source, "(uint64_t)(") != NULL;
+            cr_expect_eq(checks, !cases[ci].copied, "%s: case %zu [%s]: bound checks %d", tgs[ti],
+                         ci, text, checks);
+            check_kernel(b.g, &b.t, &k, cases[ci].wl, text);
+            cg_kernel_free(&k);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* A padded conv whose register tile reads its input unpacked (vectors along F) reads a copy
  * of the input with the padding written in, made once per call, instead of bound-checking
  * its border tiles: checked against the reference with symmetric and uneven padding, strides,
@@ -1306,11 +1357,7 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
  * the kernel keeps its checks. */
 Test(codegen_cpu, padding_copied_in_once)
 {
-    static const char *const tgs[] = {"cpu", "cpu:avx2"};
-    static const struct {
-        const char *wl;
-        bool copied;
-    } cases[] = {
+    static const pad_case cases[] = {
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":11,\"W\":11,\"F\":24,"
          "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
          true},
@@ -1327,39 +1374,7 @@ Test(codegen_cpu, padding_copied_in_once)
          "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
          false},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(cases[ci].wl, tgs[ti]);
-            space_sched s;
-            /* vectors along F for the filters, along OW for the single one */
-            space_default_vectorized(b.sp, cases[ci].copied ? 3 : 1, &s);
-            /* the input unpacked: with vectors along OW, packing would copy it per task */
-            int64_t vals[SPACE_MAX_VALUES];
-            for (int i = 1; i < b.sp->n_slot; i++) {
-                if (b.sp->slot[i].kind != SLOT_PACK || cases[ci].copied) continue;
-                cr_assert_gt(space_legal_values(b.sp, i, &s, vals), 0);
-                s.v[i] = vals[0];
-                cr_assert_eq(s.v[i], 0);
-            }
-            tlm_error err;
-            tlm_err_clear(&err);
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            char text[2048];
-            space_print(b.sp, &s, text, sizeof text);
-            bool copied = strstr(k.source, "with its padding written in (0.0f)") != NULL;
-            cr_expect_eq(copied, cases[ci].copied, "%s: case %zu [%s]: copied %d", tgs[ti], ci,
-                         text, copied);
-            /* a copied kernel has no bound check left (no interior test, no checked load);
-             * the other keeps both */
-            bool checks = strstr(k.source, "(uint64_t)((") != NULL;
-            cr_expect_eq(checks, !cases[ci].copied, "%s: case %zu [%s]: bound checks %d", tgs[ti],
-                         ci, text, checks);
-            check_kernel(b.g, &b.t, &k, cases[ci].wl, text);
-            cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
-        }
+    expect_padding_copies(cases, sizeof cases / sizeof cases[0], false);
 }
 
 /* A padded input packed along OW (im2col panels per task) is also copied once with its
@@ -1369,11 +1384,7 @@ Test(codegen_cpu, padding_copied_in_once)
  * own columns), the pack keeps its checks. Checked against the reference, both ISAs. */
 Test(codegen_cpu, packed_padding_copied_when_read_over)
 {
-    static const char *const tgs[] = {"cpu", "cpu:avx2"};
-    static const struct {
-        const char *wl;
-        bool copied;
-    } cases[] = {
+    static const pad_case cases[] = {
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":4,\"H\":20,\"W\":20,\"F\":96,"
          "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
          true},
@@ -1381,37 +1392,7 @@ Test(codegen_cpu, packed_padding_copied_when_read_over)
          "\"KH\":1,\"KW\":3},\"stride\":[1,2],\"pad\":[0,1]}",
          false},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(cases[ci].wl, tgs[ti]);
-            space_sched s;
-            space_default_vectorized(b.sp, 1, &s); /* vectors along OW */
-            int64_t vals[SPACE_MAX_VALUES];
-            for (int i = 1; i < b.sp->n_slot; i++) { /* packed */
-                if (b.sp->slot[i].kind != SLOT_PACK) continue;
-                int nv = space_legal_values(b.sp, i, &s, vals);
-                cr_assert(nv == 2 && vals[1] == 1, "%s: case %zu: pack=1 not legal", tgs[ti], ci);
-                s.v[i] = 1;
-            }
-            tlm_error err;
-            tlm_err_clear(&err);
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            char text[2048];
-            space_print(b.sp, &s, text, sizeof text);
-            cr_assert(strstr(k.source, "/* pack operand 0 */") != NULL, "%s: case %zu [%s]: no pack",
-                      tgs[ti], ci, text);
-            bool copied = strstr(k.source, "with its padding written in (0.0f)") != NULL;
-            bool checks = strstr(k.source, "(uint64_t)(") != NULL;
-            cr_expect_eq(copied, cases[ci].copied, "%s: case %zu [%s]: copied %d", tgs[ti], ci,
-                         text, copied);
-            cr_expect_eq(checks, !cases[ci].copied, "%s: case %zu [%s]: bound checks %d", tgs[ti],
-                         ci, text, checks);
-            check_kernel(b.g, &b.t, &k, cases[ci].wl, text);
-            cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
-        }
+    expect_padding_copies(cases, sizeof cases / sizeof cases[0], true);
 }
 
 /* A block vectorised along F is copied out in W x W tiles transposed in registers; its
