@@ -1171,22 +1171,24 @@ static void emit_pack_nest(cgc *c, int pi, int ind, char fb[][96])
     while (ind > pind) cg_line(b, --ind, "}");
 }
 
-/* The index of a panel of global pack pi: its spatial axes' (s0, s1) blocks and reduction
- * axes' r0 chunks, in axis order (the variables of the task and r0 loops). */
-static void emit_pack_block(cgc *c, int pi)
+/* The linear index of the blocks of the axes in mask within [lo, hi), in axis order (the
+ * variables of the task and r0 loops): a spatial axis' s0 block, with its s1 block inside it
+ * when with_s1, and a reduction axis' r0 chunk. A global pack's panel: all its axes, s1
+ * included; a kept panel (plan_keep): its spatial axes (one s1 block each) or its chunks. */
+static void emit_block_index(cgc *c, unsigned mask, int lo, int hi, bool with_s1)
 {
     cg_buf *b = &c->b;
-    for (int xx = 0; xx < c->ns + c->nr; xx++)
-        if (c->pack_mask[pi] & (1u << xx)) cg_printf(b, "(");
+    for (int xx = lo; xx < hi; xx++)
+        if (mask & (1u << xx)) cg_printf(b, "(");
     cg_printf(b, "(int64_t)0");
-    for (int xx = 0; xx < c->ns + c->nr; xx++) {
-        if (!(c->pack_mask[pi] & (1u << xx))) continue;
+    for (int xx = lo; xx < hi; xx++) {
+        if (!(mask & (1u << xx))) continue;
         const char *n = c->a->axis[xx];
-        int64_t cnt = xx < c->ns ? c->T[xx][0] * c->T[xx][1] : c->T[xx][0];
-        if (xx < c->ns)
-            cg_printf(b, " * %lld + %s0 * %lld + %s1)", (long long)cnt, n, (long long)c->T[xx][1], n);
+        if (xx < c->ns && with_s1)
+            cg_printf(b, " * %lld + %s0 * %lld + %s1)", (long long)(c->T[xx][0] * c->T[xx][1]),
+                      n, (long long)c->T[xx][1], n);
         else
-            cg_printf(b, " * %lld + %s0)", (long long)cnt, n);
+            cg_printf(b, " * %lld + %s0)", (long long)c->T[xx][0], n);
     }
 }
 
@@ -1878,12 +1880,7 @@ static int gen_tile(cgc *c, const char *entry)
     cg_line(b, ind, "(void)rem;");
     if (kp >= 0) { /* this task's panel: the s0 blocks of its spatial axes */
         cg_printf(b, "%*sconst int64_t key = ", ind * 4, "");
-        for (int i = 0; i < ns; i++)
-            if (c->pack_mask[kp] & (1u << i)) cg_printf(b, "(");
-        cg_printf(b, "(int64_t)0");
-        for (int i = 0; i < ns; i++)
-            if (c->pack_mask[kp] & (1u << i))
-                cg_printf(b, " * %lld + %s0)", (long long)c->T[i][0], a->axis[i]);
+        emit_block_index(c, c->pack_mask[kp], 0, ns, false); /* one s1 block each */
         cg_printf(b, ";\n");
         cg_line(b, ind, "const int fresh = key != K%d_key;", kp);
         cg_line(b, ind, "K%d_key = key;", kp);
@@ -1942,12 +1939,7 @@ static int gen_tile(cgc *c, const char *entry)
         for (int pi = 0; pi < c->npack; pi++) {
             if (pi == kp) { /* this r0 chunk of the kept panel, packed if it is not held */
                 cg_printf(b, "%*sfloat *const P%d = K%d + ", ind * 4, "", pi, pi);
-                for (int xx = ns; xx < ns + nr; xx++)
-                    if (c->pack_mask[pi] & (1u << xx)) cg_printf(b, "(");
-                cg_printf(b, "(int64_t)0");
-                for (int xx = ns; xx < ns + nr; xx++)
-                    if (c->pack_mask[pi] & (1u << xx))
-                        cg_printf(b, " * %lld + %s0)", (long long)c->T[xx][0], a->axis[xx]);
+                emit_block_index(c, c->pack_mask[pi], ns, ns + nr, false);
                 cg_printf(b, " * %lld;\n", (long long)c->pack_size[pi]);
                 cg_line(b, ind, "if (fresh) {");
                 emit_pack_nest(c, pi, ind + 1, fb);
@@ -1960,7 +1952,7 @@ static int gen_tile(cgc *c, const char *entry)
             }
             /* packed before the task loop: this block's panel */
             cg_printf(b, "%*sconst float *const P%d = G%d + ", ind * 4, "", pi, pi);
-            emit_pack_block(c, pi);
+            emit_block_index(c, c->pack_mask[pi], 0, ns + nr, true);
             cg_printf(b, " * %lld;\n", (long long)c->pack_stride[pi]);
         }
         for (int i = 0; i < ns; i++) {

@@ -793,8 +793,8 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
     int64_t e = anchor(sp)->extent[sl->axis];
     int W = space_window_lanes(sp, s, slot);
     int64_t cap = sl->axis == 3 ? 4 * W : 4;
-    bool narrow = sl->axis == 3 && anchor(sp)->n_reduce == 2 &&
-                  sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D && sp->tgt.cpu.vector_registers > 16;
+    bool narrow = sl->axis == 3 && sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D &&
+                  sp->tgt.cpu.vector_registers > 16;
     /* rows: at least enough for the accumulators (rows x vectors) to cover the FMA latency
      * (2 pipes x 4 cycles) where the plane allows; up to 8 under a single vector (a 14-wide
      * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
