@@ -108,7 +108,7 @@ def main():
     out = lines.append
     out("# Measured search (tune) beside the default and the peers\n")
     out(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} by "
-        "bench/report_tune.py from bench/results/tune.jsonl (bench/tune.sh). Every figure of a "
+        f"bench/report_tune.py from {a.results} (bench/real_shapes --tune). Every figure of a "
         "row was measured in the same run, the peers right after ours.\n")
     if host:
         out(f"Host: {host.get('cpu_model')}, {host.get('cores')} cores, ISA "
