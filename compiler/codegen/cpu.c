@@ -2205,8 +2205,15 @@ static int gen_window(cgc *c, const char *entry)
      * and a compiler barrier ends each input row, so each FMA takes its weight as a 4-byte
      * broadcast operand (5x5 stride 2 at 56x56, 1 x 7, 2 threads: 0.047 -> 0.036 ms). Under
      * wider columns GCC then loads the row's weights early and spills the pinned vectors
-     * (2 x 4 there: 0.053 -> 0.069 ms), so those keep the renewed pointer alone. */
+     * (2 x 4 there: 0.053 -> 0.069 ms), so those keep the renewed pointer and no barrier.
+     * Wider columns still pin their input vectors (pinw) while the accumulators, a row's
+     * vectors and a broadcast fit the registers: unpinned, GCC folds each vector's load into
+     * every FMA that reads it, and a tap shared by two rows reads Q twice, unaligned (5x5
+     * stride 2, 2 x 4 vectors on AVX2: 200 vector loads per tile, pinned 140; one thread
+     * 0.069 -> 0.058 ms). */
     bool pin = W > 1 && NV == 1;
+    bool pinw = W > 1 && NV > 1 && !maxr &&
+                R * NV + NV + 2 <= (int64_t)sp->tgt.cpu.vector_registers;
     if (wn) cg_line(b, 5, "const float *wk = wt;");
     for (int64_t ir = 0; ir < span; ir++) {
         bool used = false;
@@ -2223,7 +2230,7 @@ static int gen_window(cgc *c, const char *entry)
         for (int64_t kw = 0; kw < KW; kw++) {
             int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
             for (int64_t v = 0; v < NV; v++) {
-                if (W > 1 && pin)
+                if (W > 1 && (pin || pinw))
                     cg_line(b, 6, "tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld]; TLM_PIN(x%lld_%lld);",
                             (long long)kw, (long long)v,
                             (long long)((ir * SW + ph) * WQ + jo + v * W), (long long)kw,
