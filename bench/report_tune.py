@@ -11,7 +11,13 @@ the same run, right after ours. The last line per key wins.
 Ratios are speedups, peer time / our time (> 1: ours is faster), medians of the same run.
 "vendor" is the fastest of OpenBLAS and oneDNN (plain or blocked layouts) for the workload.
 
-Usage: report_tune.py [--results F] [--md F] [--png F]
+With --tvm F (bench/peers_tvm.py's JSON lines, "kind": "tvm_ms"; repeatable) a second table
+sets the tuned kernels beside TVM MetaSchedule's on the workloads both tuned: kernel time
+(MetaSchedule's best record rebuilt and timed in a fresh process, and its tuner's own best),
+tuning wall time and best so far at equal trials; the plot gets a second panel with both
+searches' best so far against our default.
+
+Usage: report_tune.py [--results F] [--md F] [--png F] [--tvm F ...]
 """
 import argparse
 import datetime
@@ -48,7 +54,8 @@ def vendor_s(p):
     if not p:
         return None
     ts = [v for k, v in p.items()
-          if k.endswith("_s") and k != "wall_s" and isinstance(v, (int, float)) and v > 0]
+          if k.endswith("_s") and k not in ("wall_s", "floor_s")  # floor: a copy, no vendor
+          and isinstance(v, (int, float)) and v > 0]
     return min(ts) if ts else None
 
 
@@ -86,7 +93,14 @@ def main():
     ap.add_argument("--results", default="bench/results/tune.jsonl")
     ap.add_argument("--md", default="bench/results/tune.md")
     ap.add_argument("--png", default="bench/results/tune.png")
+    ap.add_argument("--tvm", action="append", default=[],
+                    help="bench/peers_tvm.py results (JSON lines); repeatable")
     a = ap.parse_args()
+    tvm = {}
+    for path in a.tvm:
+        for r in read_jsonl(path):
+            if r.get("kind") == "tvm_ms" and r.get("kernel_ms"):
+                tvm.setdefault((r["name"], r.get("target", "cpu")), []).append(r)
     rows = read_jsonl(a.results)
     host, ours, peers, torch, ort = None, {}, {}, {}, {}
     for r in rows:
@@ -182,6 +196,60 @@ def main():
         "best; > 1: the cost model found faster kernels): " +
         ", ".join(f"@{m}: {fmt(geomean(g['evo_vs_rnd'][m]))} (n={len(g['evo_vs_rnd'][m])})"
                   for m in marks) + ".\n")
+    # per workload the MetaSchedule run at our trial count (equal trials), else its longest
+    # run; the last line of those wins
+    for key, runs in list(tvm.items()):
+        n = (ours.get(key) or {}).get("tune", {}).get("evolutionary", {}).get("trials")
+        eq = [m for m in runs if m.get("trials") == n]
+        tvm[key] = eq[-1] if eq else max(runs, key=lambda m: m.get("trials") or 0)
+    both = sorted(k for k in ours if k in tvm)
+    if both:
+        out("## Beside TVM MetaSchedule\n")
+        out("MetaSchedule (bench/peers_tvm.py, " + ", ".join(sorted(set(
+            f"apache-tvm {tvm[k].get('tvm_version')} + ffi {tvm[k].get('ffi_version')}, "
+            f"mcpu {tvm[k].get('mcpu')}, {tvm[k].get('threads')} threads" for k in both))) +
+            ") tuned the same workloads on the same host: " + ", ".join(sorted(set(
+                a for a in a.tvm))) + ". Its kernel ms = its best record rebuilt and timed in "
+            "a fresh process (median of 10 time_evaluator repeats); its tuner's ms = the best "
+            "its runner recorded during tuning. Ours: the tuned winner re-measured as above. "
+            "speedup = MetaSchedule ms / our tuned ms (> 1: ours faster); best@n: best so far "
+            "after n trials in each search's own measurements (ms).\n")
+        hdr2 = ("| workload | target | our trials | our tune s | our tuned ms | MS trials | MS tune s "
+                "| MS kernel ms | MS tuner's ms | speedup vs MS kernel | vs MS tuner's | " +
+                " | ".join(f"ours / MS @{m}" for m in marks) + " | load avg (MS) |")
+        out(hdr2)
+        out("|" + "---|" * (hdr2.count("|") - 1))
+        gk, gt, gw = [], [], []
+        for key in both:
+            r, m = ours[key], tvm[key]
+            evo = r["tune"].get("evolutionary", {})
+            ts = evo.get("median_s")
+            mk, mt = m.get("kernel_ms"), m.get("tuned_ms")
+            sk = mk / (ts * 1e3) if ts and mk else None
+            st = mt / (ts * 1e3) if ts and mt else None
+            if sk:
+                gk.append(sk)
+            if st:
+                gt.append(st)
+            if evo.get("wall_s") and m.get("tuning_s"):
+                gw.append(m["tuning_s"] / evo["wall_s"])
+            mc = {n: v for n, v in (m.get("best_so_far") or [])}
+            cells = []
+            for n in marks:
+                e = at(evo.get("curve_s"), n)
+                q = None
+                if m.get("trials", 0) >= n:  # best so far at n: the last record at or before it
+                    prior = [v for k2, v in mc.items() if k2 <= n]
+                    q = min(prior) if prior else None
+                cells.append(f"{fmt(e * 1e3 if e else None, 3)} / {fmt(q, 3)}")
+            out(f"| {key[0]} | {key[1]} | {evo.get('trials', 0)} | {fmt(evo.get('wall_s'), 0)} | "
+                f"{fmt(ts * 1e3 if ts else None, 3)} | {m.get('trials')} | "
+                f"{fmt(m.get('tuning_s'), 0)} | {fmt(mk, 3)} | {fmt(mt, 3)} | {fmt(sk)} | "
+                f"{fmt(st)} | " + " | ".join(cells) + f" | {fmt(m.get('loadavg'), 1)} |")
+        out("")
+        out(f"Geomean over {len(both)}: our tuned kernel vs MetaSchedule's "
+            f"{fmt(geomean(gk))}× (its fresh-process time), {fmt(geomean(gt))}× (its tuner's "
+            f"best); MetaSchedule's tuning wall time / ours {fmt(geomean(gw))}×.\n")
     with open(a.md, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -194,7 +262,9 @@ def main():
         except ImportError:
             print("report_tune.py: no matplotlib; no plot")
             return
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, axs = plt.subplots(1, 2 if both else 1, figsize=(15 if both else 8, 5),
+                                squeeze=False)
+        ax = axs[0][0]
         n = max(len(c[2]) for c in curves)
         for strat, col, idx in (("evolutionary (cost model)", "tab:blue", 2),
                                 ("random", "tab:orange", 3)):
@@ -216,6 +286,26 @@ def main():
         ax.set_title("Measured search: best so far vs trials")
         ax.grid(True, alpha=0.3)
         ax.legend()
+        if both:
+            bx = axs[0][1]
+            for i, key in enumerate(both):
+                r, m = ours[key], tvm[key]
+                d = r.get("default", {}).get("median_s")
+                cv = r["tune"].get("evolutionary", {}).get("curve_s") or []
+                col = f"C{i % 10}"
+                if d and cv:
+                    bx.plot(range(1, len(cv) + 1), [d / c if c else float("nan") for c in cv],
+                            color=col, label=f"{key[0]}: ours")
+                pts = sorted((n, v) for n, v in (m.get("best_so_far") or []) if v)
+                if d and pts:
+                    bx.plot([n for n, _ in pts], [d * 1e3 / v for _, v in pts], color=col,
+                            linestyle="--", label=f"{key[0]}: MetaSchedule")
+            bx.set_xscale("log")
+            bx.set_xlabel("trials")
+            bx.set_ylabel("our default / best so far (in-search)")
+            bx.set_title("Ours vs TVM MetaSchedule at equal trials")
+            bx.grid(True, alpha=0.3)
+            bx.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(a.png, dpi=110)
 
