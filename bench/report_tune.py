@@ -88,6 +88,18 @@ def at(curve, n):
     return v if v and v > 0 else None
 
 
+def dense_curve(points, trials):
+    """MetaSchedule's [[trial, ms], ...] records as best so far after each of its trials, in
+    seconds (the shape of our curve_s, so at() reads both); None before its first record"""
+    curve, best, pts = [], None, dict(points or [])
+    for k in range(1, (trials or 0) + 1):
+        v = pts.get(k)
+        if v and (best is None or v < best):
+            best = v
+        curve.append(best * 1e-3 if best else None)
+    return curve
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default="bench/results/tune.jsonl")
@@ -208,8 +220,8 @@ def main():
         out("MetaSchedule (bench/peers_tvm.py, " + ", ".join(sorted(set(
             f"apache-tvm {tvm[k].get('tvm_version')} + ffi {tvm[k].get('ffi_version')}, "
             f"mcpu {tvm[k].get('mcpu')}, {tvm[k].get('threads')} threads" for k in both))) +
-            ") tuned the same workloads on the same host: " + ", ".join(sorted(set(
-                a for a in a.tvm))) + ". Its kernel ms = its best record rebuilt and timed in "
+            ") tuned the same workloads on the same host: " + ", ".join(sorted(set(a.tvm))) +
+            ". Its kernel ms = its best record rebuilt and timed in "
             "a fresh process (median of 10 time_evaluator repeats); its tuner's ms = the best "
             "its runner recorded during tuning. Ours: the tuned winner re-measured as above. "
             "speedup = MetaSchedule ms / our tuned ms (> 1: ours faster); best@n: best so far "
@@ -227,21 +239,15 @@ def main():
             mk, mt = m.get("kernel_ms"), m.get("tuned_ms")
             sk = mk / (ts * 1e3) if ts and mk else None
             st = mt / (ts * 1e3) if ts and mt else None
-            if sk:
-                gk.append(sk)
-            if st:
-                gt.append(st)
+            gk.append(sk)  # geomean() skips the missing
+            gt.append(st)
             if evo.get("wall_s") and m.get("tuning_s"):
                 gw.append(m["tuning_s"] / evo["wall_s"])
-            mc = {n: v for n, v in (m.get("best_so_far") or [])}
+            mc = dense_curve(m.get("best_so_far"), m.get("trials"))
             cells = []
             for n in marks:
-                e = at(evo.get("curve_s"), n)
-                q = None
-                if m.get("trials", 0) >= n:  # best so far at n: the last record at or before it
-                    prior = [v for k2, v in mc.items() if k2 <= n]
-                    q = min(prior) if prior else None
-                cells.append(f"{fmt(e * 1e3 if e else None, 3)} / {fmt(q, 3)}")
+                e, q = at(evo.get("curve_s"), n), at(mc, n)
+                cells.append(f"{fmt(e * 1e3 if e else None, 3)} / {fmt(q * 1e3 if q else None, 3)}")
             out(f"| {key[0]} | {key[1]} | {evo.get('trials', 0)} | {fmt(evo.get('wall_s'), 0)} | "
                 f"{fmt(ts * 1e3 if ts else None, 3)} | {m.get('trials')} | "
                 f"{fmt(m.get('tuning_s'), 0)} | {fmt(mk, 3)} | {fmt(mt, 3)} | {fmt(sk)} | "
@@ -296,10 +302,10 @@ def main():
                 if d and cv:
                     bx.plot(range(1, len(cv) + 1), [d / c if c else float("nan") for c in cv],
                             color=col, label=f"{key[0]}: ours")
-                pts = sorted((n, v) for n, v in (m.get("best_so_far") or []) if v)
-                if d and pts:
-                    bx.plot([n for n, _ in pts], [d * 1e3 / v for _, v in pts], color=col,
-                            linestyle="--", label=f"{key[0]}: MetaSchedule")
+                mc = dense_curve(m.get("best_so_far"), m.get("trials"))
+                if d and any(mc):
+                    bx.plot(range(1, len(mc) + 1), [d / c if c else float("nan") for c in mc],
+                            color=col, linestyle="--", label=f"{key[0]}: MetaSchedule")
             bx.set_xscale("log")
             bx.set_xlabel("trials")
             bx.set_ylabel("our default / best so far (in-search)")

@@ -2230,7 +2230,7 @@ static int gen_window(cgc *c, const char *entry)
         for (int64_t kw = 0; kw < KW; kw++) {
             int64_t ph = (kw * DW) % SW, jo = kw * DW / SW;
             for (int64_t v = 0; v < NV; v++) {
-                if (W > 1 && (pin || pinw))
+                if (pin || pinw) /* both imply W > 1 */
                     cg_line(b, 6, "tlm_vf x%lld_%lld = *(const tlm_vfu *)&q0[%lld]; TLM_PIN(x%lld_%lld);",
                             (long long)kw, (long long)v,
                             (long long)((ir * SW + ph) * WQ + jo + v * W), (long long)kw,
