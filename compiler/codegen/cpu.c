@@ -659,6 +659,37 @@ static int block_axis_loops(cgc *c, int ind, int i, bool simd)
     return ind;
 }
 
+static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm, int inner);
+
+/* The s1 loops of a task over one s0 block (fused_levels 1), a padded axis' last tiles
+ * stopping at its extent; returns the new indent. */
+static int task_loops(cgc *c, int ind)
+{
+    for (int i = 0; i < c->ns; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "%s1", c->a->axis[i]);
+        if (c->pad[i])
+            loop_inside(c, ind++, i, 1);
+        else
+            loop(&c->b, ind++, v, c->T[i][1]);
+    }
+    return ind;
+}
+
+/* A task's output points computed directly (no reduction), its loops closed again. */
+static void emit_points(cgc *c, int ind, int fused_levels, bool vec, char fb[][96])
+{
+    int oind = ind;
+    if (fused_levels == 1) ind = task_loops(c, ind);
+    cg_names nm;
+    ind = output_loops(c, ind, vec, fb, &nm, c->ns - 1);
+    cg_printf(&c->b, "%*sfloat v = ", ind * 4, "");
+    cg_emit_scalar(&c->b, c->g, c->a, c->a->body, &nm);
+    cg_printf(&c->b, ";\n");
+    emit_epilogue_store(&c->b, c->g, ind, &nm, NULL);
+    while (ind > oind) cg_line(&c->b, --ind, "}");
+}
+
 static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm, int inner)
 {
     const ir_stage *a = c->a;
@@ -1891,25 +1922,39 @@ static int gen_tile(cgc *c, const char *entry)
                 cg_line(b, ind, "if ((%s0 * %lld + %s1) * %lld >= %lld) continue;", a->axis[i],
                         (long long)c->T[i][1], a->axis[i], (long long)(c->T[i][2] * c->T[i][3]),
                         (long long)c->E[i]);
-    if (fused_levels == 1) {
-        for (int i = 0; i < ns; i++) {
-            char v[16];
-            snprintf(v, sizeof v, "%s1", a->axis[i]);
-            if (c->pad[i])
-                loop_inside(c, ind++, i, 1);
-            else
-                loop(b, ind++, v, c->T[i][1]);
-        }
-    }
     if (nr == 0) {
-        /* no reduction: compute each output point directly */
-        cg_names nm;
-        ind = output_loops(c, ind, vec, fb, &nm, ns - 1);
-        cg_printf(b, "%*sfloat v = ", ind * 4, "");
-        cg_emit_scalar(b, c->g, a, a->body, &nm);
-        cg_printf(b, ";\n");
-        emit_epilogue_store(b, c->g, ind, &nm, NULL);
+        /* no reduction: compute each output point directly; a task inside the extents runs
+         * loops of constant trip counts (padded axes' bounds only in the last tasks): a
+         * GELU over 16777213 floats, AVX2, 2 threads: 7.5 -> 5.8 ms */
+        if (c->any_pad) {
+            cg_printf(b, "%*sif (", ind * 4, "");
+            const char *sep = "";
+            for (int i = 0; i < ns; i++) {
+                if (!c->pad[i]) continue;
+                const char *n = a->axis[i];
+                if (fused_levels == 1)
+                    cg_printf(b, "%s(%s0 + 1) * %lld <= %lld", sep, n,
+                              (long long)(c->T[i][1] * c->T[i][2] * c->T[i][3]), (long long)c->E[i]);
+                else
+                    cg_printf(b, "%s(%s0 * %lld + %s1 + 1) * %lld <= %lld", sep, n,
+                              (long long)c->T[i][1], n, (long long)(c->T[i][2] * c->T[i][3]),
+                              (long long)c->E[i]);
+                sep = " && ";
+            }
+            cg_printf(b, ") {\n");
+            bool pad[IR_MAX_AXES];
+            memcpy(pad, c->pad, sizeof pad);
+            memset(c->pad, 0, sizeof c->pad);
+            emit_points(c, ind + 1, fused_levels, vec, fb);
+            memcpy(c->pad, pad, sizeof pad);
+            cg_line(b, ind, "} else {");
+            emit_points(c, ind + 1, fused_levels, vec, fb);
+            cg_line(b, ind, "}");
+        } else {
+            emit_points(c, ind, fused_levels, vec, fb);
+        }
     } else {
+        if (fused_levels == 1) ind = task_loops(c, ind);
         /* the accumulator block: the vector axis innermost, then the others, last first */
         int64_t accn = c->T[x][2] * c->T[x][3], accst[IR_MAX_AXES];
         accst[x] = 1;
