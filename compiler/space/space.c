@@ -843,6 +843,26 @@ void space_default(const space *sp, space_sched *out)
     space_default_vectorized(sp, -1, out);
 }
 
+static int64_t flat_coef(const ir_subgraph *g, const ir_stage *a, int id, int x);
+
+/* A kernel without reduction that reads an input across the output's last axis (a transpose):
+ * the axis that input runs along (stride 1), or -1. Vectors along the output's last axis
+ * would be gathers there. */
+static int gathered_axis(const space *sp)
+{
+    const ir_stage *a = anchor(sp);
+    int ns = sp->n_spatial, gx = -1;
+    if (sp->sketch != SKETCH_CPU_TILE || sp->n_reduce > 0 || ns < 2) return -1;
+    for (int id = 0; id < a->n_expr; id++) {
+        if (a->expr[id].kind != IR_E_LOAD) continue;
+        int64_t cv = flat_coef(sp->g, a, id, ns - 1);
+        if (cv == 0 || cv == 1) continue;
+        for (int x = 0; x < ns - 1; x++)
+            if (flat_coef(sp->g, a, id, x) == 1) gx = x;
+    }
+    return gx;
+}
+
 void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
 {
     int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
@@ -861,6 +881,7 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
     int vx = ns - 1; /* the vector axis */
+    int gx = gathered_axis(sp);
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
         space_sched first;
         memset(&first, 0, sizeof first);
@@ -918,6 +939,19 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
         case SLOT_TILE:
             if (sp->sketch == SKETCH_CPU_WINDOW) {
                 v = window_default_tile(sp, out, i, vals, n);
+            } else if (sp->sketch == SKETCH_CPU_TILE && gx >= 0) {
+                /* a transpose: scalar register tiles of 4 x 4 over the output's last axis and
+                 * the axis the input runs along, a task the whole of the latter (4093 x 1027, 2
+                 * threads: 3.6 -> 1.9 ms on Zen 4, AVX2 4 x 3: 3.3 -> 2.1; gathers along the
+                 * output's rows before; 128 columns a task: 3.8 ms) */
+                bool pair = sl->axis == vx || sl->axis == gx;
+                if (sl->level == 3) v = pair ? pick_le(vals, n, 4) : 1;
+                else if (sl->level == 2 && sl->axis == gx) { /* the whole axis: the fewest tiles */
+                    int64_t t3 = space_tile(sp, out, gx, 3);
+                    v = vals[n - 1];
+                    for (int k = n - 1; k >= 0; k--)
+                        if (vals[k] * (t3 > 0 ? t3 : 1) >= a->extent[gx]) v = vals[k];
+                } else v = pick_le(vals, n, 1);
             } else if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == vx; /* the vector axis */
                 if (sl->axis >= ns && gemv) { /* short chunks under a wide streamed row */
@@ -1077,7 +1111,7 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             }
             break;
         }
-        case SLOT_VECTORIZE: v = sp->sketch == SKETCH_CPU_TILE ? vectorize : 1; break;
+        case SLOT_VECTORIZE: v = sp->sketch == SKETCH_CPU_TILE ? (gx >= 0 ? vals[0] : vectorize) : 1; break;
         case SLOT_UNROLL: v = pick_le(vals, n, 64); break;
         case SLOT_ROWS: v = pick_le(vals, n, sp->sketch == SKETCH_GPU_ROWS ? 1 : 4); break;
         case SLOT_THREADS: v = pick_le(vals, n, 256); break;

@@ -774,6 +774,30 @@ Test(space, gemm_row_blocks_come_out_even)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* Kernels without a reduction: an elementwise op's task is a run of 32 vectors (not 2); a
+ * transpose, whose input strides across the output's rows, is not vectorised (gathers) and
+ * takes scalar 4 x 4 register tiles (4 x 3 under AVX2's budget) over its two axes, a task the
+ * whole of the axis its input runs along (1027 columns: 257 tiles of 4). */
+Test(space, no_reduction_tasks_are_long_runs)
+{
+    static const default_tiles cases[] = {
+        {"{\"op\":\"elementwise\",\"shape\":{\"N\":16777213},\"epilogue\":[\"gelu\"]}",
+         "cpu:avx2", SKETCH_CPU_TILE, {0, 0}, {3, 2}, {8, 32}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx512",
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {4, 4}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {4, 3}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {257, 1}},
+    };
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+    built b = build("{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2");
+    space_sched d;
+    space_default(b.sp, &d);
+    cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 1), 0, "a transpose's default gathers");
+    unbuild(&b);
+}
+
 /* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 7x7
  * depthwise plane takes 7 rows under one AVX-512 vector (no padded row) and 5 under two AVX2
  * vectors (2 rows padded none but left 4 accumulators). A 56-wide plane: on AVX-512 the
