@@ -881,7 +881,7 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
     int vx = ns - 1; /* the vector axis */
-    int gx = gathered_axis(sp);
+    int gx = want >= 1 ? -1 : gathered_axis(sp); /* vectors asked for: the plain rule */
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
         space_sched first;
         memset(&first, 0, sizeof first);
