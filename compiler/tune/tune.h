@@ -99,10 +99,13 @@ int tune_second_look(pl_job *j, const int *idx, int n, int rounds, tune_eval_fn 
 
 /* The confirmation the search and HTAM end with: the candidates fast[0..n) (distinct, fastest
  * first, at most 8) and the starting point `start` (-1: none; appended when not among them)
- * take the second look (tune_second_look), and the fastest median there wins. Returns 0 with
+ * take the second look (tune_second_look), and the fastest median there wins, unless it beats
+ * the starting point's by less than TUNE_CONFIRM_MARGIN: then the start wins (a tie within the
+ * second look's noise keeps the kernel the search began from, the one served). Returns 0 with
  * *won = false when fewer than two candidates are left to compare or none of them was timed;
  * otherwise *won = true and best_cand (the winner), confirmed (how many were measured),
  * confirmed_s (its median) and first_confirmed_s (the starting point's, NAN without one). */
+#define TUNE_CONFIRM_MARGIN 0.03
 typedef struct {
     int best_cand, confirmed;
     double confirmed_s, first_confirmed_s;

@@ -339,6 +339,43 @@ static void lucky_job(pl_job *j, synth *s, int lucky_at)
     s->lucky_at = lucky_at;
 }
 
+/* Fixed second-look times per candidate index (user: the double[4] table). */
+static int fixed_eval(pl_job *j, const int *idx, int n, double *secs, void *user, tlm_error *err)
+{
+    (void)j, (void)err;
+    const double *t = user;
+    for (int k = 0; k < n; k++) secs[k] = t[idx[k]];
+    return 0;
+}
+
+/* The second look's winner must beat the starting point by more than TUNE_CONFIRM_MARGIN: a
+ * candidate 1 % faster than the start leaves the start chosen, one 10 % faster wins; without a
+ * start the fastest wins however close. */
+Test(tune, a_second_look_tie_keeps_the_start)
+{
+    pl_job j;
+    ir_workload w;
+    dense(&w, 64, 64, 64);
+    prepare(&j, &w, "cpu");
+    double times[4] = {1.00, 0.99, 1.20, 0.90};
+    tune_confirmed c;
+    tlm_error e;
+    bool won;
+    int near[2] = {1, 2};
+    cr_assert_eq(tune_confirm(&j, near, 2, 0, 3, fixed_eval, times, &won, &c, &e), 0, "%s", e.msg);
+    cr_assert(won);
+    cr_expect_eq(c.best_cand, 0, "a 1 %% gain is within the margin: the start stays (got %d)",
+                 c.best_cand);
+    cr_expect_float_eq(c.confirmed_s, 1.00, 1e-12);
+    cr_expect_float_eq(c.first_confirmed_s, 1.00, 1e-12);
+    int far[2] = {3, 1};
+    cr_assert_eq(tune_confirm(&j, far, 2, 0, 3, fixed_eval, times, &won, &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.best_cand, 3, "a 10 %% gain wins (got %d)", c.best_cand);
+    cr_assert_eq(tune_confirm(&j, near, 2, -1, 3, fixed_eval, times, &won, &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.best_cand, 1, "no start: the fastest (got %d)", c.best_cand);
+    pl_job_free(&j);
+}
+
 Test(tune, a_second_look_at_the_best_overrules_a_lucky_measurement)
 {
     pl_job j;
