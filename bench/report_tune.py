@@ -132,6 +132,10 @@ def main():
     marks = [16, 64, 256, 1000]
     lines = []
     out = lines.append
+
+    def table(cols):  # a markdown table's header and separator lines
+        out("| " + " | ".join(cols) + " |")
+        out("|" + "---|" * len(cols))
     out("# Measured search (tune) beside the default and the peers\n")
     out(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} by "
         f"bench/report_tune.py from {a.results} (bench/real_shapes --tune). Every figure of a "
@@ -156,11 +160,9 @@ def main():
         "winner, both measured again in the same rotating rounds at the end of the search "
         "(runs before the second look included the start: –); tune s = wall time of the search (builds + measurements + "
         "cost model); speedups are peer time / tuned time.\n")
-    hdr = ("| workload | target | N | default ms | tuned ms | tuned/default | second look "
-           "default/tuned | in-search default/best | vs vendor | vs PyTorch | vs ORT | tune s (model s) | " +
-           " | ".join(f"evo@{m} / rnd@{m} ms" for m in marks) + " |")
-    out(hdr)
-    out("|" + "---|" * (hdr.count("|") - 1))
+    table(["workload", "target", "N", "default ms", "tuned ms", "tuned/default",
+           "second look default/tuned", "in-search default/best", "vs vendor", "vs PyTorch",
+           "vs ORT", "tune s (model s)"] + [f"evo@{m} / rnd@{m} ms" for m in marks])
     g = {"def": [], "second": [], "insearch": [], "vendor": [], "torch": [], "ort": [],
          "evo_vs_rnd": {m: [] for m in marks}}
     curves = []
@@ -226,11 +228,9 @@ def main():
             "its runner recorded during tuning. Ours: the tuned winner re-measured as above. "
             "speedup = MetaSchedule ms / our tuned ms (> 1: ours faster); best@n: best so far "
             "after n trials in each search's own measurements (ms).\n")
-        hdr2 = ("| workload | target | our trials | our tune s | our tuned ms | MS trials | MS tune s "
-                "| MS kernel ms | MS tuner's ms | speedup vs MS kernel | vs MS tuner's | " +
-                " | ".join(f"ours / MS @{m}" for m in marks) + " | load avg (MS) |")
-        out(hdr2)
-        out("|" + "---|" * (hdr2.count("|") - 1))
+        table(["workload", "target", "our trials", "our tune s", "our tuned ms", "MS trials",
+               "MS tune s", "MS kernel ms", "MS tuner's ms", "speedup vs MS kernel",
+               "vs MS tuner's"] + [f"ours / MS @{m}" for m in marks] + ["load avg (MS)"])
         gk, gt, gw = [], [], []
         for key in both:
             r, m = ours[key], tvm[key]

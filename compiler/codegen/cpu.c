@@ -2679,8 +2679,57 @@ static const char rows_vec_common[] =
     "        o->j = o->n;\n"
     "    }\n"
     "    for (; o->pfi < o->pfn; o->pfi += 64) _mm_prefetch(o->pf + o->pfi, TLM_PF_HINT);\n"
+    "}\n";
+
+static const char rows_vec_softmax[] =
+    "/* t = exp(x - max(x)) (t: the output row itself, or the stream buffer); returns 1 / sum(t) */\n"
+    "static inline float tlm_softmax_row(const float *restrict x, float *restrict t, int64_t C, tlm_out *o)\n"
+    "{\n"
+    "    int64_t i;\n"
+    "    tlm_v m0 = tlm_vset1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;\n"
+    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
+    "        m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
+    "        m1 = tlm_vmax(m1, tlm_vload(x + i + TLM_VW));\n"
+    "        m2 = tlm_vmax(m2, tlm_vload(x + i + 2 * TLM_VW));\n"
+    "        m3 = tlm_vmax(m3, tlm_vload(x + i + 3 * TLM_VW));\n"
+    "    }\n"
+    "    for (; i + TLM_VW <= C; i += TLM_VW) m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
+    "    if (i < C) m1 = tlm_vmax(m1, tlm_vmload(x + i, tlm_vmask(C - i), -INFINITY));\n"
+    "    const tlm_v vm = tlm_vset1(tlm_vhmax(tlm_vmax(tlm_vmax(m0, m1), tlm_vmax(m2, m3))));\n"
+    "    tlm_v s0 = tlm_vset1(0.0f), s1 = s0;\n"
+    "    for (i = 0; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) {\n"
+    "        tlm_out_step(o);\n"
+    "        tlm_v e0 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i), vm));\n"
+    "        tlm_v e1 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i + TLM_VW), vm));\n"
+    "        tlm_vstore(t + i, e0);\n"
+    "        tlm_vstore(t + i + TLM_VW, e1);\n"
+    "        s0 = tlm_vadd(s0, e0);\n"
+    "        s1 = tlm_vadd(s1, e1);\n"
+    "    }\n"
+    "    for (; i < C; i += TLM_VW) {\n"
+    "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
+    "        tlm_v e = tlm_vmaskz(k, tlm_vexp_neg(tlm_vsub(tlm_vmload(x + i, k, 0.0f), vm)));\n"
+    "        tlm_vmstore(t + i, k, e);\n"
+    "        s0 = tlm_vadd(s0, e);\n"
+    "    }\n"
+    "    tlm_out_finish(o);\n"
+    "    return 1.0f / tlm_vhadd(tlm_vadd(s0, s1));\n"
     "}\n"
     "\n"
+    "/* t *= s over the row (softmax's output row when it does not stream) */\n"
+    "static inline void tlm_scale_row(float *restrict t, int64_t C, float s)\n"
+    "{\n"
+    "    const tlm_v v = tlm_vset1(s);\n"
+    "    int64_t i;\n"
+    "    for (i = 0; i + TLM_VW <= C; i += TLM_VW) tlm_vstore(t + i, tlm_vmul(tlm_vload(t + i), v));\n"
+    "    if (i < C) {\n"
+    "        tlm_m k = tlm_vmask(C - i);\n"
+    "        tlm_vmstore(t + i, k, tlm_vmul(tlm_vmload(t + i, k, 0.0f), v));\n"
+    "    }\n"
+    "}\n";
+
+/* The norms' last pass (layer_norm, rms_norm), emitted before their row functions. */
+static const char rows_vec_norm_out[] =
     "/* a norm's value at x + i: (x - m) * s * g + b; rms_norm's with m = 0 and no b */\n"
     "static inline tlm_v tlm_norm_v(const float *x, const float *g, const float *b, int64_t i, tlm_v m, tlm_v s)\n"
     "{\n"
@@ -2729,53 +2778,6 @@ static const char rows_vec_common[] =
     "    for (; i < C; i += TLM_VW) {\n"
     "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
     "        tlm_vmstore(y + i, k, tlm_norm_vm(x, g, b, i, k, m, s));\n"
-    "    }\n"
-    "}\n";
-
-static const char rows_vec_softmax[] =
-    "/* t = exp(x - max(x)) (t: the output row itself, or the stream buffer); returns 1 / sum(t) */\n"
-    "static inline float tlm_softmax_row(const float *restrict x, float *restrict t, int64_t C, tlm_out *o)\n"
-    "{\n"
-    "    int64_t i;\n"
-    "    tlm_v m0 = tlm_vset1(-INFINITY), m1 = m0, m2 = m0, m3 = m0;\n"
-    "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
-    "        m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
-    "        m1 = tlm_vmax(m1, tlm_vload(x + i + TLM_VW));\n"
-    "        m2 = tlm_vmax(m2, tlm_vload(x + i + 2 * TLM_VW));\n"
-    "        m3 = tlm_vmax(m3, tlm_vload(x + i + 3 * TLM_VW));\n"
-    "    }\n"
-    "    for (; i + TLM_VW <= C; i += TLM_VW) m0 = tlm_vmax(m0, tlm_vload(x + i));\n"
-    "    if (i < C) m1 = tlm_vmax(m1, tlm_vmload(x + i, tlm_vmask(C - i), -INFINITY));\n"
-    "    const tlm_v vm = tlm_vset1(tlm_vhmax(tlm_vmax(tlm_vmax(m0, m1), tlm_vmax(m2, m3))));\n"
-    "    tlm_v s0 = tlm_vset1(0.0f), s1 = s0;\n"
-    "    for (i = 0; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) {\n"
-    "        tlm_out_step(o);\n"
-    "        tlm_v e0 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i), vm));\n"
-    "        tlm_v e1 = tlm_vexp_neg(tlm_vsub(tlm_vload(x + i + TLM_VW), vm));\n"
-    "        tlm_vstore(t + i, e0);\n"
-    "        tlm_vstore(t + i + TLM_VW, e1);\n"
-    "        s0 = tlm_vadd(s0, e0);\n"
-    "        s1 = tlm_vadd(s1, e1);\n"
-    "    }\n"
-    "    for (; i < C; i += TLM_VW) {\n"
-    "        tlm_m k = tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW);\n"
-    "        tlm_v e = tlm_vmaskz(k, tlm_vexp_neg(tlm_vsub(tlm_vmload(x + i, k, 0.0f), vm)));\n"
-    "        tlm_vmstore(t + i, k, e);\n"
-    "        s0 = tlm_vadd(s0, e);\n"
-    "    }\n"
-    "    tlm_out_finish(o);\n"
-    "    return 1.0f / tlm_vhadd(tlm_vadd(s0, s1));\n"
-    "}\n"
-    "\n"
-    "/* t *= s over the row (softmax's output row when it does not stream) */\n"
-    "static inline void tlm_scale_row(float *restrict t, int64_t C, float s)\n"
-    "{\n"
-    "    const tlm_v v = tlm_vset1(s);\n"
-    "    int64_t i;\n"
-    "    for (i = 0; i + TLM_VW <= C; i += TLM_VW) tlm_vstore(t + i, tlm_vmul(tlm_vload(t + i), v));\n"
-    "    if (i < C) {\n"
-    "        tlm_m k = tlm_vmask(C - i);\n"
-    "        tlm_vmstore(t + i, k, tlm_vmul(tlm_vmload(t + i, k, 0.0f), v));\n"
     "    }\n"
     "}\n";
 
@@ -2964,6 +2966,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     cg_line(b, 0, "#include <stdlib.h>");
     cg_line(b, 0, "#define TLM_PF_HINT %s", foot <= l1 ? "_MM_HINT_T0" : "_MM_HINT_T1");
     cg_printf(b, "%s", rows_vec_common);
+    if (op == RV_LAYER_NORM || op == RV_RMS_NORM) cg_printf(b, "\n%s", rows_vec_norm_out);
     cg_printf(b, "%s\n",
               op == RV_SOFTMAX      ? rows_vec_softmax
               : op == RV_LAYER_NORM ? rows_vec_layer_norm
@@ -3033,7 +3036,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     if (scratch) {
         cg_line(b, ind, "py = y;");
         cg_line(b, ind, "pt = t;");
-        cg_line(b, ind, "ps = %s;", op == RV_SOFTMAX ? "s" : "1.0f");
+        cg_line(b, ind, "ps = s;"); /* scratch rows are softmax's */
         cg_line(b, ind, "k ^= 1;");
     }
     while (ind > 2)
