@@ -324,7 +324,8 @@ int64_t space_pad_limit(int64_t e)
 
 /* Tile factors of a CPU spatial axis at `level`, where `rem` is left of the axis: the
  * divisors of rem, plus a ladder of values that need not divide it (1..8 for register rows,
- * powers of two, multiples of the vector lanes) as long as the axis padded through this
+ * powers of two, multiples of the vector lanes, rem split in 2..16 near-equal parts above
+ * the register tile) as long as the axis padded through this
  * level stays within PAD_WASTE of its extent. The padding is computed and never stored
  * (codegen bounds the tile loops and clamps the loads of edge register tiles), so primes
  * like 197 still get full register tiles. Padding only grows outward and the value 1 (a
@@ -345,6 +346,10 @@ static int cpu_ladder(const space *sp, const space_sched *partial, int upto, int
     for (int64_t v = 16; v <= cap && nc < 120; v *= 2) cand[nc++] = v;
     for (int64_t v = lanes; vaxis && v <= 8 * lanes && v <= cap && nc < 159; v += lanes)
         cand[nc++] = v;
+    /* above the register tile, even splits: what is left in k near-equal parts (a prime
+     * count of tiles, 811, still splits into 4 tasks of 203 for 4 threads or 2 x 2) */
+    for (int64_t k = 2; level < sp->s_levels - 1 && k <= 16 && nc < 159; k++)
+        if (ceil_div(rem, k) > 1) cand[nc++] = ceil_div(rem, k);
     int base = n;
     for (int i = 0; i < nc; i++) {
         int64_t v = cand[i];
@@ -995,6 +1000,12 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * packing; a short axis (a 3x3 kernel's rows) may go down to 1 */
                     if (fit >= 16 || a->extent[sl->axis] < 64) v = fit;
                 }
+                else if (sl->level == 3 && last && nonlast == 1 && sp->n_reduce > 0) {
+                    /* one register row (a GEMV, below): a 64-byte line of each matrix row a
+                     * step (AVX-512 one vector, AVX2 two; Zen 4, 2 threads, 1x32000x4096:
+                     * 4 vectors 20.1 ms, 1 vector 17.9; 1x11008x4096 6.2 -> 5.9) */
+                    v = pick_vec(vals, n, lanes, lanes >= 16 ? 1 : 16 / lanes);
+                }
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
@@ -1057,14 +1068,25 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
                     /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded
-                     * vector, the kernel streams the matrix. A wide accumulator row (up to 4096
-                     * floats, L1/L2) over short reduction chunks reads long contiguous runs of
-                     * each matrix row instead of 256-byte pieces 40 KB apart; ~2x on 1x11008x4096 */
+                     * vector, the kernel streams the matrix. A wide accumulator row (L1/L2)
+                     * over short reduction chunks reads long contiguous runs of each matrix
+                     * row instead of 256-byte pieces 40 KB apart (~2x on 1x11008x4096), and
+                     * the longer the runs the closer to the read bandwidth: one task per
+                     * thread, as wide as the accumulator buffer allows, with the busiest
+                     * thread's share of columns the least (Zen 4, 2 threads, 8-row chunks:
+                     * 1x32000x4096 19.1 ms in tasks of 4096 columns, 15.3 in two of 16000,
+                     * a plain read of the matrix 15.2; 1x4096x4096 1.97 -> 1.82 ms) */
                     int64_t t3 = space_tile(sp, out, sl->axis, 3);
-                    int64_t wide = 4096 / (t3 > 0 ? t3 : 1);
-                    int64_t per_task = a->extent[sl->axis] / (2 * cores * (t3 > 0 ? t3 : 1));
-                    if (per_task < wide) wide = per_task;
-                    v = pick_le(vals, n, wide < 2 ? 2 : wide);
+                    /* (the first thread's tasks are whole: its tiles bound the time; within
+                     * 1/64 of the least, the widest tasks) */
+                    int64_t tiles = ceil_div(a->extent[sl->axis], t3 > 0 ? t3 : 1), least = -1;
+                    for (int k = 0; k < n; k++) {
+                        int64_t load = ceil_div(ceil_div(tiles, vals[k]), cores) * vals[k];
+                        if (least < 0 || load < least) least = load;
+                    }
+                    for (int k = 0; k < n; k++)
+                        if (64 * ceil_div(ceil_div(tiles, vals[k]), cores) * vals[k] <= 65 * least)
+                            v = vals[k];
                     gemv = true;
                 }
                 else if (sl->level == 2 && last && sp->n_reduce == 0) {

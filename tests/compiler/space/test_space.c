@@ -774,6 +774,39 @@ Test(space, gemm_row_blocks_come_out_even)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* A GEMV (decode's M = 1) streams its matrix: a register tile of one 64-byte line of each
+ * row (one AVX-512 vector, two AVX2 ones), and tasks as wide as the accumulator buffer
+ * (16384 floats) allows, spread evenly: the busiest thread's columns within 1/64 of an even
+ * share, each task at least half of min(share, 16384) wide. 51865 columns are a prime count
+ * of lines (3242 = 2 x 1621): the even splits of the ladder give 4 tasks of 811 lines. */
+Test(space, gemv_tasks_are_wide_and_even)
+{
+    static const int64_t shapes[][2] = {{32000, 4096}, {4096, 4096}, {51865, 512}, {50257, 1600},
+                                        {11008, 4096}};
+    static const char *const isas[] = {"cpu:avx512", "cpu:avx2"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t t = 0; t < 2; t++) {
+            char wl[128];
+            snprintf(wl, sizeof wl, "{\"op\":\"dense\",\"shape\":{\"M\":1,\"N\":%lld,\"K\":%lld}}",
+                     (long long)shapes[i][0], (long long)shapes[i][1]);
+            built b = build(wl, isas[t]);
+            space_sched d;
+            space_default(b.sp, &d);
+            int64_t N = shapes[i][0], cores = b.sp->tgt.cpu.cores > 0 ? b.sp->tgt.cpu.cores : 1;
+            int64_t line = space_tile(b.sp, &d, 1, 3), width = line * space_tile(b.sp, &d, 1, 2);
+            int64_t tasks = (N + width - 1) / width, share = (N + cores - 1) / cores;
+            int64_t busiest = (tasks + cores - 1) / cores * width;
+            int64_t wide = share < 16384 ? share : 16384;
+            cr_expect_eq(line, 16, "%s on %s: a register tile of %lld floats", wl, isas[t],
+                         (long long)line);
+            cr_expect_leq(64 * busiest, 65 * share, "%s on %s: %lld tasks of %lld, %lld cores", wl,
+                          isas[t], (long long)tasks, (long long)width, (long long)cores);
+            cr_expect_geq(2 * width, wide, "%s on %s: tasks of %lld columns", wl, isas[t],
+                          (long long)width);
+            unbuild(&b);
+        }
+}
+
 /* Kernels without a reduction: an elementwise op's task is a run of 32 vectors (not 2); a
  * transpose, whose input strides across the output's rows, is not vectorised (gathers) and
  * takes scalar 4 x 4 register tiles (4 x 3 under AVX2's budget) over its two axes, a task the
