@@ -2848,15 +2848,15 @@ static const char rows_vec_rms_norm[] =
     "}\n";
 
 static const char rows_vec_reduce[] =
-    "/* the sum (max) of a row, four accumulators; the next row prefetched meanwhile */\n"
-    "static inline float tlm_reduce_row(const float *restrict x, int64_t C, int is_max, tlm_out *o)\n"
+    "/* the sum (max) of a row, four accumulators. One pass: the hardware prefetcher streams the\n"
+    " * rows, and prefetching the next row beside it only costs (8192 x 1531 on Zen 4: 1.22 ->\n"
+    " * 1.02 ms without) */\n"
+    "static inline float tlm_reduce_row(const float *restrict x, int64_t C, int is_max)\n"
     "{\n"
     "    const float id = is_max ? -INFINITY : 0.0f;\n"
     "    tlm_v a0 = tlm_vset1(id), a1 = a0, a2 = a0, a3 = a0;\n"
     "    int64_t i;\n"
     "    for (i = 0; i + 4 * TLM_VW <= C; i += 4 * TLM_VW) {\n"
-    "        tlm_out_step(o);\n"
-    "        tlm_out_step(o);\n"
     "        if (is_max) {\n"
     "            a0 = tlm_vmax(a0, tlm_vload(x + i));\n"
     "            a1 = tlm_vmax(a1, tlm_vload(x + i + TLM_VW));\n"
@@ -2873,7 +2873,6 @@ static const char rows_vec_reduce[] =
     "        tlm_v v = tlm_vmload(x + i, tlm_vmask(C - i < TLM_VW ? C - i : TLM_VW), id);\n"
     "        a0 = is_max ? tlm_vmax(a0, v) : tlm_vadd(a0, v);\n"
     "    }\n"
-    "    tlm_out_finish(o);\n"
     "    if (is_max) return tlm_vhmax(tlm_vmax(tlm_vmax(a0, a1), tlm_vmax(a2, a3)));\n"
     "    return tlm_vhadd(tlm_vadd(tlm_vadd(a0, a1), tlm_vadd(a2, a3)));\n"
     "}\n";
@@ -3006,13 +3005,13 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
         cg_line(b, ind,
                 "tlm_out_begin(&o, py, pt, %lld, ps, r + 1 < %lld ? x + %lld : NULL, %lld);", C, R,
                 C, C);
-    } else if (op == RV_SOFTMAX || op == RV_REDUCE) {
+    } else if (op == RV_SOFTMAX) {
         cg_line(b, ind, "tlm_out o;");
         cg_line(b, ind,
                 "tlm_out_begin(&o, NULL, NULL, 0, 1.0f, r + 1 < %lld ? x + %lld : NULL, %lld);", R,
                 C, C);
-        if (op == RV_SOFTMAX) cg_line(b, ind, "float *const t = y;");
-    } else {
+        cg_line(b, ind, "float *const t = y;");
+    } else if (op != RV_REDUCE) {
         cg_line(b, ind, "const float *const pf = r + 1 < %lld ? x + %lld : NULL;", R, C);
     }
     char eps[40];
@@ -3028,7 +3027,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
         cg_line(b, ind, "tlm_rms_norm_row(x, y, %s, %lld, %s, pf, %d);",
                 g->tensor[tensor_named(g, "weight")].name, C, eps, stream);
     } else {
-        cg_printf(b, "%*s%s[r] = tlm_reduce_row(x, %lld, %d, &o)", ind * 4, "", Y, C,
+        cg_printf(b, "%*s%s[r] = tlm_reduce_row(x, %lld, %d)", ind * 4, "", Y, C,
                   an->reduce == IR_RED_MAX);
         if (an->post_scale != 1.0) cg_printf(b, " * (float)%.17g", an->post_scale);
         cg_printf(b, ";\n");
