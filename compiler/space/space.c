@@ -926,6 +926,10 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
      * whose block is stored as rows; a GEMM: its only one, the rows of A) */
     unsigned rows_axis = reuse_axes;
     int rows_x = -1; /* that axis, when it is one of several */
+    /* a GEMV: no axis for register rows (decode's M = 1), the matrix streamed */
+    bool one_row = sp->sketch == SKETCH_CPU_TILE && sp->n_reduce > 0;
+    for (int x = 0; x < ns; x++)
+        if (x != vx && ((reuse_axes >> x) & 1u) && a->extent[x] > 1) one_row = false;
     for (int x = ns - 1; x >= 0 && sp->sketch == SKETCH_CPU_TILE; x--)
         if (((reuse_axes >> x) & 1u) && a->extent[x] > 1) {
             rows_axis = 1u << x;
@@ -1000,7 +1004,7 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * packing; a short axis (a 3x3 kernel's rows) may go down to 1 */
                     if (fit >= 16 || a->extent[sl->axis] < 64) v = fit;
                 }
-                else if (sl->level == 3 && last && nonlast == 1 && sp->n_reduce > 0) {
+                else if (sl->level == 3 && last && one_row) {
                     /* one register row (a GEMV, below): a 64-byte line of each matrix row a
                      * step (AVX-512 one vector, AVX2 two; Zen 4, 2 threads, 1x32000x4096:
                      * 4 vectors 20.1 ms, 1 vector 17.9; 1x11008x4096 6.2 -> 5.9) */

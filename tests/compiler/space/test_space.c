@@ -805,6 +805,14 @@ Test(space, gemv_tasks_are_wide_and_even)
                           (long long)width);
             unbuild(&b);
         }
+    /* not a GEMV: a conv along F decides its vector tile before its rows (output columns),
+     * and keeps four vectors of filters over 5 columns */
+    static const default_tiles conv[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":20,\"W\":20,\"F\":512,"
+         "\"KH\":1,\"KW\":1}}",
+         "cpu:avx512", SKETCH_CPU_TILE, {1, 3}, {3, 3}, {64, 5}},
+    };
+    expect_default_tiles(conv, 1);
 }
 
 /* Kernels without a reduction: an elementwise op's task is a run of 32 vectors (not 2); a
