@@ -1239,6 +1239,37 @@ Test(codegen_cpu, step_vectors_pinned_where_registers_are_tight)
     }
 }
 
+/* The vector row's last register tile takes only the vectors its points need: 197 columns in
+ * tiles of two vectors (32 floats on AVX-512, 16 on AVX2) end in 5, one vector, whether the
+ * rows are ragged too (13 in tiles of 4) or not (12). Every kernel is checked, both ISAs. */
+Test(codegen_cpu, last_vector_tile_takes_the_vectors_it_needs)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"dense\",\"shape\":{\"M\":13,\"N\":197,\"K\":40},\"epilogue\":[\"relu\"]}",
+        "{\"op\":\"dense\",\"shape\":{\"M\":12,\"N\":197,\"K\":40}}",
+    };
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        for (size_t k = 0; k < sizeof wls / sizeof wls[0]; k++) {
+            built b = build(wls[k], tg);
+            const int64_t two = ti ? 16 : 32;
+            const want_rule rules[] = {{SLOT_TILE, 0, 3, 4}, {SLOT_TILE, 1, 3, two}};
+            space_sched s;
+            space_default(b.sp, &s);
+            force_slots(b.sp, &s, rules, 2);
+            char txt[1024];
+            space_print(b.sp, &s, txt, sizeof txt);
+            cr_assert(space_tile(b.sp, &s, 0, 3) == 4 && space_tile(b.sp, &s, 1, 3) == two,
+                      "%s: not forced: %s", tg, txt);
+            cr_expect(source_has(&b, &s, "the last 5 of j"), "%s, [%s]: no narrow last tile", tg,
+                      txt);
+            check_schedule(&b, &s, wls[k]);
+            free(b.g);
+            free(b.sp);
+        }
+    }
+}
+
 /* The innermost reduction loop is unrolled in the source under the unroll slot (steps that
  * divide the chunk, or a remainder loop after them: K = 37 in one chunk), rolled with unroll
  * 0; with 32 vector registers the broadcast operand is read through one base pointer per
