@@ -935,8 +935,6 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
     }
 }
 
-/* One step of the register tile's reduction loops: each accumulator's update (the reduction
- * axes' indices from their chunk's r0 and r1). */
 /* The accumulator statements of one reduction step (emit_regtile_steps). */
 static void emit_step_stmts(cgc *c, int ind, int64_t nv, const int64_t *accst)
 {
@@ -972,6 +970,8 @@ static void emit_step_stmts(cgc *c, int ind, int64_t nv, const int64_t *accst)
     }
 }
 
+/* One step of the register tile's reduction loops: each accumulator's update (the reduction
+ * axes' indices from their chunk's r0 and r1). */
 static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst)
 {
     cg_buf *b = &c->b;
@@ -1011,11 +1011,13 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
      * where the tile presses on the registers: left to GCC, the loads are folded into the FMAs
      * or scheduled early and the accumulators shuffled between registers (the AVX-512 6 x 4
      * GEMM tile unrolled twice: 9 register moves per 48 FMAs; 1021 x 1031 x 1009 on 2 threads
-     * 14.6-14.9 -> 13.5-13.6 ms; AVX2, 10 accumulators of a 3x3 conv along F, 128 -> 128 at
-     * 40 x 40: 3.50 -> 3.16 ms). A small tile keeps GCC's folded loads (5 accumulators of an
-     * AVX-512 1x1 conv: pinned 0.558 -> 0.610 ms). */
+     * 14.6-14.9 -> 13.5-13.6 ms; a dilated 3x3 conv along F 1.52 -> 1.41). A small tile
+     * keeps GCC's folded loads (5 accumulators of an AVX-512 1x1 conv: pinned 0.558 -> 0.610
+     * ms), and so do 16-register targets, where pins both won and lost (AVX2 3x3 convs along
+     * F: 128 -> 128 at 40 x 40 3.50 -> 3.16 ms, but 128 -> 256 stride 2 at 80 x 80 with silu
+     * 4.70 -> 6.43). */
     const int regs = c->sp->tgt.cpu.vector_registers;
-    if (c->W > 1 && a->reduce != IR_RED_MAX && 2 * (nv + 3) > regs) {
+    if (c->W > 1 && a->reduce != IR_RED_MAX && regs > 16 && 2 * (nv + 3) > regs) {
         cg_buf held = c->b;
         memset(&c->b, 0, sizeof c->b);
         c->hoist = true;
@@ -2128,8 +2130,10 @@ static int gen_tile(cgc *c, const char *entry)
             emit_regtile_split(c, ind + 1, nv, accst, unroll);
             /* the vector row's last tile takes only the vectors its points need (197 columns in
              * tiles of two AVX-512 vectors: the last 5 in one; a ViT attention-score batch
-             * GEMM, 12 x 197 x 197 x 64, 0.390 -> 0.364 ms on 2 threads); the packed panels
-             * keep their layout (t3_full) */
+             * GEMM, 12 x 197 x 197 x 64, 0.40-0.45 -> 0.38-0.39 ms on 2 threads); the packed
+             * panels keep their layout (t3_full). Its branch once cost the full tiles' loop
+             * 15 % through GCC's register allocation, before their step vectors were pinned
+             * (emit_regtile_steps) */
             const int64_t tx = c->T[x][3];
             const int64_t last = rag[x] && c->W > 1 ? ((c->E[x] - 1) % tx + c->W) / c->W * c->W : tx;
             if (last < tx) {
