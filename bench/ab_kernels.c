@@ -1,0 +1,110 @@
+/* ab_kernels: times compiled kernels side by side in one process, alternating, so that a
+ * shared machine's drifting memory bandwidth moves every candidate alike (the same GEMV took
+ * 11.8 ms in one minute and 19.9 in another on the developers' VM; interleaved, old and new
+ * kernels differ by what the code does).
+ *
+ *   ab_kernels SIZES KERNEL.so [KERNEL.so ...]
+ *
+ * SIZES: the element counts of the kernel's tensors, comma-separated, in its parameter order
+ * (inputs, then the output: a dense M x N x K is M*K,K*N,M*N; with a bias, ...,N,M*N); each
+ * KERNEL.so is a `tlm compile` output directory's kernel.so, called through
+ * tlm_kernel_packed (e.g. the same workload compiled by two builds of tlm). Inputs are filled with a fixed
+ * pattern. Every kernel is called once per round in the order given, REPS rounds (env,
+ * default 11); prints each kernel's median and minimum in ms, and the largest difference of
+ * its output from the first kernel's (the candidates must agree). Threads: the kernels' own
+ * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
+ * (`make bench` builds it too); not a benchmark of its own, so bench/run.sh does not call it. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_ARGS 16
+#define MAX_KERNELS 32
+#define MAX_REPS 1000
+
+typedef void (*kernel_fn)(void *const *args);
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ab_kernels SIZES KERNEL.so [KERNEL.so ...] (REPS=n)\n");
+        return 2;
+    }
+    size_t n[MAX_ARGS];
+    int na = 0;
+    for (char *p = argv[1]; *p && na < MAX_ARGS;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v <= 0) {
+            fprintf(stderr, "ab_kernels: SIZES: '%s' is not a list of positive counts\n", argv[1]);
+            return 2;
+        }
+        n[na++] = (size_t)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "ab_kernels: SIZES: unexpected '%c'\n", *end);
+            return 2;
+        }
+    }
+    int nk = argc - 2, reps = getenv("REPS") ? atoi(getenv("REPS")) : 11;
+    if (nk > MAX_KERNELS || reps < 1 || reps > MAX_REPS) {
+        fprintf(stderr, "ab_kernels: at most %d kernels and 1..%d REPS\n", MAX_KERNELS, MAX_REPS);
+        return 2;
+    }
+    void *args[MAX_ARGS];
+    for (int i = 0; i < na; i++) {
+        float *f = aligned_alloc(64, (n[i] * sizeof(float) + 63) / 64 * 64);
+        if (!f) {
+            fprintf(stderr, "ab_kernels: out of memory\n");
+            return 1;
+        }
+        for (size_t j = 0; j < n[i]; j++) f[j] = (float)((int)((j * 7 + (size_t)i) % 13) - 6) * 0.05f;
+        args[i] = f;
+    }
+    const size_t nout = n[na - 1];
+    float *first = malloc(nout * sizeof(float));
+    kernel_fn fn[MAX_KERNELS];
+    static double t[MAX_KERNELS][MAX_REPS];
+    double diff[MAX_KERNELS] = {0};
+    for (int k = 0; k < nk; k++) {
+        void *h = dlopen(argv[2 + k], RTLD_NOW | RTLD_LOCAL);
+        fn[k] = h ? (kernel_fn)dlsym(h, "tlm_kernel_packed") : NULL;
+        if (!fn[k]) {
+            fprintf(stderr, "ab_kernels: %s: %s\n", argv[2 + k], h ? "no tlm_kernel_packed" : dlerror());
+            return 1;
+        }
+    }
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < nk; k++) {
+            double a = now_s();
+            fn[k](args);
+            t[k][r] = now_s() - a;
+            if (r > 0) continue;
+            const float *o = args[na - 1];
+            if (k == 0 && first) memcpy(first, o, nout * sizeof(float));
+            for (size_t j = 0; k > 0 && first && j < nout; j++)
+                if (fabs((double)o[j] - first[j]) > diff[k]) diff[k] = fabs((double)o[j] - first[j]);
+        }
+    for (int k = 0; k < nk; k++) {
+        qsort(t[k], (size_t)reps, sizeof(double), cmp_double);
+        printf("%-48s median %9.4f ms  min %9.4f ms  max |out - first| %.3g\n", argv[2 + k],
+               t[k][reps / 2] * 1e3, t[k][0] * 1e3, diff[k]);
+    }
+    return 0;
+}
