@@ -940,33 +940,24 @@ static void emit_step_stmts(cgc *c, int ind, int64_t nv, const int64_t *accst)
 {
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
+    const bool maxr = a->reduce == IR_RED_MAX;
     int64_t o[IR_MAX_AXES];
     for (int64_t k = 0; k < nv; k++) {
         int64_t q = regtile_order(c, k);
         tile_point(c, q, accst, o);
+        if (maxr)
+            cg_printf(b, "%*sr%lld = %s(r%lld, ", ind * 4, "", (long long)q,
+                      c->W > 1 ? "tlm_v_max" : "tlm_max", (long long)q);
+        else
+            cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
         if (c->W > 1) {
-            if (a->reduce == IR_RED_MAX) {
-                cg_printf(b, "%*sr%lld = tlm_v_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                emit_vec(c, a->body, o);
-                cg_printf(b, ");\n");
-            } else {
-                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                emit_vec(c, a->body, o);
-                cg_printf(b, ";\n");
-            }
+            emit_vec(c, a->body, o);
         } else {
             cg_names nm;
             point_names(c, o, 0, &nm);
-            if (a->reduce == IR_RED_MAX) {
-                cg_printf(b, "%*sr%lld = tlm_max(r%lld, ", ind * 4, "", (long long)q, (long long)q);
-                cg_emit_scalar(b, c->g, a, a->body, &nm);
-                cg_printf(b, ");\n");
-            } else {
-                cg_printf(b, "%*sr%lld += ", ind * 4, "", (long long)q);
-                cg_emit_scalar(b, c->g, a, a->body, &nm);
-                cg_printf(b, ";\n");
-            }
+            cg_emit_scalar(b, c->g, a, a->body, &nm);
         }
+        cg_printf(b, maxr ? ");\n" : ";\n");
     }
 }
 
@@ -1017,6 +1008,7 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
      * F: 128 -> 128 at 40 x 40 3.50 -> 3.16 ms, but 128 -> 256 stride 2 at 80 x 80 with silu
      * 4.70 -> 6.43). */
     const int regs = c->sp->tgt.cpu.vector_registers;
+    bool pinned = false;
     if (c->W > 1 && a->reduce != IR_RED_MAX && regs > 16 && 2 * (nv + 3) > regs) {
         cg_buf held = c->b;
         memset(&c->b, 0, sizeof c->b);
@@ -1026,20 +1018,16 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
         c->hoist = false;
         char *steps = cg_buf_take(&c->b);
         c->b = held;
-        const bool pin = nv + c->nvl + 2 <= regs; /* else: the plain statements, below */
+        pinned = nv + c->nvl + 2 <= regs; /* else: the plain statements, below */
         for (int k = 0; k < c->nvl; k++) {
-            if (pin) cg_line(b, ind, "tlm_vf v%d = %s; TLM_PIN(v%d);", k, c->vl[k], k);
+            if (pinned) cg_line(b, ind, "tlm_vf v%d = %s; TLM_PIN(v%d);", k, c->vl[k], k);
             free(c->vl[k]);
         }
         c->nvl = 0;
-        if (pin) cg_printf(b, "%s", steps ? steps : "");
+        if (pinned) cg_printf(b, "%s", steps ? steps : "");
         free(steps);
-        if (pin) {
-            memset(c->lbase, 0, sizeof c->lbase);
-            return;
-        }
     }
-    emit_step_stmts(c, ind, nv, accst);
+    if (!pinned) emit_step_stmts(c, ind, nv, accst);
     memset(c->lbase, 0, sizeof c->lbase);
 }
 
@@ -2134,12 +2122,12 @@ static int gen_tile(cgc *c, const char *entry)
              * panels keep their layout (t3_full). Its branch once cost the full tiles' loop
              * 15 % through GCC's register allocation, before their step vectors were pinned
              * (emit_regtile_steps) */
-            const int64_t tx = c->T[x][3];
-            const int64_t last = rag[x] && c->W > 1 ? ((c->E[x] - 1) % tx + c->W) / c->W * c->W : tx;
+            const int64_t tx = c->T[x][3], rest = (c->E[x] - 1) % tx + 1;
+            const int64_t last = rag[x] && c->W > 1 ? (rest + c->W - 1) / c->W * c->W : tx;
             if (last < tx) {
                 cg_line(b, ind, "} else if (%s_b + %lld > %lld) { /* the last %lld of %s */",
-                        a->axis[x], (long long)tx, (long long)c->E[x],
-                        (long long)((c->E[x] - 1) % tx + 1), a->axis[x]);
+                        a->axis[x], (long long)tx, (long long)c->E[x], (long long)rest,
+                        a->axis[x]);
                 c->edge = true;
                 c->T[x][3] = last;
                 emit_regtile(c, ind + 1, nv / (tx / c->W) * (last / c->W), accst, unroll);

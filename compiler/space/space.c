@@ -644,6 +644,13 @@ void space_sample(const space *sp, uint64_t *rng, space_sched *out)
     free(vals);
 }
 
+/* Tiles the first thread runs when `tiles` go in tasks of `per` to `cores` threads under
+ * OpenMP's static split (the first threads take whole tasks: the busiest). */
+static int64_t busiest_tiles(int64_t tiles, int64_t per, int64_t cores)
+{
+    return ceil_div(ceil_div(tiles, per), cores) * per;
+}
+
 /* Largest legal value <= want (legal values ascend; the first is always minimal). */
 static int64_t pick_le(const int64_t *vals, int n, int64_t want)
 {
@@ -1085,12 +1092,11 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * 1/64 of the least, the widest tasks) */
                     int64_t tiles = ceil_div(a->extent[sl->axis], t3 > 0 ? t3 : 1), least = -1;
                     for (int k = 0; k < n; k++) {
-                        int64_t load = ceil_div(ceil_div(tiles, vals[k]), cores) * vals[k];
+                        int64_t load = busiest_tiles(tiles, vals[k], cores);
                         if (least < 0 || load < least) least = load;
                     }
                     for (int k = 0; k < n; k++)
-                        if (64 * ceil_div(ceil_div(tiles, vals[k]), cores) * vals[k] <= 65 * least)
-                            v = vals[k];
+                        if (64 * busiest_tiles(tiles, vals[k], cores) <= 65 * least) v = vals[k];
                     gemv = true;
                 }
                 else if (sl->level == 2 && last && sp->n_reduce == 0) {
