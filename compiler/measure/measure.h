@@ -23,7 +23,7 @@
  *  - Cache policy: by default every call sees the same buffers, i.e. a warm cache, as in the
  *    peers we compare with (OpenBLAS and oneDNN benchmarks, TVM's time_evaluator). With
  *    opts->cold_cache the runner rotates through enough copies of all arguments that their
- *    total exceeds 256 MiB (at most 64 copies, 1 GiB), so each call's data comes from DRAM.
+ *    total reaches 1 GiB (at most 64 copies, 2 GiB), so each call's data comes from DRAM.
  *  - Not async-signal-safe. Any thread may call these functions, concurrently; the calling
  *    thread blocks for the reference computation plus at most opts->timeout_s (plus reaping).
  *    The process must not set SIGCHLD to SIG_IGN or reap others' children with waitpid(-1):
