@@ -11,7 +11,10 @@
  * tlm_kernel_packed (e.g. the same workload compiled by two builds of tlm). Inputs are filled with a fixed
  * pattern. Every kernel is called once per round in the order given, REPS rounds (env,
  * default 11); prints each kernel's median and minimum in ms, and the largest difference of
- * its output from the first kernel's (the candidates must agree). Threads: the kernels' own
+ * its output from the first kernel's (the candidates must agree; each kernel runs once on the
+ * inputs before the timing). COLD=MiB (env): calls rotate through copies of all the arguments
+ * totalling at least that much (at most 64 copies), so each call's data comes from DRAM, e.g.
+ * COLD=1024 where a VM's L3 may be large. Threads: the kernels' own
  * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
  * (`make bench` builds it too); not a benchmark of its own, so bench/run.sh does not call it. */
 #include <dlfcn.h>
@@ -24,6 +27,7 @@
 #define MAX_ARGS 16
 #define MAX_KERNELS 32
 #define MAX_REPS 1000
+#define MAX_COPIES 64
 
 typedef void (*kernel_fn)(void *const *args);
 
@@ -43,7 +47,7 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: ab_kernels SIZES KERNEL.so [KERNEL.so ...] (REPS=n)\n");
+        fprintf(stderr, "usage: ab_kernels SIZES KERNEL.so [KERNEL.so ...] (REPS=n, COLD=MiB)\n");
         return 2;
     }
     size_t n[MAX_ARGS];
@@ -67,16 +71,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "ab_kernels: at most %d kernels and 1..%d REPS\n", MAX_KERNELS, MAX_REPS);
         return 2;
     }
-    void *args[MAX_ARGS];
-    for (int i = 0; i < na; i++) {
-        float *f = aligned_alloc(64, (n[i] * sizeof(float) + 63) / 64 * 64);
-        if (!f) {
-            fprintf(stderr, "ab_kernels: out of memory\n");
-            return 1;
+    /* COLD=MiB: rotate the calls through copies of every argument totalling at least that
+     * much, so each call finds its data in DRAM (as the measure runner's cold_cache) */
+    size_t set = 0;
+    for (int i = 0; i < na; i++) set += (n[i] * sizeof(float) + 63) / 64 * 64;
+    const double cold_mib = getenv("COLD") ? atof(getenv("COLD")) : 0.0;
+    int nc = cold_mib > 0 ? (int)ceil(cold_mib * 1048576.0 / (double)set) : 1;
+    if (nc < 1) nc = 1;
+    if (nc > MAX_COPIES) nc = MAX_COPIES;
+    static void *args[MAX_COPIES][MAX_ARGS];
+    for (int c = 0; c < nc; c++)
+        for (int i = 0; i < na; i++) {
+            float *f = aligned_alloc(64, (n[i] * sizeof(float) + 63) / 64 * 64);
+            if (!f) {
+                fprintf(stderr, "ab_kernels: out of memory\n");
+                return 1;
+            }
+            for (size_t j = 0; j < n[i]; j++)
+                f[j] = (float)((int)((j * 7 + (size_t)i) % 13) - 6) * 0.05f;
+            args[c][i] = f;
         }
-        for (size_t j = 0; j < n[i]; j++) f[j] = (float)((int)((j * 7 + (size_t)i) % 13) - 6) * 0.05f;
-        args[i] = f;
-    }
     const size_t nout = n[na - 1];
     float *first = malloc(nout * sizeof(float));
     kernel_fn fn[MAX_KERNELS];
@@ -90,16 +104,21 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    for (int k = 0; k < nk; k++) { /* each once on the first copy: their outputs agree */
+        fn[k](args[0]);
+        const float *o = args[0][na - 1];
+        if (k == 0 && first) memcpy(first, o, nout * sizeof(float));
+        for (size_t j = 0; k > 0 && first && j < nout; j++)
+            if (fabs((double)o[j] - first[j]) > diff[k]) diff[k] = fabs((double)o[j] - first[j]);
+    }
+    int next = 0;
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < nk; k++) {
+            void *const *a_ = args[next];
+            next = next + 1 == nc ? 0 : next + 1;
             double a = now_s();
-            fn[k](args);
+            fn[k](a_);
             t[k][r] = now_s() - a;
-            if (r > 0) continue;
-            const float *o = args[na - 1];
-            if (k == 0 && first) memcpy(first, o, nout * sizeof(float));
-            for (size_t j = 0; k > 0 && first && j < nout; j++)
-                if (fabs((double)o[j] - first[j]) > diff[k]) diff[k] = fabs((double)o[j] - first[j]);
         }
     for (int k = 0; k < nk; k++) {
         qsort(t[k], (size_t)reps, sizeof(double), cmp_double);

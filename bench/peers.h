@@ -896,13 +896,22 @@ PEER_FN double peer_mem_bandwidth_gbs(void)
 }
 
 /* The bandwidth floor of a memory-bound kernel that reads in_bytes and writes out_bytes,
- * measured on buffers of exactly those sizes with the peers' protocol (so as warm, or as
- * cold, as the kernel itself: an operand that fits the caches is timed from the caches, a
- * DRAM-sized one from DRAM): a copy of out_bytes when the kernel writes as much as it reads
- * (softmax, norms, elementwise, transpose: the faster of memcpy and a streaming-store copy),
- * else a read of in_bytes (reductions). Seconds, or -1. */
+ * measured on buffers of exactly those sizes with the peers' protocol: a copy of out_bytes
+ * when the kernel writes as much as it reads (softmax, norms, elementwise, transpose: the
+ * faster of memcpy and a streaming-store copy), else a read of in_bytes (reductions).
+ * Warm (cold = false): every call sees the same buffers, as our kernels do in the measure
+ * runner's default, so an operand that fits the caches is timed from the caches; what part
+ * of a DRAM-sized one a large (or shared) L3 keeps varies from minute to minute, which is
+ * why benches time it beside our kernels, alternating. Cold: calls rotate through copies of
+ * the buffers totalling at least PEER_COLD_BYTES, as the measure runner's cold_cache does
+ * for our kernels (compiler/measure/cpu_runner.c), so each call streams from DRAM.
+ * Seconds, or -1. */
+#define PEER_COLD_BYTES ((size_t)1 << 30) /* the measure runner's MEASURE_COLD_TARGET_BYTES */
+#define PEER_COLD_MAX_COPIES 64
+
 typedef struct {
-    float *a, *b;
+    float *a[PEER_COLD_MAX_COPIES], *b[PEER_COLD_MAX_COPIES];
+    int k, next; /* copies, the next one to use */
     size_t n_in, n_out;
     float sink;
 } peer_floor_ctx_;
@@ -912,6 +921,9 @@ typedef struct {
 static void peer_floor_stream_run_(void *p)
 {
     peer_floor_ctx_ *m = p;
+    const float *a = m->a[m->next];
+    float *b = m->b[m->next];
+    if (++m->next == m->k) m->next = 0;
     const size_t n = m->n_out;
 #pragma omp parallel
     {
@@ -920,15 +932,15 @@ static void peer_floor_stream_run_(void *p)
         size_t i = lo; /* lo is 64-byte aligned: whole lines, the widest stores built for */
 #if defined(__AVX512F__)
         for (; i + 16 <= hi; i += 16)
-            _mm512_stream_ps(m->b + i, _mm512_load_ps(m->a + i));
+            _mm512_stream_ps(b + i, _mm512_load_ps(a + i));
 #elif defined(__AVX__)
         for (; i + 8 <= hi; i += 8)
-            _mm256_stream_ps(m->b + i, _mm256_load_ps(m->a + i));
+            _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
 #endif
         for (; i + 4 <= hi; i += 4)
-            _mm_stream_ps(m->b + i, _mm_load_ps(m->a + i));
+            _mm_stream_ps(b + i, _mm_load_ps(a + i));
         for (; i < hi; i++)
-            m->b[i] = m->a[i];
+            b[i] = a[i];
         _mm_sfence();
     }
 }
@@ -936,30 +948,44 @@ static void peer_floor_stream_run_(void *p)
 static void peer_floor_run_(void *p)
 {
     peer_floor_ctx_ *m = p;
-    if (m->b) {
-        peer_mem_ctx_ c = {m->a, m->b, m->n_out, 0.0f};
+    float *a = m->a[m->next], *b = m->b[m->next];
+    if (++m->next == m->k) m->next = 0;
+    if (b) {
+        peer_mem_ctx_ c = {a, b, m->n_out, 0.0f};
         peer_mem_copy_run_(&c);
     } else {
-        peer_mem_ctx_ c = {m->a, NULL, m->n_in / 64 * 64, 0.0f};
+        peer_mem_ctx_ c = {a, NULL, m->n_in / 64 * 64, 0.0f};
         peer_mem_read_run_(&c);
         m->sink = c.sink;
     }
 }
 
-PEER_FN double peer_mem_floor_s(double in_bytes, double out_bytes)
+PEER_FN double peer_mem_floor_s(double in_bytes, double out_bytes, bool cold)
 {
     size_t n_in = (size_t)(in_bytes / sizeof(float)), n_out = (size_t)(out_bytes / sizeof(float));
     if (n_in < 64) n_in = 64;
     bool copy = 2 * out_bytes >= in_bytes;
-    peer_floor_ctx_ m = {peer_mem_alloc_(copy ? (n_out > n_in ? n_out : n_in) : n_in),
-                         copy ? peer_mem_alloc_(n_out) : NULL, n_in, n_out, 0.0f};
-    double t = -1.0;
-    if (m.a && (!copy || m.b)) t = peer_time_s(peer_floor_run_, &m);
+    size_t na = copy ? (n_out > n_in ? n_out : n_in) : n_in, nb = copy ? n_out : 0;
+    size_t set = (na + nb) * sizeof(float);
+    int k = cold ? (int)((PEER_COLD_BYTES + set - 1) / set) : 1;
+    if (k > PEER_COLD_MAX_COPIES) k = PEER_COLD_MAX_COPIES;
+    peer_floor_ctx_ *m = calloc(1, sizeof *m);
+    if (!m) return -1.0;
+    m->k = k, m->n_in = n_in, m->n_out = n_out;
+    bool ok = true;
+    for (int c = 0; c < k && ok; c++) {
+        m->a[c] = peer_mem_alloc_(na);
+        m->b[c] = copy ? peer_mem_alloc_(nb) : NULL;
+        ok = m->a[c] && (!copy || m->b[c]);
+    }
+    double t = ok ? peer_time_s(peer_floor_run_, m) : -1.0;
     if (t > 0 && copy) { /* the faster of memcpy and a streaming copy */
-        double ts = peer_time_s(peer_floor_stream_run_, &m);
+        double ts = peer_time_s(peer_floor_stream_run_, m);
         if (ts > 0 && ts < t) t = ts;
     }
-    free(m.a), free(m.b);
+    for (int c = 0; c < k; c++)
+        free(m->a[c]), free(m->b[c]);
+    free(m);
     return t;
 }
 
