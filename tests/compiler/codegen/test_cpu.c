@@ -437,7 +437,48 @@ static const char *const window_wls[] = {
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
     "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":7,\"W\":31,\"KH\":2,"
     "\"KW\":2}}",
+    /* 5x5 stride 2 (three FMA chains per input row: two accumulator sets) */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":13,\"W\":19,\"KH\":5,"
+    "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
 };
+
+/* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
+ * vector column) alternate their sums between two accumulator sets; 7x7 stride 1 (seven
+ * chains) and max pooling keep one. Defaults on both ISAs (their values are checked by the
+ * window_sketch tests above). */
+static bool source_has(const built *b, const space_sched *s, const char *needle);
+
+Test(codegen_cpu, window_sums_split_when_chains_are_few)
+{
+    static const struct {
+        const char *wl;
+        bool split;
+    } cases[] = {
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":72,\"H\":56,\"W\":56,\"KH\":5,"
+         "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
+         true},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
+         "\"KW\":7},\"pad\":[3,3],\"epilogue\":[\"bias_add\"]}",
+         false},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":112,\"W\":112,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, "cpu");
+        space_sched s;
+        space_default(b.sp, &s);
+        /* one vector column, as the default takes for 5x5 stride 2 on AVX-512 */
+        bool one_col = space_window_lanes(b.sp, &s, b.sp->n_slot) == space_tile(b.sp, &s, 3, 3);
+        bool has = source_has(&b, &s, "b0_0 += ");
+        if (cases[i].split)
+            cr_expect(one_col && has, "%s: one column %d, split %d", cases[i].wl, one_col, has);
+        else
+            cr_expect(!has, "%s: split", cases[i].wl);
+        free(b.g);
+        free(b.sp);
+    }
+}
 
 Test(codegen_cpu, window_sketch_odd_widths_strides_avx512)
 {
