@@ -437,9 +437,12 @@ static const char *const window_wls[] = {
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
     "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":7,\"W\":31,\"KH\":2,"
     "\"KW\":2}}",
-    /* 5x5 stride 2 (three FMA chains per input row: two accumulator sets) */
-    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":13,\"W\":19,\"KH\":5,"
+    /* 5x5 stride 2 (three FMA chains per input row: two accumulator sets); rows wide enough
+     * for the packs' whole vectors and overlapping last one (each phase 16 < 23 columns) */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":7,\"W\":45,\"KH\":5,"
     "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":5,\"W\":41,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
 };
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
