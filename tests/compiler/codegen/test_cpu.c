@@ -443,15 +443,21 @@ static const char *const window_wls[] = {
     "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
     "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":5,\"W\":41,\"KH\":3,"
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    /* separable pools (each input row feeds three output rows or more) */
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":9,\"W\":21,\"KH\":5,"
+    "\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}",
+    "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":6,\"W\":19,\"KH\":3,"
+    "\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}",
 };
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
  * vector column) alternate their sums between two accumulator sets; 7x7 stride 1 (seven
- * chains) and max pooling keep one. Defaults on both ISAs (their values are checked by the
- * window_sketch tests above). */
+ * chains) and max pooling keep one. Pools whose input rows each feed three output rows or
+ * more combine each row's taps once (separable); a 3x3 stride-2 pool does not. Defaults on
+ * AVX-512 (their values are checked by the window_sketch tests above). */
 static bool source_has(const built *b, const space_sched *s, const char *needle);
 
-Test(codegen_cpu, window_sums_split_when_chains_are_few)
+Test(codegen_cpu, window_sums_split_or_separable)
 {
     static const struct {
         const char *wl;
@@ -467,6 +473,30 @@ Test(codegen_cpu, window_sums_split_when_chains_are_few)
          "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
          false},
     };
+    static const struct {
+        const char *wl;
+        bool sep;
+    } pools[] = {
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":20,\"W\":20,\"KH\":5,"
+         "\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}",
+         true},
+        {"{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":56,\"W\":56,\"KH\":3,"
+         "\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}",
+         true},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":112,\"W\":112,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+         false},
+    };
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+        built b = build(pools[i].wl, "cpu");
+        space_sched s;
+        space_default(b.sp, &s);
+        bool has = source_has(&b, &s, "x0_0 = tlm_w_max(x0_0, x1_0);") ||
+                   source_has(&b, &s, "x0_0 = x0_0 + x1_0;");
+        cr_expect_eq(has, pools[i].sep, "%s: separable %d", pools[i].wl, has);
+        free(b.g);
+        free(b.sp);
+    }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(cases[i].wl, "cpu");
         space_sched s;
