@@ -491,7 +491,7 @@ Test(codegen_cpu, window_sums_split_or_separable)
         built b = build(pools[i].wl, "cpu");
         space_sched s;
         space_default(b.sp, &s);
-        bool has = source_has(&b, &s, "x0_0 = tlm_w_max(x0_0, x1_0);") ||
+        bool has = source_has(&b, &s, "x0_0 = tlm_v_max(x0_0, x1_0);") ||
                    source_has(&b, &s, "x0_0 = x0_0 + x1_0;");
         cr_expect_eq(has, pools[i].sep, "%s: separable %d", pools[i].wl, has);
         free(b.g);
@@ -1045,6 +1045,137 @@ Test(codegen_cpu, softmax_accurate_per_element)
             free(b.g);
             free(b.sp);
         }
+}
+
+static void scratch_fill(float *x, int64_t n, uint64_t seed);
+
+/* Max reductions keep a NaN once seen, as the reference does (v > acc || isnan(v)): every
+ * output the reference makes NaN is NaN and the others equal it. Inputs with a few NaNs
+ * (first, middle and last elements and one more), kernels run directly (the harness treats
+ * any NaN output as wrong). Max pools in the window sketch (separable 5x5 stride 1, 3x3
+ * stride 2) and in the tile sketch (NHWC), row reductions (vectorised and scalar: the
+ * generic rows code) and softmax; each vector axis value of the schedule (scalar and
+ * vector), both ISAs. */
+Test(codegen_cpu, max_reductions_keep_nan)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":21,\"KH\":5,\"KW\":5},"
+        "\"stride\":[1,1],\"pad\":[2,2]}",
+        "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":11,\"W\":41,\"KH\":3,\"KW\":3},"
+        "\"stride\":[2,2],\"pad\":[1,1]}",
+        "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":9,\"KH\":3,\"KW\":3},"
+        "\"stride\":[1,1],\"pad\":[1,1],\"layout\":\"NHWC\"}",
+        "{\"op\":\"reduce_max\",\"shape\":{\"R\":6,\"C\":77}}",
+        "{\"op\":\"softmax\",\"shape\":{\"R\":5,\"C\":40}}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    int runs = 0;
+    for (size_t wi = 0; wi < sizeof wls / sizeof wls[0]; wi++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[wi], tgs[ti]);
+            int vs = -1;
+            for (int i = 0; i < b.sp->n_slot; i++)
+                if (b.sp->slot[i].kind == SLOT_VECTORIZE) vs = i;
+            space_sched s;
+            space_default(b.sp, &s);
+            int64_t vals[SPACE_MAX_VALUES];
+            int nv = vs >= 0 ? space_legal_values(b.sp, vs, &s, vals) : 1;
+            for (int vi = 0; vi < nv; vi++) {
+                space_sched v = s;
+                if (vs >= 0) v.v[vs] = vals[vi];
+                tlm_error err;
+                tlm_err_clear(&err);
+                if (space_check(b.sp, &v, &err)) continue;
+                cg_kernel k;
+                cr_assert_eq(cg_generate(b.sp, &v, NULL, &k, &err), 0, "%s", err.msg);
+                char so[128], flags[160], sym[96];
+                snprintf(so, sizeof so, "%s/nan%zu-%d-%d.so", g_dir, wi, ti, vi);
+                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
+                cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
+                void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+                cr_assert_not_null(h, "%s", dlerror());
+                snprintf(sym, sizeof sym, "%s_packed", k.entry);
+                void (*fn)(void *const *) = (void (*)(void *const *))dlsym(h, sym);
+                cr_assert_not_null(fn);
+                int idx[IR_MAX_TENSORS];
+                int nin = ir_subgraph_inputs(b.g, idx);
+                void *args[IR_MAX_TENSORS + 1];
+                uint64_t seed = 77 + wi;
+                for (int a = 0; a < nin; a++) {
+                    int64_t n = ir_tensor_numel(&b.g->tensor[idx[a]]);
+                    float *x = aligned_alloc(64, (size_t)(n * 4 + 63) / 64 * 64);
+                    scratch_fill(x, n, seed + (uint64_t)a);
+                    const int64_t at[4] = {0, n / 2, n - 1, n / 3 + 1};
+                    for (int j = 0; j < 4; j++) x[at[j]] = NAN;
+                    args[a] = x;
+                }
+                const int64_t no = ir_tensor_numel(&b.g->tensor[b.g->output]);
+                float *y = aligned_alloc(64, (size_t)(no * 4 + 63) / 64 * 64);
+                double *want = malloc(sizeof(double) * (size_t)no);
+                cr_assert(y && want);
+                args[nin] = y;
+                fn(args);
+                cr_assert_eq(ir_interp_run_f64(b.g, (const float *const *)args, want, NULL), 0);
+                int bad = 0, nans = 0;
+                for (int64_t j = 0; j < no; j++) {
+                    nans += isnan(want[j]) != 0;
+                    const bool ok = isnan(want[j]) ? isnan(y[j]) != 0
+                                                   : fabs((double)y[j] - want[j]) <=
+                                                         1e-5 * fmax(1.0, fabs(want[j]));
+                    if (!ok && bad++ < 3)
+                        cr_expect(0, "%s on %s, vector axis %lld: out[%lld] = %g, want %g",
+                                  wls[wi], tgs[ti], (long long)(vs >= 0 ? vals[vi] : -1),
+                                  (long long)j, (double)y[j], want[j]);
+                }
+                cr_expect_eq(bad, 0, "%s on %s: %d outputs off", wls[wi], tgs[ti], bad);
+                cr_expect(nans > 0 && nans < no, "%s: %d of %lld outputs NaN", wls[wi], nans,
+                          (long long)no);
+                runs++;
+                for (int a = 0; a <= nin; a++) free(args[a]);
+                free(want);
+                dlclose(h);
+                unlink(so);
+                cg_kernel_free(&k);
+            }
+            free(b.g);
+            free(b.sp);
+        }
+    cr_expect_geq(runs, 15, "%d kernels run", runs);
+    /* a row with +inf and -inf and no NaN: its sum is NaN (the vectorised max's NaN check),
+     * its max +inf */
+    for (int ti = 0; ti < 2; ti++) {
+        built b = build("{\"op\":\"reduce_max\",\"shape\":{\"R\":2,\"C\":77}}", tgs[ti]);
+        space_sched s;
+        space_default(b.sp, &s);
+        tlm_error err;
+        tlm_err_clear(&err);
+        cg_kernel k;
+        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+        cr_assert(strstr(k.source, "tlm_reduce_row(x") != NULL, "not the vectorised kernel");
+        char so[128], flags[160], sym[96];
+        snprintf(so, sizeof so, "%s/naninf%d.so", g_dir, ti);
+        snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
+        cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
+        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        cr_assert_not_null(h, "%s", dlerror());
+        snprintf(sym, sizeof sym, "%s_packed", k.entry);
+        void (*fn)(void *const *) = (void (*)(void *const *))dlsym(h, sym);
+        cr_assert_not_null(fn);
+        float x[2 * 77] __attribute__((aligned(64))), y[16] __attribute__((aligned(64))) = {0};
+        scratch_fill(x, 2 * 77, 5);
+        x[5] = INFINITY, x[9] = -INFINITY, x[77 + 3] = -INFINITY;
+        void *args[2] = {x, y};
+        fn(args);
+        cr_expect(isinf(y[0]) && y[0] > 0, "%s: max of a row with +-inf = %g", tgs[ti], (double)y[0]);
+        float m = -INFINITY;
+        for (int i = 77; i < 2 * 77; i++) m = x[i] > m ? x[i] : m;
+        cr_expect_eq(y[1], m, "%s: %g, want %g", tgs[ti], (double)y[1], (double)m);
+        dlclose(h);
+        unlink(so);
+        cg_kernel_free(&k);
+        free(b.g);
+        free(b.sp);
+    }
 }
 
 /* The call buffers a kernel fills per call (its padded input copy, its packed weights) stay
