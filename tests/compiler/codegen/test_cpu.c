@@ -982,6 +982,38 @@ Test(codegen_cpu, activations_keep_special_values)
             }
 }
 
+typedef void (*packed_fn)(void *const *args);
+
+/* Compiles kernel k (-O2 and target t's flags) into g_dir/<tag>.so and loads its packed entry;
+ * *h and so (its path) are for dlclose and unlink. */
+static packed_fn load_packed(const cg_kernel *k, const target *t, const char *tag, void **h,
+                             char *so, size_t cap)
+{
+    char flags[160], sym[96];
+    tlm_error err;
+    tlm_err_clear(&err);
+    snprintf(so, cap, "%s/%s.so", g_dir, tag);
+    snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(t));
+    cr_assert_eq(tc_cc_compile(k->source, flags, so, NULL, &err), 0, "%s", err.msg);
+    *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(*h, "%s", dlerror());
+    snprintf(sym, sizeof sym, "%s_packed", k->entry);
+    packed_fn fn = (packed_fn)dlsym(*h, sym);
+    cr_assert_not_null(fn, "%s: no %s", so, sym);
+    return fn;
+}
+
+/* The default schedule's kernel, which must contain needle (the vectorised rows code). */
+static void default_kernel(const built *b, const char *needle, cg_kernel *k)
+{
+    space_sched s;
+    space_default(b->sp, &s);
+    tlm_error err;
+    tlm_err_clear(&err);
+    cr_assert_eq(cg_generate(b->sp, &s, NULL, k, &err), 0, "%s", err.msg);
+    cr_assert(strstr(k->source, needle) != NULL, "not the vectorised kernel: no %s", needle);
+}
+
 /* The vectorised softmax (tlm_vexp_neg: one ln2 constant and a degree-5 polynomial) is
  * accurate element by element, not only relative to the row's largest value as the harness
  * checks: each output within 1e-6 of the double-precision softmax relatively (1e-30
@@ -998,22 +1030,13 @@ Test(codegen_cpu, softmax_accurate_per_element)
             snprintf(wl, sizeof wl, "{\"op\":\"softmax\",\"shape\":{\"R\":%d,\"C\":%d}}", R, C);
             built b = build(wl, tgs[ti]);
             if (st) small_l3(&b);
-            space_sched s;
-            space_default(b.sp, &s);
-            tlm_error err;
-            tlm_err_clear(&err);
             cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            cr_assert(strstr(k.source, "tlm_softmax_row(x") != NULL, "not the vectorised kernel");
+            default_kernel(&b, "tlm_softmax_row(x", &k);
             cr_assert_eq(rows_streamed(k.source), st == 1);
-            char so[128], flags[160];
-            snprintf(so, sizeof so, "%s/softmax%d-%d.so", g_dir, ti, st);
-            snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-            cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
-            void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-            cr_assert_not_null(h, "%s", dlerror());
-            void (*fn)(const float *, float *) = (void (*)(const float *, float *))dlsym(h, k.entry);
-            cr_assert_not_null(fn);
+            char so[128], tag[32];
+            void *h;
+            snprintf(tag, sizeof tag, "softmax%d-%d", ti, st);
+            packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
             const size_t bytes = (sizeof(float) * R * C + 63) / 64 * 64;
             float *x = aligned_alloc(64, bytes), *y = aligned_alloc(64, bytes);
             cr_assert(x && y);
@@ -1021,7 +1044,7 @@ Test(codegen_cpu, softmax_accurate_per_element)
                 for (int c = 0; c < C; c++) /* row r's max 3 - r at c = 0; down to -97 - r */
                     x[r * C + c] = c % 97 == 50 ? -INFINITY
                                                 : (float)(3 - r) - (float)(c % 1000) * 0.1f;
-            fn(x, y);
+            fn((void *const[]){x, y});
             int bad = 0;
             for (int r = 0; r < R; r++) {
                 double m = -INFINITY, sum = 0;
@@ -1048,6 +1071,7 @@ Test(codegen_cpu, softmax_accurate_per_element)
 }
 
 static void scratch_fill(float *x, int64_t n, uint64_t seed);
+
 
 /* Max reductions keep a NaN once seen, as the reference does (v > acc || isnan(v)): every
  * output the reference makes NaN is NaN and the others equal it. Inputs with a few NaNs
@@ -1088,15 +1112,10 @@ Test(codegen_cpu, max_reductions_keep_nan)
                 if (space_check(b.sp, &v, &err)) continue;
                 cg_kernel k;
                 cr_assert_eq(cg_generate(b.sp, &v, NULL, &k, &err), 0, "%s", err.msg);
-                char so[128], flags[160], sym[96];
-                snprintf(so, sizeof so, "%s/nan%zu-%d-%d.so", g_dir, wi, ti, vi);
-                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-                cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
-                void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-                cr_assert_not_null(h, "%s", dlerror());
-                snprintf(sym, sizeof sym, "%s_packed", k.entry);
-                void (*fn)(void *const *) = (void (*)(void *const *))dlsym(h, sym);
-                cr_assert_not_null(fn);
+                char so[128], tag[48];
+                void *h;
+                snprintf(tag, sizeof tag, "nan%zu-%d-%d", wi, ti, vi);
+                packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
                 int idx[IR_MAX_TENSORS];
                 int nin = ir_subgraph_inputs(b.g, idx);
                 void *args[IR_MAX_TENSORS + 1];
@@ -1145,22 +1164,12 @@ Test(codegen_cpu, max_reductions_keep_nan)
      * its max +inf */
     for (int ti = 0; ti < 2; ti++) {
         built b = build("{\"op\":\"reduce_max\",\"shape\":{\"R\":2,\"C\":77}}", tgs[ti]);
-        space_sched s;
-        space_default(b.sp, &s);
-        tlm_error err;
-        tlm_err_clear(&err);
         cg_kernel k;
-        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-        cr_assert(strstr(k.source, "tlm_reduce_row(x") != NULL, "not the vectorised kernel");
-        char so[128], flags[160], sym[96];
-        snprintf(so, sizeof so, "%s/naninf%d.so", g_dir, ti);
-        snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-        cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
-        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-        cr_assert_not_null(h, "%s", dlerror());
-        snprintf(sym, sizeof sym, "%s_packed", k.entry);
-        void (*fn)(void *const *) = (void (*)(void *const *))dlsym(h, sym);
-        cr_assert_not_null(fn);
+        default_kernel(&b, "tlm_reduce_row(x", &k);
+        char so[128], tag[32];
+        void *h;
+        snprintf(tag, sizeof tag, "naninf%d", ti);
+        packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
         float x[2 * 77] __attribute__((aligned(64))), y[16] __attribute__((aligned(64))) = {0};
         scratch_fill(x, 2 * 77, 5);
         x[5] = INFINITY, x[9] = -INFINITY, x[77 + 3] = -INFINITY;
@@ -1244,15 +1253,10 @@ Test(codegen_cpu, call_buffers_kept_across_calls)
             cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
             cr_assert_not_null(strstr(k.source, cases[ci].needle), "%s: %s: no %s", wl, tgs[ti],
                                cases[ci].needle);
-            char so[128], flags[160], sym[96];
-            snprintf(so, sizeof so, "%s/scratch%d-%d.so", g_dir, ci, ti);
-            snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-            cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
-            void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-            cr_assert_not_null(h, "%s", dlerror());
-            snprintf(sym, sizeof sym, "%s_packed", k.entry);
-            void (*fn)(void *const *) = (void (*)(void *const *))dlsym(h, sym);
-            cr_assert_not_null(fn);
+            char so[128], tag[32];
+            void *h;
+            snprintf(tag, sizeof tag, "scratch%d-%d", ci, ti);
+            packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
             int in[IR_MAX_TENSORS];
             int nin = ir_subgraph_inputs(b.g, in);
             cr_assert_lt(nin, IR_MAX_TENSORS);
