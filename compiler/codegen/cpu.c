@@ -2392,7 +2392,8 @@ static int gen_window(cgc *c, const char *entry)
      * registers hold both (5x5 stride 2 at 56x56, 7 x 1 vectors, 2 threads, Zen 4: 0.0338 ->
      * 0.0327 ms; a 7x7 stride-7 avg pool, one chain: 0.0504 -> 0.0392, AVX2 0.0488 -> 0.0322).
      * Maxima keep one set (2-cycle latency). */
-    const int64_t chains = (KH + SH - 1) / SH * NV;
+    const int64_t rows_per_input = (KH + SH - 1) / SH; /* output rows an input row feeds */
+    const int64_t chains = rows_per_input * NV;
     const bool split = W > 1 && !maxr && chains < 4 &&
                        2 * R * NV + (pin ? KW : 1) * NV + 2 <= (int64_t)sp->tgt.cpu.vector_registers;
     if (split)
@@ -2407,7 +2408,7 @@ static int gen_window(cgc *c, const char *entry)
      * 0.0512 ms on AVX-512 and 0.0529 -> 0.0399 on AVX2; a 3x3 stride-2 max pool, two rows
      * per input row, 0.0918 -> 0.0955 on AVX-512, so it keeps the taps apart). The loaded
      * vectors are then overwritten, so they are not const. */
-    const bool sep = !wn && W > 1 && KW > 1 && (KH + SH - 1) / SH >= 3;
+    const bool sep = !wn && W > 1 && KW > 1 && rows_per_input >= 3;
     int64_t blk = 0; /* input rows emitted: their parity picks the set under split */
     for (int64_t ir = 0; ir < span; ir++) {
         bool used = false;
