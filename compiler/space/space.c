@@ -918,9 +918,9 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
     }
     /* spatial axes no packable operand depends on: where the accumulator block should grow */
     unsigned reuse_axes = 0;
+    bool any = false; /* a packable operand: a contraction's, not a pool's */
     if (sp->sketch == SKETCH_CPU_TILE) {
         unsigned dep = 0;
-        bool any = false;
         for (int id = 0; id < a->n_expr; id++)
             if (space_cpu_packable(sp, vx, id)) {
                 dep |= space_expr_axes(sp, id);
@@ -943,6 +943,19 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             if (rows_axis != reuse_axes) rows_x = x;
             break;
         }
+    /* A contraction whose vector row is one vector (a conv's 14 output columns in 16 lanes; 7
+     * or 20 in 8, where two vectors would pad more) has one load a step and only its rows'
+     * accumulators as FMA chains: the next axis out, which the vector operand also depends on
+     * (the output rows), takes a second vector, and the rows are counted against two. Zen 5,
+     * 2 threads, interleaved: ViT-B/16's 16x16/16 patch embedding (768 filters over 14 x 14)
+     * 8 filters x 1 vector 0.65 ms, x 2 rows 0.54; ResNet-50's 1x1 2048 -> 512 at 7 x 7
+     * 0.66 -> 0.55 (AVX2, 6 x 2 against 8 x 1: 0.69 -> 0.57); YOLOv5s' 1x1 512 -> 256 at
+     * 20 x 20 on AVX2 0.68 -> 0.58. Four rows were no better: the packed panel then forces
+     * the window into chunks. */
+    int second_x = -1;
+    if (sp->sketch == SKETCH_CPU_TILE && any && sp->n_reduce > 0 && gx < 0 && vec_vectors == 1 &&
+        vx >= 1 && a->extent[vx - 1] >= 2 && !((reuse_axes >> (vx - 1)) & 1u))
+        second_x = vx - 1;
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -1021,15 +1034,16 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
                      * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */
-                    int64_t cap = budget / (vec_vectors * nonlast);
+                    int64_t cap = budget / (vec_vectors * (second_x >= 0 ? 2 : 1) * nonlast);
                     /* with 32 registers the broadcasts GCC hoists ahead of a step's FMAs need
                      * registers too: rows x (vectors + 1) + vectors <= 34 (6 x 4 GEMM tiles
                      * stay; 6 x 2 rows of a conv along F would spill accumulators) */
                     if (budget >= 24) {
-                        int64_t rows_max = (34 - vec_vectors) / (vec_vectors + 1);
+                        int64_t tv = vec_vectors * (second_x >= 0 ? 2 : 1);
+                        int64_t rows_max = (34 - tv) / (tv + 1);
                         if (rows_max / nonlast < cap) cap = rows_max / nonlast;
                     }
-                    if (!((rows_axis >> sl->axis) & 1u)) cap = 1;
+                    if (!((rows_axis >> sl->axis) & 1u)) cap = sl->axis == second_x ? 2 : 1;
                     /* 6 rows under a row of several vectors (GEMM: 6 x 4 on AVX-512, 6 x 2
                      * on AVX2); 8 under a single vector, whose accumulators must cover the
                      * FMA latency on their own (2 pipes x 4 cycles) */

@@ -774,6 +774,36 @@ Test(space, gemm_row_blocks_come_out_even)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* A conv whose vector row is one vector (14 columns in 16 lanes; 7 or 20 in 8) takes two
+ * output rows in its register tile, its filter rows counted against two vectors: 8 x 2 on
+ * AVX-512, 6 x 2 on AVX2 (16 ymm); 14 columns on AVX2 are two vectors already and keep one
+ * row; a GEMM's and a pool's tiles are as before. */
+Test(space, one_vector_rows_take_a_second_row)
+{
+#define PATCH "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":224,\"W\":224,\"F\":768,\"KH\":16," \
+              "\"KW\":16},\"stride\":[16,16],\"epilogue\":[\"bias_add\"]}"
+#define PW7 "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":2048,\"H\":7,\"W\":7,\"F\":512,\"KH\":1," \
+            "\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+    /* axes: n 0, f 1, oh 2, ow 3 (NHWC: n, oh, ow, c) */
+    static const default_tiles cases[] = {
+        {PATCH, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
+        {PATCH, "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 1}},
+        {PW7, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
+        {PW7, "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":512,\"H\":20,\"W\":20,\"F\":256,\"KH\":1,"
+         "\"KW\":1},\"epilogue\":[\"bias_add\",\"silu\"]}",
+         "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":9,\"KH\":3,\"KW\":3},"
+         "\"stride\":[1,1],\"pad\":[1,1],\"layout\":\"NHWC\"}",
+         "cpu:avx512", SKETCH_CPU_TILE, {2, 3}, {3, 3}, {1, 16}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":16,\"K\":64}}", "cpu:avx512", SKETCH_CPU_TILE,
+         {0, 1}, {3, 3}, {8, 16}},
+    };
+#undef PATCH
+#undef PW7
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+}
+
 /* A GEMV (decode's M = 1) streams its matrix: a register tile of one 64-byte line of each
  * row (one AVX-512 vector, two AVX2 ones), and tasks as wide as the accumulator buffer
  * (16384 floats) allows, spread evenly: the busiest thread's columns within 1/64 of an even
