@@ -1345,6 +1345,48 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
     }
 }
 
+/* A conv along F packs its weights by transposing W x W blocks in registers: the flattened
+ * (c, kh, kw) run of a chunk is contiguous in the weights (5 channels x 9 taps = 45: whole
+ * blocks and a tail of 13 on AVX-512, 5 on AVX2; all 10 channels: 90). Checked against the
+ * reference on both ISAs, padded and strided. */
+Test(codegen_cpu, weight_packs_transpose_in_registers)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":10,\"H\":9,\"W\":9,\"F\":32,\"KH\":3,\"KW\":3},"
+        "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":10,\"H\":11,\"W\":8,\"F\":48,\"KH\":3,\"KW\":3},"
+        "\"stride\":[2,2]}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    static const int64_t chunks[] = {5, 10};
+    for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
+        for (int t = 0; t < 2; t++)
+            for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+                built b = build(wls[w], tgs[t]);
+                const int ns = b.sp->n_spatial; /* n, f, oh, ow; then c, kh, kw */
+                const want_rule rules[] = {
+                    {SLOT_TILE, -1, -1, 1},
+                    {SLOT_TILE, 1, 3, 16},
+                    {SLOT_TILE, 3, 3, 2},
+                    {SLOT_TILE, ns, 1, chunks[ci]},
+                    {SLOT_TILE, ns + 1, 1, 3},
+                    {SLOT_TILE, ns + 2, 1, 3},
+                    {SLOT_PACK, -1, -1, 1},
+                };
+                space_sched s;
+                space_default(b.sp, &s);
+                s.v[0] = ns - 1; /* vectors along F */
+                force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
+                cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wls[w], tgs[t]);
+                cr_assert_eq(space_tile(b.sp, &s, ns, 1), chunks[ci]);
+                cr_expect(source_has(&b, &s, "transposed, "), "%s on %s: not transposed", wls[w],
+                          tgs[t]);
+                check_schedule(&b, &s, wls[w]);
+                free(b.g);
+                free(b.sp);
+            }
+}
+
 /* A packed operand whose vector axis is padded (45 columns in runs of 16: 16, 16 and a last
  * 13) copies its whole runs without clamping their indices (clamped, GCC copied them by
  * gathers: GPT-2's LM head 2.8x slower) and clamps only the run past the extent; checked
