@@ -1301,13 +1301,11 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     int ns = c->ns, nr = c->nr, x = c->x, W = c->W;
     unsigned m = c->pack_mask[pi];
     const ir_expr *e = &a->expr[c->pack_id[pi]];
-    if ((W != 8 && W != 16) || e->kind != IR_E_LOAD || c->pad[x] || c->T[x][3] % W != 0 ||
+    if ((W != 8 && W != 16) || e->kind != IR_E_LOAD || c->T[x][3] % W != 0 ||
         e->tensor == c->nm.subst_tensor || c->nm.scalar_tensor[e->tensor] || c->nm.load_hook)
         return false;
     const int64_t fx = flat_coef(c->g, e, x);
     if (fx == 0 || fx == 1) return false;
-    for (int xx = 0; xx < ns; xx++)
-        if (xx != x && (m & (1u << xx))) return false;
     /* the flattened run: innermost of stride 1, each outer stride the product of the inner
      * chunks, every inner chunk whole */
     int64_t run = 1;
@@ -1328,18 +1326,40 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     for (int xx = outer + 1; outer >= 0 && xx < ns + nr; xx++)
         if ((m & (1u << xx)) && c->T[xx][1] != c->E[xx]) return false;
     if (!any || run < W) return false;
-    const int64_t ps = c->T[x][2] * c->T[x][3]; /* packed row: the block along x */
+    int inner = -1; /* the run's innermost axis: its packed stride is the run's */
+    for (int xx = ns; xx < ns + nr; xx++)
+        if (m & (1u << xx)) inner = xx;
+    const int64_t ps = c->pack_str[pi][inner];
     const char *xn = a->axis[x];
+    const int base = ind;
     cg_line(b, ind, "/* pack operand %d: transposed, %d x %d blocks in registers */", pi, W, W);
     cg_line(b, ind, "{");
     ind++;
     cg_line(b, ind, "typedef int32_t tlm_ti __attribute__((vector_size(%d)));", 4 * W);
     char v[16];
+    /* the other packed spatial axes (a batched Bᵀ's batch), each block of them a panel */
+    for (int xx = 0; xx < ns; xx++) {
+        if (xx == x || !(m & (1u << xx))) continue;
+        snprintf(v, sizeof v, "%s2", a->axis[xx]);
+        loop(b, ind++, v, c->T[xx][2]);
+        snprintf(v, sizeof v, "%s3", a->axis[xx]);
+        loop(b, ind++, v, c->T[xx][3]);
+        if (c->pad[xx]) /* padded points read a clamped copy, never used */
+            cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", a->axis[xx], fb[xx],
+                    (long long)(c->E[xx] - 1));
+        else
+            cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
+    }
     snprintf(v, sizeof v, "%s2", xn);
     loop(b, ind++, v, c->T[x][2]);
     cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3 += %d) {", xn, xn,
             (long long)c->T[x][3], xn, W);
-    cg_line(b, ind, "const int64_t %s = %s;", xn, fb[x]);
+    if (c->pad[x]) { /* rows past the extent read a clamped copy of the last, never used */
+        cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", xn, fb[x], (long long)(c->E[x] - 1));
+        cg_line(b, ind, "const int64_t lim = %lld - %s;", (long long)(c->E[x] - 1), xn);
+    } else {
+        cg_line(b, ind, "const int64_t %s = %s;", xn, fb[x]);
+    }
     cg_names pn = c->nm;
     for (int xx = 0; xx < ns + nr; xx++) pn.axis[xx] = a->axis[xx];
     for (int xx = ns; xx < ns + nr; xx++)
@@ -1349,11 +1369,21 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     cg_printf(b, "%*sconst float *const src = &%s[", ind * 4, "", pn.tensor[e->tensor]);
     cg_emit_offset(b, c->g, a, e, &pn);
     cg_printf(b, "];\n");
-    cg_line(b, ind, "float *const dst = P%d + %s2 * %lld + %s3;", pi, xn, (long long)c->T[x][3], xn);
+    cg_printf(b, "%*sfloat *const dst = P%d + %s2 * %lld + %s3", ind * 4, "", pi, xn,
+              (long long)c->T[x][3], xn);
+    for (int xx = 0; xx < ns; xx++)
+        if (xx != x && (m & (1u << xx)))
+            cg_printf(b, " + (%s2 * %lld + %s3) * %lld", a->axis[xx], (long long)c->T[xx][3],
+                      a->axis[xx], (long long)c->pack_str[pi][xx]);
+    cg_printf(b, ";\n");
     cg_line(b, ind, "int64_t r = 0;");
     cg_line(b, ind++, "for (; r + %d <= %lld; r += %d) {", W, (long long)run, W);
     for (int q = 0; q < W; q++)
-        cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + %lld + r);", q, (long long)(q * fx));
+        if (c->pad[x])
+            cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + (%d < lim ? %d : lim) * %lld + r);",
+                    q, q, q, (long long)fx);
+        else
+            cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + %lld + r);", q, (long long)(q * fx));
     for (int h = 1; h < W; h *= 2) {
         char lo[256], hi[256];
         int nlo = 0, nhi = 0;
@@ -1376,11 +1406,9 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
         cg_line(b, ind, "*(tlm_vfu *)(dst + (r + %d) * %lld) = t%d;", q, (long long)ps, q);
     cg_line(b, --ind, "}");
     cg_line(b, ind, "for (; r < %lld; r++)", (long long)run);
-    cg_line(b, ind + 1, "for (int q = 0; q < %d; q++) dst[r * %lld + q] = src[q * %lld + r];", W,
-            (long long)ps, (long long)fx);
-    cg_line(b, --ind, "}");
-    cg_line(b, --ind, "}");
-    cg_line(b, --ind, "}");
+    cg_line(b, ind + 1, "for (int q = 0; q < %d; q++) dst[r * %lld + q] = src[%s * %lld + r];", W,
+            (long long)ps, c->pad[x] ? "(q < lim ? q : lim)" : "q", (long long)fx);
+    while (ind > base) cg_line(b, --ind, "}");
     return true;
 }
 

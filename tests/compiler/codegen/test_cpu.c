@@ -1347,14 +1347,15 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
 
 /* A conv along F packs its weights by transposing W x W blocks in registers: the flattened
  * (c, kh, kw) run of a chunk is contiguous in the weights (5 channels x 9 taps = 45: whole
- * blocks and a tail of 13 on AVX-512, 5 on AVX2; all 10 channels: 90). Checked against the
- * reference on both ISAs, padded and strided. */
+ * blocks and a tail of 13 on AVX-512, 5 on AVX2; all 10 channels: 90); so does a batched
+ * Bᵀ (its batch a packed axis too), 45 columns padded to 48 (the rows past them clamped).
+ * Checked against the reference on both ISAs, padded and strided. */
 Test(codegen_cpu, weight_packs_transpose_in_registers)
 {
     static const char *const wls[] = {
         "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":10,\"H\":9,\"W\":9,\"F\":32,\"KH\":3,\"KW\":3},"
         "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
-        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":10,\"H\":11,\"W\":8,\"F\":48,\"KH\":3,\"KW\":3},"
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":10,\"H\":11,\"W\":8,\"F\":45,\"KH\":3,\"KW\":3},"
         "\"stride\":[2,2]}",
     };
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
@@ -1385,6 +1386,29 @@ Test(codegen_cpu, weight_packs_transpose_in_registers)
                 free(b.g);
                 free(b.sp);
             }
+    static const char bt[] =
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":5,\"N\":45,\"K\":21},\"transpose_b\":true}";
+    for (int t = 0; t < 2; t++) {
+        built b = build(bt, tgs[t]); /* b, i, j; then k */
+        const want_rule rules[] = {
+            {SLOT_TILE, -1, -1, 1},
+            {SLOT_TILE, 2, 3, 16},
+            {SLOT_TILE, 1, 3, 2},
+            {SLOT_TILE, 0, 2, 3},
+            {SLOT_TILE, 3, 1, 21},
+            {SLOT_PACK, -1, -1, 1},
+        };
+        space_sched s;
+        space_default(b.sp, &s);
+        s.v[0] = 1; /* vectors along j */
+        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
+        cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", bt, tgs[t]);
+        cr_assert_eq(space_tile(b.sp, &s, 0, 2), 3);
+        cr_expect(source_has(&b, &s, "transposed, "), "%s on %s: not transposed", bt, tgs[t]);
+        check_schedule(&b, &s, bt);
+        free(b.g);
+        free(b.sp);
+    }
 }
 
 /* A packed operand whose vector axis is padded (45 columns in runs of 16: 16, 16 and a last
