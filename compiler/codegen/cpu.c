@@ -1259,7 +1259,8 @@ static void emit_pack_copy(cgc *c, int pi, int ind, char fb[][96], bool clamp_x)
     for (int xx = 0; xx < ns + nr; xx++) {
         pn.axis[xx] = a->axis[xx];
         if (!(m & (1u << xx))) continue;
-        if (xx < ns && c->pad[xx] && (xx != x || clamp_x)) /* padded points read a clamped copy, never used */
+        /* padded points read a clamped copy, never used (along x: only in the ragged run) */
+        if (xx < ns && c->pad[xx] && (xx != x || clamp_x))
             cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", a->axis[xx], fb[xx],
                     (long long)(c->E[xx] - 1));
         else if (xx < ns)
@@ -1355,7 +1356,8 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3 += %d) {", xn, xn,
             (long long)c->T[x][3], xn, W);
     if (c->pad[x]) { /* rows past the extent read a clamped copy of the last, never used */
-        cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", xn, fb[x], (long long)(c->E[x] - 1));
+        cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", xn, fb[x],
+                (long long)(c->E[x] - 1));
         cg_line(b, ind, "const int64_t lim = %lld - %s;", (long long)(c->E[x] - 1), xn);
     } else {
         cg_line(b, ind, "const int64_t %s = %s;", xn, fb[x]);
@@ -1380,10 +1382,12 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     cg_line(b, ind++, "for (; r + %d <= %lld; r += %d) {", W, (long long)run, W);
     for (int q = 0; q < W; q++)
         if (c->pad[x])
-            cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + (%d < lim ? %d : lim) * %lld + r);",
-                    q, q, q, (long long)fx);
+            cg_line(b, ind,
+                    "tlm_vf t%d = *(const tlm_vfu *)(src + (%d < lim ? %d : lim) * %lld + r);", q,
+                    q, q, (long long)fx);
         else
-            cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + %lld + r);", q, (long long)(q * fx));
+            cg_line(b, ind, "tlm_vf t%d = *(const tlm_vfu *)(src + %lld + r);", q,
+                    (long long)(q * fx));
     for (int h = 1; h < W; h *= 2) {
         char lo[256], hi[256];
         int nlo = 0, nhi = 0;
@@ -1397,8 +1401,8 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
         cg_line(b, ind, "const tlm_ti lo = {%s}, hi = {%s};", lo, hi);
         for (int q = 0; q < W; q++)
             if (!(q & h))
-                cg_line(b, ind,
-                        "{ const tlm_vf u = __builtin_shuffle(t%d, t%d, lo); t%d = __builtin_shuffle(t%d, t%d, hi); t%d = u; }",
+                cg_line(b, ind, "{ const tlm_vf u = __builtin_shuffle(t%d, t%d, lo); "
+                                "t%d = __builtin_shuffle(t%d, t%d, hi); t%d = u; }",
                         q, q + h, q + h, q, q + h, q);
         cg_line(b, --ind, "}");
     }

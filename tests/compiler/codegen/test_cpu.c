@@ -1353,9 +1353,11 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
 Test(codegen_cpu, weight_packs_transpose_in_registers)
 {
     static const char *const wls[] = {
-        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":10,\"H\":9,\"W\":9,\"F\":32,\"KH\":3,\"KW\":3},"
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":10,\"H\":9,\"W\":9,\"F\":32,\"KH\":3,"
+        "\"KW\":3},"
         "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}",
-        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":10,\"H\":11,\"W\":8,\"F\":45,\"KH\":3,\"KW\":3},"
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":10,\"H\":11,\"W\":8,\"F\":45,\"KH\":3,"
+        "\"KW\":3},"
         "\"stride\":[2,2]}",
     };
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
@@ -1378,7 +1380,8 @@ Test(codegen_cpu, weight_packs_transpose_in_registers)
                 space_default(b.sp, &s);
                 s.v[0] = ns - 1; /* vectors along F */
                 force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
-                cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wls[w], tgs[t]);
+                cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wls[w],
+                             tgs[t]);
                 cr_assert_eq(space_tile(b.sp, &s, ns, 1), chunks[ci]);
                 cr_expect(source_has(&b, &s, "transposed, "), "%s on %s: not transposed", wls[w],
                           tgs[t]);
@@ -1387,7 +1390,8 @@ Test(codegen_cpu, weight_packs_transpose_in_registers)
                 free(b.sp);
             }
     static const char bt[] =
-        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":5,\"N\":45,\"K\":21},\"transpose_b\":true}";
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":5,\"N\":45,\"K\":21},"
+        "\"transpose_b\":true}";
     for (int t = 0; t < 2; t++) {
         built b = build(bt, tgs[t]); /* b, i, j; then k */
         const want_rule rules[] = {
@@ -1419,7 +1423,8 @@ Test(codegen_cpu, packs_clamp_only_the_ragged_run)
 {
     static const char *const wls[] = {
         "{\"op\":\"dense\",\"shape\":{\"M\":7,\"N\":45,\"K\":19}}",
-        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":5,\"N\":45,\"K\":11},\"transpose_b\":true}",
+        "{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":5,\"N\":45,\"K\":11},"
+        "\"transpose_b\":true}",
     };
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
     for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)

@@ -780,8 +780,9 @@ Test(space, gemm_row_blocks_come_out_even)
  * row; a GEMM's and a pool's tiles are as before. */
 Test(space, one_vector_rows_take_a_second_row)
 {
-#define PATCH "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":224,\"W\":224,\"F\":768,\"KH\":16," \
-              "\"KW\":16},\"stride\":[16,16],\"epilogue\":[\"bias_add\"]}"
+#define PATCH                                                                                \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":224,\"W\":224,\"F\":768,\"KH\":16," \
+    "\"KW\":16},\"stride\":[16,16],\"epilogue\":[\"bias_add\"]}"
 #define PW7 "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":2048,\"H\":7,\"W\":7,\"F\":512,\"KH\":1," \
             "\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
     /* axes: n 0, f 1, oh 2, ow 3 (NHWC: n, oh, ow, c) */
