@@ -639,11 +639,12 @@ static void emit_vec_helpers(cgc *c)
         cg_line(b, 0, "#if defined(__x86_64__) && defined(%s)",
                 c->W == 16 ? "__AVX512F__" : "__AVX__");
         if (c->W == 16)
-            cg_line(b, 1, "return (tlm_vf)_mm512_mask_max_ps((__m512)a, _mm512_cmp_ps_mask((__m512)a, "
-                          "(__m512)a, _CMP_ORD_Q), (__m512)a, (__m512)b);");
+            cg_line(b, 1, "return (tlm_vf)_mm512_mask_max_ps((__m512)a, "
+                          "_mm512_cmp_ps_mask((__m512)a, (__m512)a, _CMP_ORD_Q), (__m512)a, "
+                          "(__m512)b);");
         else
-            cg_line(b, 1, "return (tlm_vf)_mm256_blendv_ps(_mm256_max_ps((__m256)a, (__m256)b), (__m256)a, "
-                          "_mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q));");
+            cg_line(b, 1, "return (tlm_vf)_mm256_blendv_ps(_mm256_max_ps((__m256)a, (__m256)b), "
+                          "(__m256)a, _mm256_cmp_ps((__m256)a, (__m256)a, _CMP_UNORD_Q));");
         cg_line(b, 0, "#else");
     }
     cg_line(b, 1, "const tlm_wi m = (a > b) | (a != a);");
@@ -1243,6 +1244,17 @@ static void emit_regtile_split(cgc *c, int ind, int64_t nv, const int64_t *accst
     cg_line(&c->b, ind, "}");
 }
 
+/* A packed spatial axis' index in a pack nest: a padded axis' points past its extent read a
+ * clamped copy of its last, never used (where clamp). */
+static void emit_pack_axis(cgc *c, int ind, int xx, char fb[][96], bool clamp)
+{
+    if (c->pad[xx] && clamp)
+        cg_line(&c->b, ind, "const int64_t %s = tlm_imin(%s, %lld);", c->a->axis[xx], fb[xx],
+                (long long)(c->E[xx] - 1));
+    else
+        cg_line(&c->b, ind, "const int64_t %s = %s;", c->a->axis[xx], fb[xx]);
+}
+
 /* The innermost loop of a pack nest (the vector axis' level 3, stride 1 in P) and its copy
  * statement; clamp_x: the vector axis' index clamped into its extent (its last, ragged run). */
 static void emit_pack_copy(cgc *c, int pi, int ind, char fb[][96], bool clamp_x)
@@ -1259,12 +1271,8 @@ static void emit_pack_copy(cgc *c, int pi, int ind, char fb[][96], bool clamp_x)
     for (int xx = 0; xx < ns + nr; xx++) {
         pn.axis[xx] = a->axis[xx];
         if (!(m & (1u << xx))) continue;
-        /* padded points read a clamped copy, never used (along x: only in the ragged run) */
-        if (xx < ns && c->pad[xx] && (xx != x || clamp_x))
-            cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", a->axis[xx], fb[xx],
-                    (long long)(c->E[xx] - 1));
-        else if (xx < ns)
-            cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
+        if (xx < ns) /* along x clamped only in the ragged run */
+            emit_pack_axis(c, ind, xx, fb, xx != x || clamp_x);
         else
             cg_line(b, ind, "const int64_t %s = %s0 * %lld + %s1;", a->axis[xx],
                     a->axis[xx], (long long)c->T[xx][1], a->axis[xx]);
@@ -1310,26 +1318,16 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     /* the flattened run: innermost of stride 1, each outer stride the product of the inner
      * chunks, every inner chunk whole */
     int64_t run = 1;
-    bool any = false;
+    int inner = -1, prev = -1; /* inner: the run's innermost axis, its packed stride the run's */
     for (int xx = ns + nr - 1; xx >= ns; xx--) {
         if (!(m & (1u << xx))) continue;
         if (c->rtail[xx] || flat_coef(c->g, e, xx) != run) return false;
-        any = true;
+        if (prev >= 0 && c->T[prev][1] != c->E[prev]) return false;
+        if (inner < 0) inner = xx;
+        prev = xx;
         run *= c->T[xx][1];
     }
-    /* every chunk inside the outermost one whole */
-    int outer = -1;
-    for (int xx = ns; xx < ns + nr; xx++)
-        if (m & (1u << xx)) {
-            outer = xx;
-            break;
-        }
-    for (int xx = outer + 1; outer >= 0 && xx < ns + nr; xx++)
-        if ((m & (1u << xx)) && c->T[xx][1] != c->E[xx]) return false;
-    if (!any || run < W) return false;
-    int inner = -1; /* the run's innermost axis: its packed stride is the run's */
-    for (int xx = ns; xx < ns + nr; xx++)
-        if (m & (1u << xx)) inner = xx;
+    if (inner < 0 || run < W) return false;
     const int64_t ps = c->pack_str[pi][inner];
     const char *xn = a->axis[x];
     const int base = ind;
@@ -1345,23 +1343,15 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
         loop(b, ind++, v, c->T[xx][2]);
         snprintf(v, sizeof v, "%s3", a->axis[xx]);
         loop(b, ind++, v, c->T[xx][3]);
-        if (c->pad[xx]) /* padded points read a clamped copy, never used */
-            cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", a->axis[xx], fb[xx],
-                    (long long)(c->E[xx] - 1));
-        else
-            cg_line(b, ind, "const int64_t %s = %s;", a->axis[xx], fb[xx]);
+        emit_pack_axis(c, ind, xx, fb, true);
     }
     snprintf(v, sizeof v, "%s2", xn);
     loop(b, ind++, v, c->T[x][2]);
     cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3 += %d) {", xn, xn,
             (long long)c->T[x][3], xn, W);
-    if (c->pad[x]) { /* rows past the extent read a clamped copy of the last, never used */
-        cg_line(b, ind, "const int64_t %s = tlm_imin(%s, %lld);", xn, fb[x],
-                (long long)(c->E[x] - 1));
+    emit_pack_axis(c, ind, x, fb, true);
+    if (c->pad[x]) /* rows past the extent read the last */
         cg_line(b, ind, "const int64_t lim = %lld - %s;", (long long)(c->E[x] - 1), xn);
-    } else {
-        cg_line(b, ind, "const int64_t %s = %s;", xn, fb[x]);
-    }
     cg_names pn = c->nm;
     for (int xx = 0; xx < ns + nr; xx++) pn.axis[xx] = a->axis[xx];
     for (int xx = ns; xx < ns + nr; xx++)

@@ -956,6 +956,7 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
     if (sp->sketch == SKETCH_CPU_TILE && any && sp->n_reduce > 0 && gx < 0 && vec_vectors == 1 &&
         vx >= 1 && a->extent[vx - 1] >= 2 && !((reuse_axes >> (vx - 1)) & 1u))
         second_x = vx - 1;
+    const int64_t tile_vectors = vec_vectors * (second_x >= 0 ? 2 : 1);
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
@@ -1034,13 +1035,12 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
                      * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */
-                    int64_t cap = budget / (vec_vectors * (second_x >= 0 ? 2 : 1) * nonlast);
+                    int64_t cap = budget / (tile_vectors * nonlast);
                     /* with 32 registers the broadcasts GCC hoists ahead of a step's FMAs need
                      * registers too: rows x (vectors + 1) + vectors <= 34 (6 x 4 GEMM tiles
                      * stay; 6 x 2 rows of a conv along F would spill accumulators) */
                     if (budget >= 24) {
-                        int64_t tv = vec_vectors * (second_x >= 0 ? 2 : 1);
-                        int64_t rows_max = (34 - tv) / (tv + 1);
+                        int64_t rows_max = (34 - tile_vectors) / (tile_vectors + 1);
                         if (rows_max / nonlast < cap) cap = rows_max / nonlast;
                     }
                     if (!((rows_axis >> sl->axis) & 1u)) cap = sl->axis == second_x ? 2 : 1;

@@ -1175,7 +1175,8 @@ Test(codegen_cpu, max_reductions_keep_nan)
         x[5] = INFINITY, x[9] = -INFINITY, x[77 + 3] = -INFINITY;
         void *args[2] = {x, y};
         fn(args);
-        cr_expect(isinf(y[0]) && y[0] > 0, "%s: max of a row with +-inf = %g", tgs[ti], (double)y[0]);
+        cr_expect(isinf(y[0]) && y[0] > 0, "%s: max of a row with +-inf = %g", tgs[ti],
+                  (double)y[0]);
         float m = -INFINITY;
         for (int i = 77; i < 2 * 77; i++) m = x[i] > m ? x[i] : m;
         cr_expect_eq(y[1], m, "%s: %g, want %g", tgs[ti], (double)y[1], (double)m);
@@ -1345,6 +1346,27 @@ static void force_slots(const space *sp, space_sched *s, const want_rule *rules,
     }
 }
 
+/* b's default with VECTORIZE = vec and the rules forced (force_slots), asserted packed. */
+static space_sched forced_packed(const built *b, int64_t vec, const want_rule *rules, int n_rules,
+                                 const char *wl)
+{
+    space_sched s;
+    space_default(b->sp, &s);
+    s.v[0] = vec;
+    force_slots(b->sp, &s, rules, n_rules);
+    cr_assert_eq(space_get(b->sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wl, b->t.name);
+    return s;
+}
+
+/* The kernel of s carries the pack form named by needle, and matches the reference. */
+static void check_pack_form(built *b, const space_sched *s, const char *wl, const char *needle)
+{
+    cr_expect(source_has(b, s, needle), "%s on %s: no '%s'", wl, b->t.name, needle);
+    check_schedule(b, s, wl);
+    free(b->g);
+    free(b->sp);
+}
+
 /* A conv along F packs its weights by transposing W x W blocks in registers: the flattened
  * (c, kh, kw) run of a chunk is contiguous in the weights (5 channels x 9 taps = 45: whole
  * blocks and a tail of 13 on AVX-512, 5 on AVX2; all 10 channels: 90); so does a batched
@@ -1376,18 +1398,11 @@ Test(codegen_cpu, weight_packs_transpose_in_registers)
                     {SLOT_TILE, ns + 2, 1, 3},
                     {SLOT_PACK, -1, -1, 1},
                 };
-                space_sched s;
-                space_default(b.sp, &s);
-                s.v[0] = ns - 1; /* vectors along F */
-                force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
-                cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wls[w],
-                             tgs[t]);
+                /* vectors along F */
+                space_sched s =
+                    forced_packed(&b, ns - 1, rules, sizeof rules / sizeof rules[0], wls[w]);
                 cr_assert_eq(space_tile(b.sp, &s, ns, 1), chunks[ci]);
-                cr_expect(source_has(&b, &s, "transposed, "), "%s on %s: not transposed", wls[w],
-                          tgs[t]);
-                check_schedule(&b, &s, wls[w]);
-                free(b.g);
-                free(b.sp);
+                check_pack_form(&b, &s, wls[w], "transposed, ");
             }
     static const char bt[] =
         "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":5,\"N\":45,\"K\":21},"
@@ -1402,16 +1417,10 @@ Test(codegen_cpu, weight_packs_transpose_in_registers)
             {SLOT_TILE, 3, 1, 21},
             {SLOT_PACK, -1, -1, 1},
         };
-        space_sched s;
-        space_default(b.sp, &s);
-        s.v[0] = 1; /* vectors along j */
-        force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
-        cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", bt, tgs[t]);
+        /* vectors along j */
+        space_sched s = forced_packed(&b, 1, rules, sizeof rules / sizeof rules[0], bt);
         cr_assert_eq(space_tile(b.sp, &s, 0, 2), 3);
-        cr_expect(source_has(&b, &s, "transposed, "), "%s on %s: not transposed", bt, tgs[t]);
-        check_schedule(&b, &s, bt);
-        free(b.g);
-        free(b.sp);
+        check_pack_form(&b, &s, bt, "transposed, ");
     }
 }
 
@@ -1436,17 +1445,10 @@ Test(codegen_cpu, packs_clamp_only_the_ragged_run)
                 {SLOT_TILE, b.sp->n_spatial - 2, 3, 2},
                 {SLOT_PACK, -1, -1, 1},
             };
-            space_sched s;
-            space_default(b.sp, &s);
-            s.v[0] = 1; /* vectors along j */
-            force_slots(b.sp, &s, rules, sizeof rules / sizeof rules[0]);
-            cr_assert_eq(space_get(b.sp, &s, SLOT_PACK, 0), 1, "%s on %s: packed", wls[w], tgs[t]);
+            /* vectors along j */
+            space_sched s = forced_packed(&b, 1, rules, sizeof rules / sizeof rules[0], wls[w]);
             cr_assert_eq(space_tile(b.sp, &s, b.sp->n_spatial - 1, 3), 16);
-            cr_expect(source_has(&b, &s, "if (run_end < 45) {"), "%s on %s: no unclamped runs",
-                      wls[w], tgs[t]);
-            check_schedule(&b, &s, wls[w]);
-            free(b.g);
-            free(b.sp);
+            check_pack_form(&b, &s, wls[w], "if (run_end < 45) {");
         }
 }
 
