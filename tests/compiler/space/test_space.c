@@ -606,7 +606,9 @@ Test(space, vectorize_names_any_long_spatial_axis)
     /* the default's model: a conv whose output rows (5 wide) fill 16 lanes poorly
      * vectorises its 256 filters on AVX-512 and packs them; so does a padded 3x3 conv with
      * 64-wide rows (the direct micro-kernel), its window whole in each chunk and 4 output rows
-     * a task, on AVX-512 and on AVX2; unpadded, 1x1 or 1-D it keeps the last axis, as does a GEMM */
+     * a task, on AVX-512 and on AVX2; so does an unpadded 3x3 conv whose window is deep
+     * against its filters (K = 576 >= 2 x 64); a 1x1 conv that expands and a 1-D conv keep
+     * the last axis, as does a GEMM */
     b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":10,\"W\":10,"
               "\"F\":256,\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
               "cpu:avx512");
@@ -630,7 +632,7 @@ Test(space, vectorize_names_any_long_spatial_axis)
          "cpu:avx2", 3, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":66,\"W\":66,\"F\":64,"
          "\"KH\":3,\"KW\":3}}",
-         "cpu:avx512", 1, 3},
+         "cpu:avx512", 3, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":320,\"H\":32,\"W\":32,\"F\":640,"
          "\"KH\":1,\"KW\":1}}",
          "cpu:avx512", 1, 1},
@@ -642,7 +644,7 @@ Test(space, vectorize_names_any_long_spatial_axis)
          "cpu:avx2", 1, 1},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":66,\"W\":66,\"F\":64,"
          "\"KH\":3,\"KW\":3}}",
-         "cpu:avx2", 1, 3},
+         "cpu:avx2", 3, 3},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":640,\"W\":640,\"F\":32,"
          "\"KH\":6,\"KW\":6},\"stride\":[2,2],\"pad\":[2,2]}",
          "cpu:avx2", 3, 6},
@@ -663,6 +665,35 @@ Test(space, vectorize_names_any_long_spatial_axis)
     }
     b = build("{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":768}}", "cpu:avx2");
     cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 1);
+    unbuild(&b);
+    /* 1x1 convs: along F when they reduce (K >= 2 F), or when their columns fill the lanes
+     * poorly (7 of 16); along the columns when they expand; a batched GEMM's batch axis (both
+     * operands move along it) never carries the vectors */
+    static const struct {
+        int64_t c, hw, f;
+        const char *tg;
+        int64_t vectorize;
+    } pw[] = {
+        {2048, 7, 512, "cpu:avx512", 3}, {256, 56, 64, "cpu:avx2", 3},
+        {1024, 14, 256, "cpu:avx512", 3}, {64, 56, 256, "cpu:avx512", 1},
+        {512, 7, 2048, "cpu:avx512", 3}, {512, 7, 2048, "cpu:avx2", 1},
+        {128, 28, 512, "cpu:avx2", 1},
+    };
+    for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
+        char wl[160];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":%lld,\"H\":%lld,\"W\":%lld,"
+                 "\"F\":%lld,\"KH\":1,\"KW\":1}}",
+                 (long long)pw[i].c, (long long)pw[i].hw, (long long)pw[i].hw, (long long)pw[i].f);
+        b = build(wl, pw[i].tg);
+        cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), pw[i].vectorize, "1x1 %zu on %s", i,
+                     pw[i].tg);
+        unbuild(&b);
+    }
+    b = build("{\"op\":\"batch_matmul\",\"shape\":{\"B\":16,\"M\":257,\"N\":257,\"K\":64},"
+              "\"transpose_b\":true}",
+              "cpu:avx512");
+    cr_expect_neq(default_of(b.sp, SLOT_VECTORIZE), 3);
     unbuild(&b);
     /* a grouped conv's input, reused by the 4 filters of its group only, is read in place
      * (packed per task it ran 4.9x slower); a GEMM's B, reused over a block of rows, packs */
@@ -783,17 +814,16 @@ Test(space, one_vector_rows_take_a_second_row)
 #define PATCH                                                                                \
     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":224,\"W\":224,\"F\":768,\"KH\":16," \
     "\"KW\":16},\"stride\":[16,16],\"epilogue\":[\"bias_add\"]}"
-#define PW7 "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":2048,\"H\":7,\"W\":7,\"F\":512,\"KH\":1," \
-            "\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+#define PW(c, hw, f)                                                                         \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f \
+    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
     /* axes: n 0, f 1, oh 2, ow 3 (NHWC: n, oh, ow, c) */
     static const default_tiles cases[] = {
         {PATCH, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
         {PATCH, "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 1}},
-        {PW7, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
-        {PW7, "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
-        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":512,\"H\":20,\"W\":20,\"F\":256,\"KH\":1,"
-         "\"KW\":1},\"epilogue\":[\"bias_add\",\"silu\"]}",
-         "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
+        {PW(256, 14, 1024), "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
+        {PW(512, 7, 2048), "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
+        {PW(256, 20, 512), "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 2}},
         {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":9,\"KH\":3,\"KW\":3},"
          "\"stride\":[1,1],\"pad\":[1,1],\"layout\":\"NHWC\"}",
          "cpu:avx512", SKETCH_CPU_TILE, {2, 3}, {3, 3}, {1, 16}},
@@ -801,7 +831,7 @@ Test(space, one_vector_rows_take_a_second_row)
          {0, 1}, {3, 3}, {8, 16}},
     };
 #undef PATCH
-#undef PW7
+#undef PW
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
