@@ -14,7 +14,9 @@
  * its output from the first kernel's (the candidates must agree; each kernel runs once on the
  * inputs before the timing). COLD=MiB (env): calls rotate through copies of all the arguments
  * totalling at least that much (at most 64 copies), so each call's data comes from DRAM, e.g.
- * COLD=1024 where a VM's L3 may be large. Threads: the kernels' own
+ * COLD=1024 where a VM's L3 may be large. KERNEL.so@pre: that kernel with its constant operands
+ * packed once (its tlm_kernel_prepack entries, as a plan's params are; one packed copy per
+ * argument copy) and called through tlm_kernel_prepacked. Threads: the kernels' own
  * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
  * (`make bench` builds it too); not a benchmark of its own, so bench/run.sh does not call it. */
 #include <dlfcn.h>
@@ -30,6 +32,10 @@
 #define MAX_COPIES 64
 
 typedef void (*kernel_fn)(void *const *args);
+typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
+typedef void (*prepack_fn)(int k, void *const *args, float *dst);
+typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
+#define MAX_PRE 8
 
 static double now_s(void)
 {
@@ -94,18 +100,47 @@ int main(int argc, char **argv)
     const size_t nout = n[na - 1];
     float *first = malloc(nout * sizeof(float));
     kernel_fn fn[MAX_KERNELS];
+    prepacked_fn pfn[MAX_KERNELS] = {0};
+    static const float *pre[MAX_KERNELS][MAX_COPIES][MAX_PRE];
     static double t[MAX_KERNELS][MAX_REPS];
     double diff[MAX_KERNELS] = {0};
     for (int k = 0; k < nk; k++) {
-        void *h = dlopen(argv[2 + k], RTLD_NOW | RTLD_LOCAL);
+        char path[4096];
+        snprintf(path, sizeof path, "%s", argv[2 + k]);
+        char *at = strstr(path, "@pre");
+        if (at) *at = 0;
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         fn[k] = h ? (kernel_fn)dlsym(h, "tlm_kernel_packed") : NULL;
         if (!fn[k]) {
-            fprintf(stderr, "ab_kernels: %s: %s\n", argv[2 + k], h ? "no tlm_kernel_packed" : dlerror());
+            fprintf(stderr, "ab_kernels: %s: %s\n", path, h ? "no tlm_kernel_packed" : dlerror());
             return 1;
+        }
+        if (!at) continue;
+        prepacks_fn info = (prepacks_fn)dlsym(h, "tlm_kernel_prepacks");
+        prepack_fn pack = (prepack_fn)dlsym(h, "tlm_kernel_prepack");
+        pfn[k] = (prepacked_fn)dlsym(h, "tlm_kernel_prepacked");
+        if (!info || !pack || !pfn[k]) {
+            fprintf(stderr, "ab_kernels: %s: no prepack entries\n", path);
+            return 1;
+        }
+        int arg;
+        long long floats;
+        for (int q = 0; q < info(0, &arg, &floats) && q < MAX_PRE; q++) {
+            info(q, &arg, &floats);
+            for (int c = 0; c < nc; c++) {
+                float *d = aligned_alloc(64, ((size_t)floats * sizeof(float) + 63) / 64 * 64);
+                if (!d) {
+                    fprintf(stderr, "ab_kernels: out of memory\n");
+                    return 1;
+                }
+                pack(q, args[c], d);
+                pre[k][c][q] = d;
+            }
         }
     }
     for (int k = 0; k < nk; k++) { /* each once on the first copy: their outputs agree */
-        fn[k](args[0]);
+        if (pfn[k]) pfn[k](args[0], pre[k][0]);
+        else fn[k](args[0]);
         const float *o = args[0][na - 1];
         if (k == 0 && first) memcpy(first, o, nout * sizeof(float));
         for (size_t j = 0; k > 0 && first && j < nout; j++)
@@ -115,9 +150,11 @@ int main(int argc, char **argv)
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < nk; k++) {
             void *const *a_ = args[next];
+            const float *const *p_ = pre[k][next];
             next = next + 1 == nc ? 0 : next + 1;
             double a = now_s();
-            fn[k](a_);
+            if (pfn[k]) pfn[k](a_, p_);
+            else fn[k](a_);
             t[k][r] = now_s() - a;
         }
     for (int k = 0; k < nk; k++) {

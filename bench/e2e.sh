@@ -10,7 +10,9 @@
 #   2. bench/e2e_peers.py torch DIR: the weights (DIR/weights.npz), PyTorch eager latency,
 #      its outputs, and the ONNX export DIR/model.onnx
 #   3. tlm run --plan DIR --inputs DIR/weights.npz --check on: our latency (median of RUNS
-#      after a warm-up), outputs vs the reference interpreter over the same plan
+#      after a warm-up), outputs vs the reference interpreter over the same plan; then the
+#      same with --prepack off (each launch packs its weights in every call, as the kernels
+#      are measured alone): what packing the params once at load saves
 #   4. bench/e2e_peers.py ort DIR: ONNX Runtime latency; its outputs vs PyTorch's and ours
 # Threads: every framework gets the machine's cores (OpenMP for our kernels).
 #
@@ -86,6 +88,8 @@ for spec in $MODELS; do
     mkdir -p "$d/ours"
     build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check on \
         --save-outputs "$d/ours" >"$d/ours.json" || echo "e2e.sh: $name: tlm run failed or the check failed" >&2
+    build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check off \
+        --prepack off >"$d/ours_per_call.json" || echo "e2e.sh: $name: tlm run --prepack off failed" >&2
     echo "e2e.sh: $name: ONNX Runtime" >&2
     $VPY bench/e2e_peers.py ort "$d" --runs "$RUNS" >"$d/ort.json"
     $PY - "$d" "$name" "$key" "$val" "$t0" "$t1" "$t2" >>"$results" <<'EOF'
@@ -101,7 +105,10 @@ for n in tout.files:
     r = tout[n].astype(np.float64).ravel()
     err = max(err, float(np.max(np.abs(o - r)) / max(float(np.max(np.abs(r))), 1e-30)))
 srcs = sorted({k.get("schedule_source", "?") for k in man["kernels"]})
+per_call = json.load(open(f"{d}/ours_per_call.json"))
 print(json.dumps({"model": name, key: int(val), "ours": ours["e2e_ms"], "sum_launch_ms": ours["sum_launch_median_ms"],
+                  "ours_packing_per_call": per_call["e2e_ms"],
+                  "prepacked_mb": ours.get("prepacked_bytes", 0) / 2**20,
                   "check": ours["check"], "rel_err_ours_vs_torch": err,
                   "torch": json.load(open(f"{d}/torch.json")), "ort": json.load(open(f"{d}/ort.json")),
                   "compile_cold_s": float(t1) - float(t0), "compile_warm_s": float(t2) - float(t1),

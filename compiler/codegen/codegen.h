@@ -7,7 +7,18 @@
  *        void <entry>(const float *restrict in0, ..., float *restrict out);
  *        void <entry>_packed(void *const *args);   args = inputs..., output
  *    with the INPUT tensors in argument order (ir_subgraph_inputs) and the OUTPUT last, each
- *    row-major float32. No global state; callable from any thread.
+ *    row-major float32. Callable from any thread (its call buffers are kept between calls
+ *    in slots a concurrent call does not share).
+ *    A kernel that packs an input operand as it is (a conv's or a GEMM's weights) also
+ *    exports, so that a caller who knows the operand is constant packs it once:
+ *        int  <entry>_prepacks(int k, int *arg, long long *floats);
+ *             the number of such operands; for k below it, the argument index it packs and
+ *             the floats of its packed copy
+ *        void <entry>_prepack(int k, void *const *args, float *dst);
+ *             packs operand k from args (as _packed takes them) into dst (64-byte aligned)
+ *        void <entry>_prepacked(void *const *args, const float *const *pre);
+ *             the kernel, reading operand k from pre[k] instead of packing args[arg] (pre[k]
+ *             NULL: packed by the call, as in _packed); the output is _packed's, bit for bit
  *  - Kernel ABI (CUDA): extern "C" __global__ void <entry>(const float *in0, ..., float *out)
  *    launched with out->grid, out->block and out->smem_bytes of dynamic shared memory;
  *    float16/bfloat16 workloads (GPU_MMA) take and write 16-bit storage (unsigned short)
@@ -28,6 +39,11 @@
 #include "compiler/util/err.h"
 
 #define CG_ENTRY_MAX 64
+
+/* The generators' version, part of every cached kernel's toolchain key (drv_toolchain_key):
+ * bumped when what they emit for a schedule changes in a way a cached kernel should not
+ * stand for (2: the CPU kernels' prepack entries). */
+#define CG_VERSION 2
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

@@ -163,6 +163,11 @@ typedef struct {
      * that do not index the panel fastest, so consecutive tasks share it */
     int keep_pi;
     int64_t keep_chunks;
+    /* packs a caller may hand in already packed (plan_prepacks): pack pi is prepack
+     * pre_k[pi] (-1: none), a copy of input argument pre_arg[k] in the global layout above
+     * (pack_blocks x pack_stride floats), passed as tlm_pre[k] to <entry>_prepacked */
+    int npre;
+    int pre_k[IR_MAX_EXPR], pre_pi[IR_MAX_EXPR], pre_arg[IR_MAX_EXPR];
     /* padded copies (plan_padcopies): tensor pad_src[i] copied once per call, before the
      * task loop, into tensor pad_dst[i] of gpad with the padding written in (pad_lo[i][d]
      * leading points on dim d, filled with pad_fill[i]); c->g and c->a then point into gpad,
@@ -1670,44 +1675,143 @@ static void emit_call_buffer(cgc *c, int ind, const char *name, int slot, int64_
 
 /* The global packs: G<i> allocated and filled panel by panel (in parallel when the kernel
  * is) before the task loop; given back to its slot after it (emit_global_frees). */
+static void emit_global_fill(cgc *c, int pi, int ind, bool par, char fb[][96]);
+
 static void emit_global_packs(cgc *c, int ind, bool par, char fb[][96])
 {
     cg_buf *b = &c->b;
-    const ir_stage *a = c->a;
     for (int pi = 0; pi < c->npack; pi++) {
         if (!c->pack_glob[pi]) continue;
         int64_t n = c->pack_blocks[pi] * c->pack_stride[pi];
         cg_line(b, ind, "/* operand %d packed once: %lld panels of %lld floats */", pi,
                 (long long)c->pack_blocks[pi], (long long)c->pack_stride[pi]);
-        char gn[16];
-        snprintf(gn, sizeof gn, "G%d", pi);
-        emit_call_buffer(c, ind, gn, scratch_slot(c, pi, 0), n * 4);
-        if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
-        cg_line(b, ind, "for (int64_t pb = 0; pb < %lld; pb++) {", (long long)c->pack_blocks[pi]);
-        int pind = ind + 1;
-        cg_line(b, pind, "int64_t prem = pb;");
-        for (int xx = c->ns + c->nr - 1; xx >= 0; xx--) {
-            if (!(c->pack_mask[pi] & (1u << xx))) continue;
-            const char *nm = a->axis[xx];
-            if (xx < c->ns) {
-                cg_line(b, pind, "const int64_t %s1 = prem %% %lld;", nm, (long long)c->T[xx][1]);
-                cg_line(b, pind, "prem /= %lld;", (long long)c->T[xx][1]);
-            }
-            cg_line(b, pind, "const int64_t %s0 = prem %% %lld;", nm, (long long)c->T[xx][0]);
-            cg_line(b, pind, "prem /= %lld;", (long long)c->T[xx][0]);
-            if (xx >= c->ns) emit_chunk_len(c, pind, xx);
+        const int k = c->pre_k[pi];
+        if (k < 0) {
+            char gn[16];
+            snprintf(gn, sizeof gn, "G%d", pi);
+            emit_call_buffer(c, ind, gn, scratch_slot(c, pi, 0), n * 4);
+            emit_global_fill(c, pi, ind, par, fb);
+            continue;
         }
-        cg_line(b, pind, "(void)prem;");
-        cg_line(b, pind, "float *const P%d = G%d + pb * %lld;", pi, pi, (long long)c->pack_stride[pi]);
-        emit_pack_nest(c, pi, pind, fb);
+        /* handed in packed by the caller, or packed here */
+        cg_line(b, ind, "float *G%d = (float *)tlm_pre%d;", pi, k);
+        cg_line(b, ind, "const int G%d_own = !G%d;", pi, pi);
+        cg_line(b, ind, "if (G%d_own) {", pi);
+        cg_line(b, ind + 1, "G%d = (float *)tlm_scratch_take(%d, %lld);", pi,
+                scratch_slot(c, pi, 0), (long long)(n * 4));
+        cg_line(b, ind + 1, "if (!G%d) __builtin_trap();", pi);
+        emit_global_fill(c, pi, ind + 1, par, fb);
         cg_line(b, ind, "}");
     }
+}
+
+/* Fills G<pi>, panel by panel (in parallel when the kernel is). */
+static void emit_global_fill(cgc *c, int pi, int ind, bool par, char fb[][96])
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    if (par) cg_line(b, ind, "#pragma omp parallel for schedule(static)");
+    cg_line(b, ind, "for (int64_t pb = 0; pb < %lld; pb++) {", (long long)c->pack_blocks[pi]);
+    int pind = ind + 1;
+    cg_line(b, pind, "int64_t prem = pb;");
+    for (int xx = c->ns + c->nr - 1; xx >= 0; xx--) {
+        if (!(c->pack_mask[pi] & (1u << xx))) continue;
+        const char *nm = a->axis[xx];
+        if (xx < c->ns) {
+            cg_line(b, pind, "const int64_t %s1 = prem %% %lld;", nm, (long long)c->T[xx][1]);
+            cg_line(b, pind, "prem /= %lld;", (long long)c->T[xx][1]);
+        }
+        cg_line(b, pind, "const int64_t %s0 = prem %% %lld;", nm, (long long)c->T[xx][0]);
+        cg_line(b, pind, "prem /= %lld;", (long long)c->T[xx][0]);
+        if (xx >= c->ns) emit_chunk_len(c, pind, xx);
+    }
+    cg_line(b, pind, "(void)prem;");
+    cg_line(b, pind, "float *const P%d = G%d + pb * %lld;", pi, pi,
+            (long long)c->pack_stride[pi]);
+    emit_pack_nest(c, pi, pind, fb);
+    cg_line(b, ind, "}");
+}
+
+/* Prepacks (kernel ABI in codegen.h): a packed operand that is an input tensor as it is (a
+ * load, possibly under a padding select: a conv's or a GEMM's weights, an activation
+ * alike) can be packed by the caller once, in the global layout, when the caller knows the
+ * tensor does not change between calls (a plan's params). Every call repacked a conv's
+ * weights, by far its largest operand at a network's deep layers (ResNet-50's layer 4:
+ * 9.4 MB a 3x3 conv, read from DRAM, transposed and written on every call). */
+static void plan_prepacks(cgc *c)
+{
+    int in[IR_MAX_TENSORS];
+    int n = ir_subgraph_inputs(c->g, in);
+    c->npre = 0;
+    for (int pi = 0; pi < c->npack; pi++) {
+        c->pre_k[pi] = -1;
+        const ir_expr *e = &c->a->expr[c->pack_id[pi]];
+        if (e->kind == IR_E_SELECT) e = &c->a->expr[e->a];
+        if (e->kind != IR_E_LOAD) continue;
+        for (int i = 0; i < n; i++)
+            if (in[i] == e->tensor) {
+                c->pre_k[pi] = c->npre;
+                c->pre_pi[c->npre] = pi;
+                c->pre_arg[c->npre++] = i;
+            }
+    }
+}
+
+/* The prepack entries (after the kernel's body, emitted as <entry>_run with tlm_pre):
+ * <entry> (tlm_pre NULL), <entry>_prepacks, <entry>_prepack, <entry>_prepacked. */
+static void emit_prepack_entries(cgc *c, const char *entry)
+{
+    cg_buf *b = &c->b;
+    const bool par = space_get(c->sp, c->s, SLOT_PARALLEL, 0) != 0;
+    char fb[IR_MAX_AXES][96];
+    for (int i = 0; i < c->ns + c->nr; i++) full_index(c, i, fb[i], sizeof fb[i]);
+    int in[IR_MAX_TENSORS];
+    int n = ir_subgraph_inputs(c->g, in);
+    cg_printf(b, "\nvoid %s(", entry);
+    cg_emit_params(b, c->g, &c->nm, false);
+    cg_printf(b, ")\n{\n    %s_run(", entry);
+    for (int i = 0; i < n; i++) cg_printf(b, "%s, ", c->g->tensor[in[i]].name);
+    cg_printf(b, "%s, (const float *const *)0);\n}\n\n", c->g->tensor[c->g->output].name);
+    cg_line(b, 0, "int %s_prepacks(int k, int *arg, long long *floats)", entry);
+    cg_line(b, 0, "{");
+    for (int k = 0; k < c->npre; k++) {
+        const int pi = c->pre_pi[k];
+        cg_line(b, 1, "if (k == %d) *arg = %d, *floats = %lldLL;", k, c->pre_arg[k],
+                (long long)(c->pack_blocks[pi] * c->pack_stride[pi]));
+    }
+    cg_line(b, 1, "return %d;", c->npre);
+    cg_line(b, 0, "}");
+    cg_printf(b, "\nstatic void %s_prepack_run(int k, ", entry);
+    cg_emit_params(b, c->g, &c->nm, false);
+    cg_printf(b, ", float *const dst)\n{\n");
+    for (int i = 0; i < n; i++) cg_line(b, 1, "(void)%s;", c->g->tensor[in[i]].name);
+    cg_line(b, 1, "(void)%s;", c->g->tensor[c->g->output].name);
+    for (int k = 0; k < c->npre; k++) {
+        const int pi = c->pre_pi[k];
+        cg_line(b, 1, "if (k == %d) {", k);
+        cg_line(b, 2, "float *const G%d = dst;", pi);
+        emit_global_fill(c, pi, 2, par, fb);
+        cg_line(b, 1, "}");
+    }
+    cg_line(b, 0, "}");
+    cg_printf(b, "\nvoid %s_prepack(int k, void *const *args, float *dst)\n{\n", entry);
+    cg_printf(b, "    %s_prepack_run(k, ", entry);
+    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
+    cg_printf(b, "(float *)args[%d], dst);\n}\n", n);
+    cg_printf(b, "\nvoid %s_prepacked(void *const *args, const float *const *pre)\n{\n", entry);
+    cg_printf(b, "    %s_run(", entry);
+    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
+    cg_printf(b, "(float *)args[%d], pre);\n}\n", n);
 }
 
 static void emit_global_frees(cgc *c)
 {
     for (int pi = 0; pi < c->npack; pi++)
-        if (c->pack_glob[pi]) cg_line(&c->b, 1, "tlm_scratch_give(%d, G%d);", scratch_slot(c, pi, 0), pi);
+        if (c->pack_glob[pi] && c->pre_k[pi] >= 0)
+            cg_line(&c->b, 1, "if (G%d_own) tlm_scratch_give(%d, G%d);", pi,
+                    scratch_slot(c, pi, 0), pi);
+        else if (c->pack_glob[pi])
+            cg_line(&c->b, 1, "tlm_scratch_give(%d, G%d);", scratch_slot(c, pi, 0), pi);
     for (int k = 0; k < c->npad; k++)
         cg_line(&c->b, 1, "tlm_scratch_give(%d, %s);", scratch_slot(c, -1, k),
                 c->g->tensor[c->pad_dst[k]].name);
@@ -2124,9 +2228,19 @@ static int gen_tile(cgc *c, const char *entry)
     c->stream = tile_stream(c);
     if (c->stream) emit_stream_helper(b);
     plan_keep(c, par == 2 ? 2 : 1);
+    plan_prepacks(c);
     emit_scratch_helpers(c);
-    params_and_packed(c, entry, 0);
+    if (c->npre) { /* the body, with the caller's prepacks (emit_prepack_entries) */
+        cg_printf(b, "static void %s_run(", entry);
+        cg_emit_params(b, c->g, &c->nm, false);
+        cg_printf(b, ", const float *const *const tlm_pre)\n");
+    } else {
+        params_and_packed(c, entry, 0);
+    }
     cg_line(b, 0, "{");
+    for (int k = 0; k < c->npre; k++)
+        cg_line(b, 1, "const float *const tlm_pre%d = tlm_pre ? tlm_pre[%d] : (const float *)0;",
+                k, k);
     int ind = 1;
     emit_padcopies(c, ind, par != 0);
     emit_global_packs(c, ind, par != 0, fb);
@@ -2224,8 +2338,8 @@ static int gen_tile(cgc *c, const char *entry)
             cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
         for (int pi = 0; pi < c->npack; pi++)
             if (!c->pack_glob[pi] && pi != kp)
-                cg_line(b, ind, "float P%d[%lld] __attribute__((aligned(64)));", pi,
-                        (long long)c->pack_size[pi]);
+                cg_line(b, ind, "float P%d%s[%lld] __attribute__((aligned(64)));", pi,
+                        c->pre_k[pi] >= 0 ? "_own" : "", (long long)c->pack_size[pi]);
         for (int i = ns; i < ns + nr; i++) {
             char v[16];
             snprintf(v, sizeof v, "%s0", a->axis[i]);
@@ -2233,6 +2347,25 @@ static int gen_tile(cgc *c, const char *entry)
             emit_chunk_len(c, ind, i);
         }
         for (int pi = 0; pi < c->npack; pi++) {
+            const int pk = c->pre_k[pi];
+            if (pk >= 0 && !c->pack_glob[pi]) {
+                /* handed in packed: this block's panel of the caller's global layout */
+                cg_printf(b, "%*sfloat *const P%d = tlm_pre%d ? (float *)tlm_pre%d + ", ind * 4,
+                          "", pi, pk, pk);
+                emit_block_index(c, c->pack_mask[pi], 0, ns + nr, true);
+                cg_printf(b, " * %lld : ", (long long)c->pack_stride[pi]);
+                if (pi == kp) {
+                    cg_printf(b, "K%d + ", pi);
+                    emit_block_index(c, c->pack_mask[pi], ns, ns + nr, false);
+                    cg_printf(b, " * %lld;\n", (long long)c->pack_size[pi]);
+                } else {
+                    cg_printf(b, "P%d_own;\n", pi);
+                }
+                cg_line(b, ind, "if (!tlm_pre%d%s) {", pk, pi == kp ? " && fresh" : "");
+                emit_pack_nest(c, pi, ind + 1, fb);
+                cg_line(b, ind, "}");
+                continue;
+            }
             if (pi == kp) { /* this r0 chunk of the kept panel, packed if it is not held */
                 cg_printf(b, "%*sfloat *const P%d = K%d + ", ind * 4, "", pi, pi);
                 emit_block_index(c, c->pack_mask[pi], ns, ns + nr, false);
@@ -3619,6 +3752,7 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
     cg_printf(&c->b, "%s */\n", sched);
     cg_printf(&c->b, "%s", c_prelude);
     int rc = cpu_routes[sp->sketch](c, entry);
+    if (rc == 0 && c->npre) emit_prepack_entries(c, entry);
     if (rc == 0) emit_packed(&c->b, sp->g, entry);
     char *src = cg_buf_take(&c->b);
     free(c->gpad);

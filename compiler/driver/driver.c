@@ -33,11 +33,11 @@ int drv_toolchain_key(const target *t, char *buf, size_t cap)
     char flags[256];
     int n;
     if (t->kind == TARGET_CUDA) {
-        n = snprintf(buf, cap, "%s; flags=--gpu-architecture=sm_%d", tc_nvrtc_identity(),
-                     target_sm(t));
+        n = snprintf(buf, cap, "%s; flags=--gpu-architecture=sm_%d; codegen=%d",
+                     tc_nvrtc_identity(), target_sm(t), CG_VERSION);
     } else {
         cpu_flags(t, flags, sizeof flags);
-        n = snprintf(buf, cap, "%s; flags=%s", tc_cc_identity(), flags);
+        n = snprintf(buf, cap, "%s; flags=%s; codegen=%d", tc_cc_identity(), flags, CG_VERSION);
     }
     return n < 0 || (size_t)n >= cap ? TLM_ELIMIT : n;
 }

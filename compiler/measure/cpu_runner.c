@@ -301,6 +301,73 @@ static int cpu_batch(void *vctx, int64_t inner, double *seconds)
     return 0;
 }
 
+typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
+typedef void (*prepack_fn)(int k, void *const *args, float *dst);
+typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
+
+/* opts.check_prepacked (measure.h): the prepacked path against the check run's output. Sends
+ * a FAULT (or an ERROR when out of memory) and returns -1 when the two differ. */
+static int check_prepacked(const measure__hdr *h, void *lib, void *const *args, int pfd)
+{
+    char sym[sizeof h->entry + 16];
+    snprintf(sym, sizeof sym, "%s_prepacks", h->entry);
+    prepacks_fn info = (prepacks_fn)dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepack", h->entry);
+    prepack_fn pack = (prepack_fn)dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepacked", h->entry);
+    prepacked_fn run = (prepacked_fn)dlsym(lib, sym);
+    if (!info || !pack || !run) return 0;
+    enum { MAX_PRE = 8 };
+    const int n = h->n_args;
+    int arg;
+    long long floats;
+    int npre = info(0, &arg, &floats);
+    void *copy[MEASURE__MAX_ARGS] = {0};
+    float *pre[MAX_PRE] = {0};
+    int rc = npre < 0 || npre > MAX_PRE ? -2 : 0;
+    for (int i = 0; !rc && i < n; i++) {
+        copy[i] = aligned_alloc(64, round_up(h->arg[i].bytes, 64));
+        if (!copy[i]) rc = -1;
+        else if (i < n - 1) memcpy(copy[i], args[i], h->arg[i].bytes);
+    }
+    for (int q = 0; !rc && q < npre; q++) {
+        info(q, &arg, &floats);
+        if (arg < 0 || arg >= n - 1 || floats < 1) {
+            rc = -2;
+            break;
+        }
+        pre[q] = aligned_alloc(64, round_up((uint64_t)floats * 4, 64));
+        if (!pre[q]) rc = -1;
+        else pack(q, copy, pre[q]);
+    }
+    for (int q = 0; !rc && q < npre; q++) { /* the packed operands may no longer be read */
+        info(q, &arg, &floats);
+        float *a = copy[arg];
+        for (uint64_t e = 0; e < h->arg[arg].bytes / 4; e++) a[e] = NAN;
+    }
+    if (!rc) {
+        float *o = copy[n - 1];
+        for (uint64_t e = 0; e < h->arg[n - 1].bytes / 4; e++) o[e] = NAN;
+        run(copy, (const float *const *)pre);
+        const float *want = args[n - 1];
+        for (uint64_t e = 0; e < h->arg[n - 1].bytes / 4; e++)
+            if (memcmp(&o[e], &want[e], 4) != 0) {
+                measure__send(pfd, MEASURE__MSG_FAULT, 0,
+                              "the prepacked entry wrote %g at element %llu, the kernel %g", o[e],
+                              (unsigned long long)e, want[e]);
+                rc = -3;
+                break;
+            }
+    }
+    if (rc == -1)
+        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
+    if (rc == -2)
+        measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s", "the prepack entries describe a bad operand");
+    for (int i = 0; i < n; i++) free(copy[i]);
+    for (int q = 0; q < MAX_PRE; q++) free(pre[q]);
+    return rc;
+}
+
 static int cpu_child(const measure__hdr *h, int pfd, int mfd)
 {
     size_t pg = page_size();
@@ -354,6 +421,7 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     int64_t t0 = tlm_now_ns();
     fn(args);
     double t_check = (double)(tlm_now_ns() - t0) * 1e-9;
+    if (h->check_prepacked && check_prepacked(h, lib, args, pfd) != 0) return 0;
     /* Freeze the checked output: nothing in the timing phase may change what the parent reads. */
     mprotect(out_seg, h->arg[n - 1].seg_size, PROT_READ);
     measure__send_checked(pfd, t_check);
@@ -502,6 +570,7 @@ static int resolve_opts(const measure_opts *in, measure_opts *o, tlm_error *err)
     if (in->min_sample_s > 0) o->min_sample_s = in->min_sample_s;
     o->seed = in->seed;
     o->check_only = in->check_only;
+    o->check_prepacked = in->check_prepacked;
     o->cold_cache = in->cold_cache;
     o->use_fork = in->use_fork;
     o->device = in->device;
@@ -577,6 +646,7 @@ int measure__prepare(const ir_subgraph *g, const measure_opts *opts, int kind, s
     proto.total_size = off;
     proto.timeout_ns = (int64_t)(o.timeout_s * 1e9);
     proto.check_only = o.check_only;
+    proto.check_prepacked = o.check_prepacked;
     proto.cold_cache = o.cold_cache;
     proto.warmup = o.warmup;
     proto.repeats = o.repeats;

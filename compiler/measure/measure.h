@@ -106,6 +106,11 @@ typedef struct measure_opts {
     int repeats;         /* timing samples (10) */
     double min_sample_s; /* minimum duration of one sample (1 ms) */
     bool check_only;     /* skip timing */
+    /* CPU: after the check run, the kernel's prepack entries (codegen.h), when it has any,
+     * pack its operands from copies of the inputs, those copies are overwritten with NaN,
+     * and <entry>_prepacked must write the check run's output bit for bit; a difference is
+     * MEASURE_CRASH with the first differing element in detail (tests; not timed) */
+    bool check_prepacked;
     bool cold_cache;     /* rotate through copies of the arguments (see the contract) */
     bool use_fork;       /* CPU: run in a fork() of this process instead of a fresh exec */
     int device;          /* CUDA device ordinal (0) */

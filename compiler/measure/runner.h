@@ -110,7 +110,7 @@ typedef struct {
     uint64_t total_size; /* of the memfd */
     int64_t deadline_ns; /* CLOCK_MONOTONIC (system-wide): the parent kills at this time */
     int64_t timeout_ns;  /* the whole allowance, to size the timing reserve */
-    int32_t check_only, cold_cache;
+    int32_t check_only, cold_cache, check_prepacked;
     int32_t warmup, repeats;
     double min_warmup_s, min_sample_s;
     measure__arg arg[MEASURE__MAX_ARGS];

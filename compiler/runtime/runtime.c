@@ -17,6 +17,11 @@
 #define RT_MAX_FILE (1u << 30) /* a kernel binary or manifest larger than this is refused */
 
 typedef void (*rt_packed_fn)(void *const *args);
+/* the prepack entries of a CPU kernel (codegen.h), all three or none */
+typedef int (*rt_prepacks_fn)(int k, int *arg, long long *floats);
+typedef void (*rt_prepack_fn)(int k, void *const *args, float *dst);
+typedef void (*rt_prepacked_fn)(void *const *args, const float *const *pre);
+#define RT_MAX_PRE 8
 
 typedef struct {
     char binary[256], entry[256];
@@ -25,6 +30,10 @@ typedef struct {
     unsigned grid[3], block[3], smem;
     void *lib;
     rt_packed_fn fn;
+    rt_prepack_fn prepack;
+    rt_prepacked_fn prepacked;
+    int npre, pre_arg[RT_MAX_PRE];
+    int64_t pre_floats[RT_MAX_PRE];
     tc_cu_module mod;
     tc_cu_function cufn;
 } rt_kernel;
@@ -42,6 +51,11 @@ struct rt_model {
     tc_cu_context ctx;
     tc_cu_deviceptr darena;
     bool uploaded; /* inputs and params on the device match the host arena */
+    /* CPU: per launch, its kernel's operands packed from params (NULL: packed by each call;
+     * see rt_set_prepack), valid while `prepacked` */
+    const float *(*pre)[RT_MAX_PRE];
+    bool use_prepack, prepacked;
+    int64_t prepack_bytes;
 };
 
 /* ---- manifest decoding ---- */
@@ -278,6 +292,29 @@ static int load_cpu_kernel(rt_model *m, rt_kernel *k, tlm_error *err)
     snprintf(sym, sizeof sym, "%s_packed", k->entry);
     k->fn = (rt_packed_fn)dlsym(k->lib, sym);
     if (!k->fn) return tlm_err_set(err, TLM_EINVAL, k->binary, "no symbol %s", sym);
+    /* optional: kernels built before prepacks existed, and those with nothing to pack */
+    snprintf(sym, sizeof sym, "%s_prepacks", k->entry);
+    rt_prepacks_fn info = (rt_prepacks_fn)dlsym(k->lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepack", k->entry);
+    k->prepack = (rt_prepack_fn)dlsym(k->lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepacked", k->entry);
+    k->prepacked = (rt_prepacked_fn)dlsym(k->lib, sym);
+    if (!info || !k->prepack || !k->prepacked) return 0;
+    int arg;
+    long long floats;
+    int n = info(0, &arg, &floats);
+    if (n < 0 || n > RT_MAX_PRE)
+        return tlm_err_set(err, TLM_EINVAL, k->binary, "%d prepacked operands (at most %d)", n,
+                           RT_MAX_PRE);
+    for (int q = 0; q < n; q++) {
+        info(q, &arg, &floats);
+        if (arg < 0 || arg >= RT_MAX_ARGS || floats < 1 || floats > (INT64_C(1) << 36))
+            return tlm_err_set(err, TLM_EINVAL, k->binary, "prepack %d: argument %d, %lld floats",
+                               q, arg, floats);
+        k->pre_arg[q] = arg;
+        k->pre_floats[q] = floats;
+    }
+    k->npre = n;
     return 0;
 }
 
@@ -352,6 +389,7 @@ int rt_model_load(const char *dir, rt_model **out, tlm_error *err)
             memset(m->arena, 0, bytes);
     }
     if (!rc && m->cuda) rc = cuda_open(m, err);
+    m->use_prepack = !m->cuda;
     for (int i = 0; !rc && i < m->n_kernel; i++)
         rc = m->cuda ? load_cuda_kernel(m, &m->kernel[i], err)
                      : load_cpu_kernel(m, &m->kernel[i], err);
@@ -373,6 +411,9 @@ void rt_model_free(rt_model *m)
         if (k->mod) m->cu->module_unload(k->mod);
     }
     if (m->darena) m->cu->mem_free(m->darena);
+    for (int i = 0; m->pre && i < m->n_launch; i++)
+        for (int q = 0; q < RT_MAX_PRE; q++) free((void *)m->pre[i][q]);
+    free(m->pre);
     free(m->tensor);
     free(m->launch);
     free(m->kernel);
@@ -428,6 +469,7 @@ int rt_bind(rt_model *m, const char *name, const float *data, int64_t n, tlm_err
                            (long long)(m->tensor[t].bytes / 4), (long long)n);
     memcpy(rt_model_data(m, t), data, (size_t)n * sizeof *data);
     m->uploaded = false;
+    if (m->tensor[t].kind == FE_T_PARAM) m->prepacked = false;
     return 0;
 }
 
@@ -458,6 +500,47 @@ void rt_bind_random(rt_model *m, uint64_t seed)
             p[e] = (float)(lo + (hi - lo) * (double)(splitmix64(&s) >> 11) * 0x1.0p-53);
     }
     m->uploaded = false;
+    m->prepacked = false;
+}
+
+void rt_set_prepack(rt_model *m, bool on)
+{
+    m->use_prepack = on && !m->cuda;
+}
+
+int64_t rt_model_prepack_bytes(const rt_model *m)
+{
+    return m->prepack_bytes;
+}
+
+/* Packs, for every launch whose kernel has prepack entries, each operand bound to a param
+ * (the same tensor on every repeat) into a buffer of its own, kept until the params are
+ * bound again. A buffer that cannot be allocated is left out: that launch packs in each
+ * call, as without prepacks. */
+static void prepack_params(rt_model *m)
+{
+    if (!m->pre) m->pre = calloc((size_t)m->n_launch, sizeof *m->pre);
+    if (!m->pre) return;
+    void *args[RT_MAX_ARGS];
+    m->prepack_bytes = 0;
+    for (int i = 0; i < m->n_launch; i++) {
+        const rt_launch *L = &m->launch[i];
+        const rt_kernel *k = &m->kernel[L->kernel];
+        for (int a = 0; a < L->n_args; a++) args[a] = rt_model_data(m, L->args[a]);
+        for (int q = 0; q < k->npre; q++) {
+            const int a = k->pre_arg[q];
+            if (a >= L->n_args || m->tensor[L->args[a]].kind != FE_T_PARAM ||
+                (L->repeat > 1 && L->step[a] != 0))
+                continue;
+            size_t bytes = ((size_t)k->pre_floats[q] * sizeof(float) + 63) / 64 * 64;
+            float *d = (float *)m->pre[i][q];
+            if (!d) m->pre[i][q] = d = aligned_alloc(64, bytes);
+            if (!d) continue;
+            k->prepack(q, args, d);
+            m->prepack_bytes += (int64_t)bytes;
+        }
+    }
+    m->prepacked = true;
 }
 
 /* ---- running ---- */
@@ -465,14 +548,19 @@ void rt_bind_random(rt_model *m, uint64_t seed)
 static int run_cpu(rt_model *m, double *launch_s)
 {
     void *args[RT_MAX_ARGS];
+    if (m->use_prepack && !m->prepacked) prepack_params(m);
     for (int i = 0; i < m->n_launch; i++) {
         const rt_launch *L = &m->launch[i];
-        rt_packed_fn fn = m->kernel[L->kernel].fn;
+        const rt_kernel *k = &m->kernel[L->kernel];
+        const bool pre = m->use_prepack && m->pre && k->npre > 0;
         double t0 = launch_s ? tlm_now_s() : 0;
         for (int64_t r = 0; r < L->repeat; r++) {
             for (int a = 0; a < L->n_args; a++)
                 args[a] = rt_model_data(m, L->args[a]) + r * L->step[a];
-            fn(args);
+            if (pre)
+                k->prepacked(args, m->pre[i]);
+            else
+                k->fn(args);
         }
         if (launch_s) launch_s[i] = tlm_now_s() - t0;
     }

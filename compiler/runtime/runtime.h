@@ -18,6 +18,14 @@
  *    uniform in [-1, 1]; weights (rank >= 2) uniform with variance 1/fan-in (fan-in = K of a
  *    rank-2 [K, N] weight, the elements per output channel of OIHW or [C,KH,KW]), so
  *    deep random networks stay finite; rank-1 params (biases, norm scales) in [0.9, 1.1].
+ *  - Prepacks (CPU): a kernel that packs an operand bound to a param (a conv's or a GEMM's
+ *    weights) exports prepack entries (codegen.h); before the first rt_run after params are
+ *    bound (rt_bind of a param, rt_bind_random), each such operand is packed once into a
+ *    buffer of its own, outside the arena, and the launch reads it instead of packing the
+ *    weights in every call, as ONNX Runtime and oneDNN pack theirs at load. Params change
+ *    only through rt_bind and rt_bind_random (writing a param through rt_model_data does not
+ *    refresh its packs). rt_set_prepack(m, false) runs the kernels as compiled (each call
+ *    packs); rt_model_prepack_bytes is the packed buffers' size after a run.
  *  - rt_run executes the launches in plan order; launch_s (may be NULL) receives each
  *    launch's seconds (all repeats of it), so the caller can time kernels and the whole run.
  *  - rt_reference re-runs the plan with the reference interpreter (ir_interp_fast_f64, double
@@ -81,6 +89,9 @@ int rt_bind(rt_model *m, const char *name, const float *data, int64_t n, tlm_err
 void rt_bind_random(rt_model *m, uint64_t seed);
 
 int rt_run(rt_model *m, double *launch_s, tlm_error *err);
+/* Prepacks on (the default on CPU) or off; see the contract. */
+void rt_set_prepack(rt_model *m, bool on);
+int64_t rt_model_prepack_bytes(const rt_model *m);
 
 typedef int (*rt_workload_decoder)(const json_t *j, ir_workload *w, tlm_error *err);
 

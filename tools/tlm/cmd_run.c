@@ -24,11 +24,13 @@
 static const char run_usage[] =
     "usage: tlm run --plan DIR [--inputs random|FILE.npz|FILE.onnx] [--seed S] [--repeat N]\n"
     "               [--check auto|on|off] [--tolerance T] [--save-outputs DIR]\n"
+    "               [--prepack on|off]\n"
     "  runs the network compiled into DIR (manifest.json with its plan, and the kernels):\n"
     "  one warm-up, then N timed runs (default 10); prints per-launch and end-to-end times\n"
     "  and the check against the reference interpreter over the same plan (auto: models of\n"
     "  at most 2 GFLOP; tolerance on max|ours - ref| / max|ref|, default 1e-3);\n"
-    "  --save-outputs DIR writes each output of the last run as DIR/NAME.npy\n";
+    "  --save-outputs DIR writes each output of the last run as DIR/NAME.npy;\n"
+    "  --prepack off: every call packs its weights (default on: packed once, after binding)\n";
 
 #define AUTO_CHECK_FLOPS 2e9
 
@@ -208,7 +210,7 @@ static double manifest_flops(const char *dir)
 
 static int run_run(int argc, char **argv)
 {
-    const char *dir = NULL, *inputs = "random", *check = "auto", *save = NULL;
+    const char *dir = NULL, *inputs = "random", *check = "auto", *save = NULL, *prepack = "on";
     uint64_t repeat = 10, seed = 1;
     double tol = 1e-3;
     tlm_error err;
@@ -229,6 +231,8 @@ static int run_run(int argc, char **argv)
             check = v;
         else if (!strcmp(o, "--save-outputs"))
             save = v;
+        else if (!strcmp(o, "--prepack"))
+            prepack = v;
         else if (!strcmp(o, "--repeat")) {
             if (cli_parse_u64(o, v, 100000, &repeat, &err)) return cli_report(&err);
             if (repeat < 1) return cli_usage_error("run: --repeat must be at least 1");
@@ -244,6 +248,8 @@ static int run_run(int argc, char **argv)
     if (!dir) return cli_usage_error("run: --plan DIR is required (see tlm run --help)");
     if (strcmp(check, "auto") && strcmp(check, "on") && strcmp(check, "off"))
         return cli_usage_error("run: --check must be auto, on or off");
+    if (strcmp(prepack, "on") && strcmp(prepack, "off"))
+        return cli_usage_error("run: --prepack must be on or off");
 
     rt_model *m = NULL;
     if (rt_model_load(dir, &m, &err)) {
@@ -259,6 +265,7 @@ static int run_run(int argc, char **argv)
         rc = cli_report(&err);
         goto done;
     }
+    rt_set_prepack(m, !strcmp(prepack, "on"));
     rt_bind_random(m, seed);
     size_t il = strlen(inputs);
     bool onnx = il > 5 && !strcmp(inputs + il - 5, ".onnx");
@@ -316,9 +323,10 @@ static int run_run(int argc, char **argv)
         json_array_append_new(outs, json_pack("{s:s, s:I, s:f}", "name", t->name, "elements",
                                               (json_int_t)(t->bytes / 4), "sum", sum));
     }
-    out = json_pack("{s:s, s:s, s:i, s:I, s:I, s:s, s:{s:f, s:f, s:f}, s:f, s:o, s:o}", "plan", dir,
-                    "device", rt_model_cuda(m) ? "cuda" : "cpu", "launches_in_plan", nl,
-                    "arena_bytes", (json_int_t)rt_model_arena_bytes(m), "repeat",
+    out = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f}, s:f, s:o, s:o}",
+                    "plan", dir, "device", rt_model_cuda(m) ? "cuda" : "cpu", "launches_in_plan",
+                    nl, "arena_bytes", (json_int_t)rt_model_arena_bytes(m), "prepacked_bytes",
+                    (json_int_t)rt_model_prepack_bytes(m), "repeat",
                     (json_int_t)repeat, "inputs", inputs, "e2e_ms", "median", med * 1e3, "min",
                     e2e[0] * 1e3, "mean", mean * 1e3, "sum_launch_median_ms", sum_med * 1e3,
                     "outputs", outs, "launches", ls);

@@ -76,6 +76,7 @@ static void check_kernel(const ir_subgraph *g, const target *t, const cg_kernel 
     measure_opts o;
     measure_opts_init(&o);
     o.check_only = true;
+    o.check_prepacked = true; /* and its prepack entries, when it has any */
     o.seed = 20240 + (uint64_t)g_seq;
     o.timeout_s = 60;
     measure_result res;
@@ -1906,6 +1907,64 @@ Test(codegen_cpu, harness_catches_a_wrong_kernel)
     cg_kernel_free(&k);
     free(b.g);
     free(b.sp);
+}
+
+/* A kernel whose packed operands are inputs exports prepack entries (codegen.h); the
+ * harness (opts.check_prepacked, on in check_kernel for every schedule above) catches a
+ * prepacked entry that still reads the operand it was handed packed: the operand's copy is
+ * NaN by then. Both ISAs, a GEMM's B kept across tasks and a conv's weights packed once. */
+Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":256,\"K\":256}}",
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":8,\"W\":8,\"F\":64,\"KH\":3,"
+        "\"KW\":3},\"pad\":[1,1]}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
+        for (int t = 0; t < 2; t++) {
+            built b = build(wls[w], tgs[t]);
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            tlm_err_clear(&err);
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            cr_assert(strstr(k.source, "int tlm_kernel_prepacks("), "%s on %s", wls[w], tgs[t]);
+            char so[128];
+            snprintf(so, sizeof so, "%s/pre%zu%d.so", g_dir, w, t);
+            measure_opts o;
+            measure_opts_init(&o);
+            o.check_only = true;
+            o.check_prepacked = true;
+            o.seed = 9;
+            measure_result res;
+            for (int broken = 0; broken < 2; broken++) {
+                if (broken) { /* the prepacked entry hands the kernel no packs */
+                    char *p = strstr(k.source, "void tlm_kernel_prepacked(");
+                    cr_assert_not_null(p);
+                    p = strstr(p, "], pre);");
+                    cr_assert_not_null(p);
+                    memcpy(p, "], 0  );", 8);
+                }
+                char flags[160];
+                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
+                cr_assert_eq(tc_cc_compile(k.source, flags, so, NULL, &err), 0, "%s", err.msg);
+                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
+                             err.msg);
+                if (!broken)
+                    cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wls[w], tgs[t],
+                                 measure_status_name(res.status), res.detail);
+                else
+                    cr_expect(res.status == MEASURE_CRASH && strstr(res.detail, "prepacked"),
+                              "%s on %s: %s %s", wls[w], tgs[t], measure_status_name(res.status),
+                              res.detail);
+            }
+            unlink(so);
+            cg_kernel_free(&k);
+            free(b.g);
+            free(b.sp);
+        }
 }
 
 Test(codegen_cpu, generated_source_reads_well)

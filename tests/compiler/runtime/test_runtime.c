@@ -154,6 +154,63 @@ Test(runtime, small_cnn_end_to_end_against_the_reference)
     remove_dir(dir);
 }
 
+/* Weights a kernel packs (a conv's along F, a GEMM's B) are packed once, after binding, and
+ * again when a param is bound anew; the launches read the packed copies and give what the
+ * kernels give packing in every call, bit for bit. */
+Test(runtime, params_packed_once_and_again_when_bound)
+{
+    char *dir = compile_graph(
+        "{'inputs': [{'name': 'img', 'shape': [1, 64, 8, 8]},"
+        " {'name': 'cw', 'shape': [64, 64, 3, 3], 'param': true},"
+        " {'name': 'x', 'shape': [32, 256]},"
+        " {'name': 'w', 'shape': [256, 256], 'param': true}],"
+        " 'nodes': ["
+        "  {'name': 'conv', 'op': 'conv2d', 'inputs': ['img', 'cw'], 'attrs': {'pad': [1, 1]}},"
+        "  {'name': 'act', 'op': 'relu', 'inputs': ['conv']},"
+        "  {'name': 'fc', 'op': 'dense', 'inputs': ['x', 'w']}]}");
+    rt_model *m;
+    tlm_error err = {0};
+    cr_assert_eq(rt_model_load(dir, &m, &err), 0, "%s: %s", err.field, err.msg);
+    cr_assert_eq(rt_model_prepack_bytes(m), 0, "nothing packed before the first run");
+    rt_bind_random(m, 3);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    /* both weights packed: 64 x 576 and 256 x 256 floats at least */
+    cr_assert_geq(rt_model_prepack_bytes(m), (64 * 576 + 256 * 256) * 4,
+                  "%lld bytes packed", (long long)rt_model_prepack_bytes(m));
+    rt_check ck;
+    cr_assert_eq(rt_reference(m, proto_workload_decode, &ck, &err), 0, "%s", err.msg);
+    cr_assert(ck.finite);
+    cr_assert_lt(ck.max_rel_err, 1e-4, "%g on %s", ck.max_rel_err, ck.worst);
+    const int act = rt_model_find(m, "act"), fc = rt_model_find(m, "fc");
+    cr_assert(act >= 0 && fc >= 0);
+    enum { NA = 64 * 64, NF = 32 * 256 };
+    static float before[NA + NF], w[256 * 256], cw[64 * 576];
+    memcpy(before, rt_model_data(m, act), NA * 4);
+    memcpy(before + NA, rt_model_data(m, fc), NF * 4);
+    /* new weights: the next run packs them again (the reference reads the arena) */
+    fill(w, 256 * 256, 11);
+    fill(cw, 64 * 576, 12);
+    for (int i = 0; i < 64 * 576; i++) cw[i] *= 0.05f;
+    for (int i = 0; i < 256 * 256; i++) w[i] *= 0.0625f;
+    cr_assert_eq(rt_bind(m, "w", w, 256 * 256, &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_bind(m, "cw", cw, 64 * 576, &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_reference(m, proto_workload_decode, &ck, &err), 0, "%s", err.msg);
+    cr_assert(ck.finite);
+    cr_assert_lt(ck.max_rel_err, 1e-4, "after rebinding: %g on %s", ck.max_rel_err, ck.worst);
+    cr_assert(memcmp(before + NA, rt_model_data(m, fc), NF * 4) != 0, "new weights, new output");
+    static float packed[NA + NF];
+    memcpy(packed, rt_model_data(m, act), NA * 4);
+    memcpy(packed + NA, rt_model_data(m, fc), NF * 4);
+    /* the kernels as compiled, packing in each call: the same bits */
+    rt_set_prepack(m, false);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    cr_assert(memcmp(packed, rt_model_data(m, act), NA * 4) == 0);
+    cr_assert(memcmp(packed + NA, rt_model_data(m, fc), NF * 4) == 0);
+    rt_model_free(m);
+    remove_dir(dir);
+}
+
 Test(runtime, bindings_are_checked)
 {
     char *dir = compile_graph(mlp);
