@@ -282,11 +282,61 @@ int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch
 
 typedef void (*packed_fn)(void *const *args);
 
+typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
+typedef void (*prepack_fn)(int k, void *const *args, float *dst);
+typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
+enum { CPU_MAX_PRE = 8 };
+
+/* A kernel's prepack entries (codegen.h), all three or none. */
+typedef struct {
+    prepacks_fn info;
+    prepack_fn pack;
+    prepacked_fn run;
+    int n;
+} cpu_pre;
+
+static void find_prepack(void *lib, const char *entry, cpu_pre *p)
+{
+    char sym[300];
+    snprintf(sym, sizeof sym, "%s_prepacks", entry);
+    p->info = (prepacks_fn)dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepack", entry);
+    p->pack = (prepack_fn)dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepacked", entry);
+    p->run = (prepacked_fn)dlsym(lib, sym);
+    int arg;
+    long long floats;
+    p->n = p->info && p->pack && p->run ? p->info(0, &arg, &floats) : 0;
+    if (p->n < 0 || p->n > CPU_MAX_PRE) p->n = 0;
+}
+
+/* Packs the operands of args that are in `mask` (input bits) into new buffers pre[q] (NULL
+ * for the others); false when out of memory or the entries describe a bad operand. */
+static bool pack_consts(const cpu_pre *p, const measure__hdr *h, uint32_t mask,
+                        void *const *args, const float **pre)
+{
+    for (int q = 0; q < p->n; q++) {
+        int arg;
+        long long floats;
+        pre[q] = NULL;
+        p->info(q, &arg, &floats);
+        if (arg < 0 || arg >= h->n_args - 1 || floats < 1) return false;
+        if (arg >= 32 || !((mask >> arg) & 1u)) continue;
+        float *d = aligned_alloc(64, ((size_t)floats * 4 + 63) / 64 * 64);
+        if (!d) return false;
+        p->pack(q, args, d);
+        pre[q] = d;
+    }
+    return true;
+}
+
 typedef struct {
     packed_fn fn;
-    int k;       /* copies */
-    int next;    /* rotation position */
-    void **args; /* k * MEASURE__MAX_ARGS pointers */
+    prepacked_fn pfn; /* with pre: opts.const_args packed once */
+    int k;            /* copies */
+    int next;         /* rotation position */
+    void **args;      /* k * MEASURE__MAX_ARGS pointers */
+    const float **pre; /* k * CPU_MAX_PRE */
 } cpu_ctx;
 
 static int cpu_batch(void *vctx, int64_t inner, double *seconds)
@@ -294,16 +344,16 @@ static int cpu_batch(void *vctx, int64_t inner, double *seconds)
     cpu_ctx *c = vctx;
     int64_t t0 = tlm_now_ns();
     for (int64_t i = 0; i < inner; i++) {
-        c->fn((void *const *)(c->args + (size_t)c->next * MEASURE__MAX_ARGS));
+        void *const *a = (void *const *)(c->args + (size_t)c->next * MEASURE__MAX_ARGS);
+        if (c->pfn)
+            c->pfn(a, c->pre + (size_t)c->next * CPU_MAX_PRE);
+        else
+            c->fn(a);
         if (++c->next == c->k) c->next = 0;
     }
     *seconds = (double)(tlm_now_ns() - t0) * 1e-9;
     return 0;
 }
-
-typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
-typedef void (*prepack_fn)(int k, void *const *args, float *dst);
-typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
 
 /* opts.check_prepacked (measure.h): the prepacked path against the check run's output. Sends
  * a FAULT (or an ERROR when out of memory) and returns -1 when the two differ. */
@@ -362,7 +412,8 @@ static int check_prepacked(const measure__hdr *h, void *lib, void *const *args, 
     if (rc == -1)
         measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
     if (rc == -2)
-        measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s", "the prepack entries describe a bad operand");
+        measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s",
+                      "the prepack entries describe a bad operand");
     for (int i = 0; i < n; i++) free(copy[i]);
     for (int q = 0; q < MAX_PRE; q++) free(pre[q]);
     return rc;
@@ -418,8 +469,21 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     }
     measure__send(pfd, MEASURE__MSG_LOADED, 0, "%s", "");
 
+    /* opts.const_args: those operands packed once, the kernel run as a plan runs it */
+    cpu_pre pre;
+    memset(&pre, 0, sizeof pre);
+    if (h->const_args) find_prepack(lib, h->entry, &pre);
+    const float *pre0[CPU_MAX_PRE] = {0};
+    if (pre.n && !pack_consts(&pre, h, h->const_args, args, pre0)) {
+        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s",
+                      "runner: cannot pack the constant operands");
+        return 0;
+    }
     int64_t t0 = tlm_now_ns();
-    fn(args);
+    if (pre.n)
+        pre.run(args, pre0);
+    else
+        fn(args);
     double t_check = (double)(tlm_now_ns() - t0) * 1e-9;
     if (h->check_prepacked && check_prepacked(h, lib, args, pfd) != 0) return 0;
     /* Freeze the checked output: nothing in the timing phase may change what the parent reads. */
@@ -462,6 +526,22 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
         }
     }
     cpu_ctx ctx = {.fn = fn, .k = k, .next = 0, .args = cargs};
+    if (pre.n) {
+        ctx.pre = calloc((size_t)k * CPU_MAX_PRE, sizeof *ctx.pre);
+        for (int c = 0; ctx.pre && c < k; c++)
+            if (!pack_consts(&pre, h, h->const_args,
+                             (void *const *)(cargs + (size_t)c * MEASURE__MAX_ARGS),
+                             ctx.pre + (size_t)c * CPU_MAX_PRE)) {
+                free(ctx.pre);
+                ctx.pre = NULL;
+            }
+        if (!ctx.pre) {
+            measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s",
+                          "runner: cannot pack the constant operands");
+            return 0;
+        }
+        ctx.pfn = pre.run;
+    }
     measure__msg m;
     memset(&m, 0, sizeof m);
     m.kind = MEASURE__MSG_TIMED;
@@ -571,6 +651,7 @@ static int resolve_opts(const measure_opts *in, measure_opts *o, tlm_error *err)
     o->seed = in->seed;
     o->check_only = in->check_only;
     o->check_prepacked = in->check_prepacked;
+    o->const_args = in->const_args;
     o->cold_cache = in->cold_cache;
     o->use_fork = in->use_fork;
     o->device = in->device;
@@ -647,6 +728,7 @@ int measure__prepare(const ir_subgraph *g, const measure_opts *opts, int kind, s
     proto.timeout_ns = (int64_t)(o.timeout_s * 1e9);
     proto.check_only = o.check_only;
     proto.check_prepacked = o.check_prepacked;
+    proto.const_args = o.const_args;
     proto.cold_cache = o.cold_cache;
     proto.warmup = o.warmup;
     proto.repeats = o.repeats;

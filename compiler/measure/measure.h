@@ -111,6 +111,12 @@ typedef struct measure_opts {
      * and <entry>_prepacked must write the check run's output bit for bit; a difference is
      * MEASURE_CRASH with the first differing element in detail (tests; not timed) */
     bool check_prepacked;
+    /* CPU: input arguments (bit i: input i) that stay the same between calls, as a plan's
+     * params do: when the kernel has prepack entries for them, they are packed once, outside
+     * the timing (per argument copy under cold_cache), and the check run and every timed call
+     * go through <entry>_prepacked, as the runtime runs a plan's launches; 0: every call
+     * packs what it packs */
+    uint32_t const_args;
     bool cold_cache;     /* rotate through copies of the arguments (see the contract) */
     bool use_fork;       /* CPU: run in a fork() of this process instead of a fresh exec */
     int device;          /* CUDA device ordinal (0) */

@@ -111,6 +111,7 @@ typedef struct {
     int64_t deadline_ns; /* CLOCK_MONOTONIC (system-wide): the parent kills at this time */
     int64_t timeout_ns;  /* the whole allowance, to size the timing reserve */
     int32_t check_only, cold_cache, check_prepacked;
+    uint32_t const_args;
     int32_t warmup, repeats;
     double min_warmup_s, min_sample_s;
     measure__arg arg[MEASURE__MAX_ARGS];
