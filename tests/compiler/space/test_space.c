@@ -696,6 +696,32 @@ Test(space, vectorize_names_any_long_spatial_axis)
               "cpu:avx512");
     cr_expect_neq(default_of(b.sp, SLOT_VECTORIZE), 3);
     unbuild(&b);
+    /* a 1x1 conv along its columns reads its input in place (contiguous there), unless its
+     * channels are 4 KiB apart (32 x 32), it is strided, or, on AVX2, its columns end in a
+     * ragged vector (28) */
+    static const struct {
+        int64_t c, hw, f, stride;
+        const char *tg;
+        int64_t pack;
+    } inplace[] = {
+        {64, 56, 256, 1, "cpu:avx512", 0}, {128, 28, 512, 1, "cpu:avx512", 0},
+        {64, 56, 256, 1, "cpu:avx2", 0},   {128, 28, 512, 1, "cpu:avx2", 1},
+        {320, 32, 640, 1, "cpu:avx512", 1}, {256, 56, 512, 2, "cpu:avx512", 1},
+    };
+    for (size_t i = 0; i < sizeof inplace / sizeof inplace[0]; i++) {
+        char wl[192];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":%lld,\"H\":%lld,\"W\":%lld,"
+                 "\"F\":%lld,\"KH\":1,\"KW\":1},\"stride\":[%lld,%lld]}",
+                 (long long)inplace[i].c, (long long)inplace[i].hw, (long long)inplace[i].hw,
+                 (long long)inplace[i].f, (long long)inplace[i].stride,
+                 (long long)inplace[i].stride);
+        b = build(wl, inplace[i].tg);
+        cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 1, "case %zu", i);
+        cr_expect_eq(default_of(b.sp, SLOT_PACK), inplace[i].pack, "case %zu on %s", i,
+                     inplace[i].tg);
+        unbuild(&b);
+    }
     /* a grouped conv's input, reused by the 4 filters of its group only, is read in place
      * (packed per task it ran 4.9x slower); a GEMM's B, reused over a block of rows, packs */
     for (int ti = 0; ti < 2; ti++) {
