@@ -26,16 +26,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "compiler/codegen/codegen.h"
+
 #define MAX_ARGS 16
 #define MAX_KERNELS 32
 #define MAX_REPS 1000
 #define MAX_COPIES 64
 
 typedef void (*kernel_fn)(void *const *args);
-typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
-typedef void (*prepack_fn)(int k, void *const *args, float *dst);
-typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
-#define MAX_PRE 8
 
 static double now_s(void)
 {
@@ -100,8 +98,8 @@ int main(int argc, char **argv)
     const size_t nout = n[na - 1];
     float *first = malloc(nout * sizeof(float));
     kernel_fn fn[MAX_KERNELS];
-    prepacked_fn pfn[MAX_KERNELS] = {0};
-    static const float *pre[MAX_KERNELS][MAX_COPIES][MAX_PRE];
+    cg_prepack_abi pa[MAX_KERNELS] = {0};
+    static const float *pre[MAX_KERNELS][MAX_COPIES][CG_MAX_PRE];
     static double t[MAX_KERNELS][MAX_REPS];
     double diff[MAX_KERNELS] = {0};
     for (int k = 0; k < nk; k++) {
@@ -116,30 +114,25 @@ int main(int argc, char **argv)
             return 1;
         }
         if (!at) continue;
-        prepacks_fn info = (prepacks_fn)dlsym(h, "tlm_kernel_prepacks");
-        prepack_fn pack = (prepack_fn)dlsym(h, "tlm_kernel_prepack");
-        pfn[k] = (prepacked_fn)dlsym(h, "tlm_kernel_prepacked");
-        if (!info || !pack || !pfn[k]) {
-            fprintf(stderr, "ab_kernels: %s: no prepack entries\n", path);
+        tlm_error err;
+        tlm_err_clear(&err);
+        if (cg_prepack_find(h, "tlm_kernel", &pa[k], &err) || pa[k].n == 0) {
+            fprintf(stderr, "ab_kernels: %s: no prepack entries %s\n", path, err.msg);
             return 1;
         }
-        int arg;
-        long long floats;
-        for (int q = 0; q < info(0, &arg, &floats) && q < MAX_PRE; q++) {
-            info(q, &arg, &floats);
+        for (int q = 0; q < pa[k].n; q++)
             for (int c = 0; c < nc; c++) {
-                float *d = aligned_alloc(64, ((size_t)floats * sizeof(float) + 63) / 64 * 64);
+                float *d = aligned_alloc(64, ((size_t)pa[k].floats[q] * 4 + 63) / 64 * 64);
                 if (!d) {
                     fprintf(stderr, "ab_kernels: out of memory\n");
                     return 1;
                 }
-                pack(q, args[c], d);
+                pa[k].pack(q, args[c], d);
                 pre[k][c][q] = d;
             }
-        }
     }
     for (int k = 0; k < nk; k++) { /* each once on the first copy: their outputs agree */
-        if (pfn[k]) pfn[k](args[0], pre[k][0]);
+        if (pa[k].n) pa[k].run(args[0], pre[k][0]);
         else fn[k](args[0]);
         const float *o = args[0][na - 1];
         if (k == 0 && first) memcpy(first, o, nout * sizeof(float));
@@ -153,7 +146,7 @@ int main(int argc, char **argv)
             const float *const *p_ = pre[k][next];
             next = next + 1 == nc ? 0 : next + 1;
             double a = now_s();
-            if (pfn[k]) pfn[k](a_, p_);
+            if (pa[k].n) pa[k].run(a_, p_);
             else fn[k](a_);
             t[k][r] = now_s() - a;
         }

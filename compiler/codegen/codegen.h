@@ -54,6 +54,23 @@ typedef struct cg_kernel {
     int smem_bytes; /* dynamic shared memory per block */
 } cg_kernel;
 
+/* A loaded CPU kernel's prepack entries (the ABI above): `pack` and `run` are
+ * <entry>_prepack and <entry>_prepacked, operand k packs input argument arg[k] into
+ * floats[k] floats. A generated kernel has at most CG_MAX_PRE of them. */
+#define CG_MAX_PRE 8
+typedef struct {
+    void (*pack)(int k, void *const *args, float *dst);
+    void (*run)(void *const *args, const float *const *pre);
+    int n; /* 0: the kernel has none (or predates them) */
+    int arg[CG_MAX_PRE];
+    int64_t floats[CG_MAX_PRE];
+} cg_prepack_abi;
+
+/* Looks the entries up in lib (a dlopen handle); 0 with p->n = 0 when the kernel has none,
+ * TLM_EINVAL when they describe more than CG_MAX_PRE operands or a bad one (a negative
+ * argument, an empty or > 2^36-float pack). */
+int cg_prepack_find(void *lib, const char *entry, cg_prepack_abi *p, tlm_error *err);
+
 /* Scheduled code for the space's target kind. entry may be NULL ("tlm_kernel"). */
 int cg_generate(const space *sp, const space_sched *s, const char *entry, cg_kernel *out,
                 tlm_error *err);

@@ -1,6 +1,8 @@
 /* common.c — printing helpers shared by the C and CUDA generators. */
 #include "compiler/codegen/codegen.h"
 
+#include <dlfcn.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,4 +252,38 @@ void cg_emit_params(cg_buf *b, const ir_subgraph *g, cg_names *nm, bool cuda)
     }
     nm->tensor[g->output] = g->tensor[g->output].name;
     cg_printf(b, "%sfloat *%s %s", n ? ", " : "", rq, g->tensor[g->output].name);
+}
+
+/* ---- the CPU prepack ABI, for the callers that load kernels ---- */
+
+int cg_prepack_find(void *lib, const char *entry, cg_prepack_abi *p, tlm_error *err)
+{
+    memset(p, 0, sizeof *p);
+    char sym[300];
+    snprintf(sym, sizeof sym, "%s_prepacks", entry);
+    int (*info)(int, int *, long long *) = (int (*)(int, int *, long long *))dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepack", entry);
+    p->pack = (void (*)(int, void *const *, float *))dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "%s_prepacked", entry);
+    p->run = (void (*)(void *const *, const float *const *))dlsym(lib, sym);
+    if (!info || !p->pack || !p->run) {
+        memset(p, 0, sizeof *p);
+        return 0;
+    }
+    int arg;
+    long long floats;
+    const int n = info(0, &arg, &floats);
+    if (n < 0 || n > CG_MAX_PRE)
+        return tlm_err_set(err, TLM_EINVAL, entry, "%d prepacked operands (at most %d)", n,
+                           CG_MAX_PRE);
+    for (int k = 0; k < n; k++) {
+        info(k, &arg, &floats);
+        if (arg < 0 || floats < 1 || floats > (1ll << 36))
+            return tlm_err_set(err, TLM_EINVAL, entry, "prepack %d: argument %d, %lld floats", k,
+                               arg, floats);
+        p->arg[k] = arg;
+        p->floats[k] = floats;
+    }
+    p->n = n;
+    return 0;
 }

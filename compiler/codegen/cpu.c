@@ -205,16 +205,23 @@ static void params_and_packed(cgc *c, const char *entry, int body_indent)
     cg_printf(&c->b, ")\n");
 }
 
-static void emit_packed(cg_buf *b, const ir_subgraph *g, const char *entry)
+/* "(const float *)args[0], ..., (float *)args[n]": the kernel's arguments from an array */
+static void emit_args_from_array(cg_buf *b, const ir_subgraph *g)
 {
     int in[IR_MAX_TENSORS];
     int n = ir_subgraph_inputs(g, in);
+    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
+    cg_printf(b, "(float *)args[%d]", n);
+}
+
+static void emit_packed(cg_buf *b, const ir_subgraph *g, const char *entry)
+{
     cg_printf(b, "\n");
     cg_line(b, 0, "void %s_packed(void *const *args)", entry);
     cg_line(b, 0, "{");
     cg_printf(b, "    %s(", entry);
-    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
-    cg_printf(b, "(float *)args[%d]);\n", n);
+    emit_args_from_array(b, g);
+    cg_printf(b, ");\n");
     cg_line(b, 0, "}");
 }
 
@@ -1748,7 +1755,7 @@ static void plan_prepacks(cgc *c)
         const ir_expr *e = &c->a->expr[c->pack_id[pi]];
         if (e->kind == IR_E_SELECT) e = &c->a->expr[e->a];
         if (e->kind != IR_E_LOAD) continue;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n && c->npre < CG_MAX_PRE; i++)
             if (in[i] == e->tensor) {
                 c->pre_k[pi] = c->npre;
                 c->pre_pi[c->npre] = pi;
@@ -1796,12 +1803,12 @@ static void emit_prepack_entries(cgc *c, const char *entry)
     cg_line(b, 0, "}");
     cg_printf(b, "\nvoid %s_prepack(int k, void *const *args, float *dst)\n{\n", entry);
     cg_printf(b, "    %s_prepack_run(k, ", entry);
-    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
-    cg_printf(b, "(float *)args[%d], dst);\n}\n", n);
+    emit_args_from_array(b, c->g);
+    cg_printf(b, ", dst);\n}\n");
     cg_printf(b, "\nvoid %s_prepacked(void *const *args, const float *const *pre)\n{\n", entry);
     cg_printf(b, "    %s_run(", entry);
-    for (int i = 0; i < n; i++) cg_printf(b, "(const float *)args[%d], ", i);
-    cg_printf(b, "(float *)args[%d], pre);\n}\n", n);
+    emit_args_from_array(b, c->g);
+    cg_printf(b, ", pre);\n}\n");
 }
 
 static void emit_global_frees(cgc *c)

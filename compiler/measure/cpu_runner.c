@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compiler/codegen/codegen.h"
 #include "compiler/measure/runner.h"
 
 extern char **environ;
@@ -282,47 +283,16 @@ int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch
 
 typedef void (*packed_fn)(void *const *args);
 
-typedef int (*prepacks_fn)(int k, int *arg, long long *floats);
-typedef void (*prepack_fn)(int k, void *const *args, float *dst);
-typedef void (*prepacked_fn)(void *const *args, const float *const *pre);
-enum { CPU_MAX_PRE = 8 };
-
-/* A kernel's prepack entries (codegen.h), all three or none. */
-typedef struct {
-    prepacks_fn info;
-    prepack_fn pack;
-    prepacked_fn run;
-    int n;
-} cpu_pre;
-
-static void find_prepack(void *lib, const char *entry, cpu_pre *p)
-{
-    char sym[300];
-    snprintf(sym, sizeof sym, "%s_prepacks", entry);
-    p->info = (prepacks_fn)dlsym(lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepack", entry);
-    p->pack = (prepack_fn)dlsym(lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepacked", entry);
-    p->run = (prepacked_fn)dlsym(lib, sym);
-    int arg;
-    long long floats;
-    p->n = p->info && p->pack && p->run ? p->info(0, &arg, &floats) : 0;
-    if (p->n < 0 || p->n > CPU_MAX_PRE) p->n = 0;
-}
-
 /* Packs the operands of args that are in `mask` (input bits) into new buffers pre[q] (NULL
- * for the others); false when out of memory or the entries describe a bad operand. */
-static bool pack_consts(const cpu_pre *p, const measure__hdr *h, uint32_t mask,
+ * for the others); false when out of memory. */
+static bool pack_consts(const cg_prepack_abi *p, const measure__hdr *h, uint32_t mask,
                         void *const *args, const float **pre)
 {
     for (int q = 0; q < p->n; q++) {
-        int arg;
-        long long floats;
+        const int arg = p->arg[q];
         pre[q] = NULL;
-        p->info(q, &arg, &floats);
-        if (arg < 0 || arg >= h->n_args - 1 || floats < 1) return false;
         if (arg >= 32 || !((mask >> arg) & 1u)) continue;
-        float *d = aligned_alloc(64, ((size_t)floats * 4 + 63) / 64 * 64);
+        float *d = aligned_alloc(64, round_up((uint64_t)p->floats[q] * 4, 64));
         if (!d) return false;
         p->pack(q, args, d);
         pre[q] = d;
@@ -332,11 +302,11 @@ static bool pack_consts(const cpu_pre *p, const measure__hdr *h, uint32_t mask,
 
 typedef struct {
     packed_fn fn;
-    prepacked_fn pfn; /* with pre: opts.const_args packed once */
-    int k;            /* copies */
-    int next;         /* rotation position */
-    void **args;      /* k * MEASURE__MAX_ARGS pointers */
-    const float **pre; /* k * CPU_MAX_PRE */
+    void (*pfn)(void *const *args, const float *const *pre); /* opts.const_args packed once */
+    int k;             /* copies */
+    int next;          /* rotation position */
+    void **args;       /* k * MEASURE__MAX_ARGS pointers */
+    const float **pre; /* k * CG_MAX_PRE, with pfn */
 } cpu_ctx;
 
 static int cpu_batch(void *vctx, int64_t inner, double *seconds)
@@ -346,7 +316,7 @@ static int cpu_batch(void *vctx, int64_t inner, double *seconds)
     for (int64_t i = 0; i < inner; i++) {
         void *const *a = (void *const *)(c->args + (size_t)c->next * MEASURE__MAX_ARGS);
         if (c->pfn)
-            c->pfn(a, c->pre + (size_t)c->next * CPU_MAX_PRE);
+            c->pfn(a, c->pre + (size_t)c->next * CG_MAX_PRE);
         else
             c->fn(a);
         if (++c->next == c->k) c->next = 0;
@@ -357,48 +327,28 @@ static int cpu_batch(void *vctx, int64_t inner, double *seconds)
 
 /* opts.check_prepacked (measure.h): the prepacked path against the check run's output. Sends
  * a FAULT (or an ERROR when out of memory) and returns -1 when the two differ. */
-static int check_prepacked(const measure__hdr *h, void *lib, void *const *args, int pfd)
+static int check_prepacked(const measure__hdr *h, const cg_prepack_abi *p, void *const *args,
+                           int pfd)
 {
-    char sym[sizeof h->entry + 16];
-    snprintf(sym, sizeof sym, "%s_prepacks", h->entry);
-    prepacks_fn info = (prepacks_fn)dlsym(lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepack", h->entry);
-    prepack_fn pack = (prepack_fn)dlsym(lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepacked", h->entry);
-    prepacked_fn run = (prepacked_fn)dlsym(lib, sym);
-    if (!info || !pack || !run) return 0;
-    enum { MAX_PRE = 8 };
+    if (!p->n) return 0;
     const int n = h->n_args;
-    int arg;
-    long long floats;
-    int npre = info(0, &arg, &floats);
     void *copy[MEASURE__MAX_ARGS] = {0};
-    float *pre[MAX_PRE] = {0};
-    int rc = npre < 0 || npre > MAX_PRE ? -2 : 0;
+    const float *pre[CG_MAX_PRE] = {0};
+    int rc = 0;
     for (int i = 0; !rc && i < n; i++) {
         copy[i] = aligned_alloc(64, round_up(h->arg[i].bytes, 64));
         if (!copy[i]) rc = -1;
         else if (i < n - 1) memcpy(copy[i], args[i], h->arg[i].bytes);
     }
-    for (int q = 0; !rc && q < npre; q++) {
-        info(q, &arg, &floats);
-        if (arg < 0 || arg >= n - 1 || floats < 1) {
-            rc = -2;
-            break;
-        }
-        pre[q] = aligned_alloc(64, round_up((uint64_t)floats * 4, 64));
-        if (!pre[q]) rc = -1;
-        else pack(q, copy, pre[q]);
-    }
-    for (int q = 0; !rc && q < npre; q++) { /* the packed operands may no longer be read */
-        info(q, &arg, &floats);
-        float *a = copy[arg];
-        for (uint64_t e = 0; e < h->arg[arg].bytes / 4; e++) a[e] = NAN;
+    if (!rc && !pack_consts(p, h, ~0u, copy, pre)) rc = -1;
+    for (int q = 0; !rc && q < p->n; q++) { /* the packed operands may no longer be read */
+        float *a = copy[p->arg[q]];
+        for (uint64_t e = 0; e < h->arg[p->arg[q]].bytes / 4; e++) a[e] = NAN;
     }
     if (!rc) {
         float *o = copy[n - 1];
         for (uint64_t e = 0; e < h->arg[n - 1].bytes / 4; e++) o[e] = NAN;
-        run(copy, (const float *const *)pre);
+        p->run(copy, pre);
         const float *want = args[n - 1];
         for (uint64_t e = 0; e < h->arg[n - 1].bytes / 4; e++)
             if (memcmp(&o[e], &want[e], 4) != 0) {
@@ -410,12 +360,10 @@ static int check_prepacked(const measure__hdr *h, void *lib, void *const *args, 
             }
     }
     if (rc == -1)
-        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
-    if (rc == -2)
-        measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s",
-                      "the prepack entries describe a bad operand");
+        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s",
+                      "runner: out of memory");
     for (int i = 0; i < n; i++) free(copy[i]);
-    for (int q = 0; q < MAX_PRE; q++) free(pre[q]);
+    for (int q = 0; q < CG_MAX_PRE; q++) free((void *)pre[q]);
     return rc;
 }
 
@@ -470,22 +418,35 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     measure__send(pfd, MEASURE__MSG_LOADED, 0, "%s", "");
 
     /* opts.const_args: those operands packed once, the kernel run as a plan runs it */
-    cpu_pre pre;
-    memset(&pre, 0, sizeof pre);
-    if (h->const_args) find_prepack(lib, h->entry, &pre);
-    const float *pre0[CPU_MAX_PRE] = {0};
-    if (pre.n && !pack_consts(&pre, h, h->const_args, args, pre0)) {
+    cg_prepack_abi pre;
+    tlm_error perr;
+    if ((h->const_args || h->check_prepacked) &&
+        cg_prepack_find(lib, h->entry, &pre, &perr) != 0) {
+        measure__send(pfd, MEASURE__MSG_LOAD_ERROR, 0, "%s: %s", perr.field, perr.msg);
+        return 0;
+    }
+    if (!h->const_args && !h->check_prepacked) pre.n = 0;
+    for (int q = 0; q < pre.n; q++)
+        if (pre.arg[q] >= n - 1) {
+            measure__send(pfd, MEASURE__MSG_FAULT, 0,
+                          "prepack %d names argument %d; the kernel takes %d inputs", q,
+                          pre.arg[q], n - 1);
+            return 0;
+        }
+    const bool consts = h->const_args && pre.n;
+    const float *pre0[CG_MAX_PRE] = {0};
+    if (consts && !pack_consts(&pre, h, h->const_args, args, pre0)) {
         measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s",
                       "runner: cannot pack the constant operands");
         return 0;
     }
     int64_t t0 = tlm_now_ns();
-    if (pre.n)
+    if (consts)
         pre.run(args, pre0);
     else
         fn(args);
     double t_check = (double)(tlm_now_ns() - t0) * 1e-9;
-    if (h->check_prepacked && check_prepacked(h, lib, args, pfd) != 0) return 0;
+    if (h->check_prepacked && check_prepacked(h, &pre, args, pfd) != 0) return 0;
     /* Freeze the checked output: nothing in the timing phase may change what the parent reads. */
     mprotect(out_seg, h->arg[n - 1].seg_size, PROT_READ);
     measure__send_checked(pfd, t_check);
@@ -526,12 +487,12 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
         }
     }
     cpu_ctx ctx = {.fn = fn, .k = k, .next = 0, .args = cargs};
-    if (pre.n) {
-        ctx.pre = calloc((size_t)k * CPU_MAX_PRE, sizeof *ctx.pre);
+    if (consts) {
+        ctx.pre = calloc((size_t)k * CG_MAX_PRE, sizeof *ctx.pre);
         for (int c = 0; ctx.pre && c < k; c++)
             if (!pack_consts(&pre, h, h->const_args,
                              (void *const *)(cargs + (size_t)c * MEASURE__MAX_ARGS),
-                             ctx.pre + (size_t)c * CPU_MAX_PRE)) {
+                             ctx.pre + (size_t)c * CG_MAX_PRE)) {
                 free(ctx.pre);
                 ctx.pre = NULL;
             }

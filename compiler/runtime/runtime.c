@@ -11,17 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/codegen/codegen.h"
 #include "compiler/toolchain/cuda_dl.h"
 #include "compiler/util/util.h"
 
 #define RT_MAX_FILE (1u << 30) /* a kernel binary or manifest larger than this is refused */
 
 typedef void (*rt_packed_fn)(void *const *args);
-/* the prepack entries of a CPU kernel (codegen.h), all three or none */
-typedef int (*rt_prepacks_fn)(int k, int *arg, long long *floats);
-typedef void (*rt_prepack_fn)(int k, void *const *args, float *dst);
-typedef void (*rt_prepacked_fn)(void *const *args, const float *const *pre);
-#define RT_MAX_PRE 8
 
 typedef struct {
     char binary[256], entry[256];
@@ -30,10 +26,7 @@ typedef struct {
     unsigned grid[3], block[3], smem;
     void *lib;
     rt_packed_fn fn;
-    rt_prepack_fn prepack;
-    rt_prepacked_fn prepacked;
-    int npre, pre_arg[RT_MAX_PRE];
-    int64_t pre_floats[RT_MAX_PRE];
+    cg_prepack_abi pre; /* CPU: its prepack entries (pre.n = 0: none) */
     tc_cu_module mod;
     tc_cu_function cufn;
 } rt_kernel;
@@ -53,7 +46,7 @@ struct rt_model {
     bool uploaded; /* inputs and params on the device match the host arena */
     /* CPU: per launch, its kernel's operands packed from params (NULL: packed by each call;
      * see rt_set_prepack), valid while `prepacked` */
-    const float *(*pre)[RT_MAX_PRE];
+    const float *(*pre)[CG_MAX_PRE];
     bool use_prepack, prepacked;
     int64_t prepack_bytes;
 };
@@ -293,29 +286,9 @@ static int load_cpu_kernel(rt_model *m, rt_kernel *k, tlm_error *err)
     k->fn = (rt_packed_fn)dlsym(k->lib, sym);
     if (!k->fn) return tlm_err_set(err, TLM_EINVAL, k->binary, "no symbol %s", sym);
     /* optional: kernels built before prepacks existed, and those with nothing to pack */
-    snprintf(sym, sizeof sym, "%s_prepacks", k->entry);
-    rt_prepacks_fn info = (rt_prepacks_fn)dlsym(k->lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepack", k->entry);
-    k->prepack = (rt_prepack_fn)dlsym(k->lib, sym);
-    snprintf(sym, sizeof sym, "%s_prepacked", k->entry);
-    k->prepacked = (rt_prepacked_fn)dlsym(k->lib, sym);
-    if (!info || !k->prepack || !k->prepacked) return 0;
-    int arg;
-    long long floats;
-    int n = info(0, &arg, &floats);
-    if (n < 0 || n > RT_MAX_PRE)
-        return tlm_err_set(err, TLM_EINVAL, k->binary, "%d prepacked operands (at most %d)", n,
-                           RT_MAX_PRE);
-    for (int q = 0; q < n; q++) {
-        info(q, &arg, &floats);
-        if (arg < 0 || arg >= RT_MAX_ARGS || floats < 1 || floats > (INT64_C(1) << 36))
-            return tlm_err_set(err, TLM_EINVAL, k->binary, "prepack %d: argument %d, %lld floats",
-                               q, arg, floats);
-        k->pre_arg[q] = arg;
-        k->pre_floats[q] = floats;
-    }
-    k->npre = n;
-    return 0;
+    int rc = cg_prepack_find(k->lib, k->entry, &k->pre, err);
+    if (rc) snprintf(err->field, sizeof err->field, "%.95s", k->binary);
+    return rc;
 }
 
 static int load_cuda_kernel(rt_model *m, rt_kernel *k, tlm_error *err)
@@ -412,7 +385,7 @@ void rt_model_free(rt_model *m)
     }
     if (m->darena) m->cu->mem_free(m->darena);
     for (int i = 0; m->pre && i < m->n_launch; i++)
-        for (int q = 0; q < RT_MAX_PRE; q++) free((void *)m->pre[i][q]);
+        for (int q = 0; q < CG_MAX_PRE; q++) free((void *)m->pre[i][q]);
     free(m->pre);
     free(m->tensor);
     free(m->launch);
@@ -527,16 +500,16 @@ static void prepack_params(rt_model *m)
         const rt_launch *L = &m->launch[i];
         const rt_kernel *k = &m->kernel[L->kernel];
         for (int a = 0; a < L->n_args; a++) args[a] = rt_model_data(m, L->args[a]);
-        for (int q = 0; q < k->npre; q++) {
-            const int a = k->pre_arg[q];
+        for (int q = 0; q < k->pre.n; q++) {
+            const int a = k->pre.arg[q];
             if (a >= L->n_args || m->tensor[L->args[a]].kind != FE_T_PARAM ||
                 (L->repeat > 1 && L->step[a] != 0))
                 continue;
-            size_t bytes = ((size_t)k->pre_floats[q] * sizeof(float) + 63) / 64 * 64;
+            size_t bytes = ((size_t)k->pre.floats[q] * sizeof(float) + 63) / 64 * 64;
             float *d = (float *)m->pre[i][q];
             if (!d) m->pre[i][q] = d = aligned_alloc(64, bytes);
             if (!d) continue;
-            k->prepack(q, args, d);
+            k->pre.pack(q, args, d);
             m->prepack_bytes += (int64_t)bytes;
         }
     }
@@ -552,13 +525,13 @@ static int run_cpu(rt_model *m, double *launch_s)
     for (int i = 0; i < m->n_launch; i++) {
         const rt_launch *L = &m->launch[i];
         const rt_kernel *k = &m->kernel[L->kernel];
-        const bool pre = m->use_prepack && m->pre && k->npre > 0;
+        const bool pre = m->use_prepack && m->pre && k->pre.n > 0;
         double t0 = launch_s ? tlm_now_s() : 0;
         for (int64_t r = 0; r < L->repeat; r++) {
             for (int a = 0; a < L->n_args; a++)
                 args[a] = rt_model_data(m, L->args[a]) + r * L->step[a];
             if (pre)
-                k->prepacked(args, m->pre[i]);
+                k->pre.run(args, m->pre[i]);
             else
                 k->fn(args);
         }

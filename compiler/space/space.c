@@ -1242,11 +1242,10 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     if (!(m & (1u << x))) r *= space_tile(sp, out, x, 2) * space_tile(sp, out, x, 3);
                 if (r > reuse) reuse = r;
                 const ir_expr *ld = &a->expr[id];
+                const bool padded = ld->kind == IR_E_SELECT;
+                if (padded) ld = &a->expr[ld->a];
                 int64_t cf = ld->kind == IR_E_LOAD ? load_coef(sp, ld, vx) : 0;
-                if (ld->kind == IR_E_SELECT) {
-                    ld = &a->expr[ld->a];
-                    cf = ld->kind == IR_E_LOAD ? load_coef(sp, ld, vx) : 0;
-                } else if (conv && cf == 1) {
+                if (conv && !padded && cf == 1) {
                     int64_t chan = 0, widest = 0; /* the stride of its widest reduction axis */
                     for (int rx = ns; rx < ns + sp->n_reduce; rx++)
                         if (a->extent[rx] > widest)

@@ -606,9 +606,9 @@ Test(space, vectorize_names_any_long_spatial_axis)
     /* the default's model: a conv whose output rows (5 wide) fill 16 lanes poorly
      * vectorises its 256 filters on AVX-512 and packs them; so does a padded 3x3 conv with
      * 64-wide rows (the direct micro-kernel), its window whole in each chunk, 4 output rows
-     * a task and one register tile of filters a block, on AVX-512 and on AVX2; so does an unpadded 3x3 conv whose window is deep
-     * against its filters (K = 576 >= 2 x 64); a 1x1 conv that expands and a 1-D conv keep
-     * the last axis, as does a GEMM */
+     * a task and one register tile of filters a block, on AVX-512 and on AVX2; so does an
+     * unpadded 3x3 conv whose window is deep against its filters (K = 576 >= 2 x 64); a 1x1
+     * conv that expands and a 1-D conv keep the last axis, as does a GEMM */
     b = build("{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":10,\"W\":10,"
               "\"F\":256,\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
               "cpu:avx512");
