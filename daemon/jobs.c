@@ -1078,6 +1078,8 @@ static void start_task(job *j, ktask *t)
     f->opts.trials = j->p.trials;
     f->opts.seconds = j->p.seconds;
     f->opts.strategy = j->p.strategy[0] ? j->p.strategy : NULL;
+    /* a network's weights measured packed once, as its plan runs them */
+    f->opts.mo.const_args = j->p.consts ? j->p.consts[t->index] : 0;
     if (j->p.mode == PL_MODE_TUNE) {
         f->opts.cancel = &f->cancelled;
         f->opts.progress = flight_progress;
@@ -1125,6 +1127,7 @@ void job_start(jobs *js, http_req *r, job_params *p)
     j->p = *p;
     p->wl = NULL;
     p->occ = NULL;
+    p->consts = NULL;
     p->node = NULL;
     p->model = NULL;
     p->plan = NULL;

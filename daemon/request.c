@@ -19,11 +19,13 @@ void job_params_free(job_params *p)
 {
     free(p->wl);
     free(p->occ);
+    free(p->consts);
     free(p->node);
     json_decref(p->model);
     json_decref(p->plan);
     p->wl = NULL;
     p->occ = NULL;
+    p->consts = NULL;
     p->node = NULL;
     p->model = NULL;
     p->plan = NULL;
@@ -143,13 +145,15 @@ static int decode_network(const tlmd_env *env, const json_t *j, job_params *p, t
     p->wl = calloc((size_t)fu.n, sizeof *p->wl);
     p->occ = calloc((size_t)fu.n, sizeof *p->occ);
     p->node = calloc((size_t)fu.n, sizeof *p->node);
-    if (!p->wl || !p->occ || !p->node) {
+    p->consts = calloc((size_t)fu.n, sizeof *p->consts);
+    if (!p->wl || !p->occ || !p->node || !p->consts) {
         rc = bad(e, TLM_ENOMEM, "", "out of memory");
         goto out;
     }
     for (int i = 0; i < fu.n; i++) {
         p->wl[i] = fu.sub[i].wl;
         p->occ[i] = fu.sub[i].count;
+        p->consts[i] = fu.sub[i].const_args;
         snprintf(p->node[i], sizeof p->node[i], "%s", fu.sub[i].name);
     }
     json_t *name = g->name ? json_string(g->name) : NULL;

@@ -351,6 +351,9 @@ typedef struct job_params {
      * that the answer, the accepted and the done events carry. Owned like wl. */
     int64_t *occ;
     char (*node)[64];
+    /* graph and model requests: per workload, the inputs bound to params in every launch
+     * (fe_subgraph.const_args), measured packed once as the plan runs them; NULL otherwise */
+    uint32_t *consts;
     json_t *model;
     /* graph and model requests: the execution plan (fe_plan_to_json; proto/graph.md); the
      * answer and the done event carry it with each launch's "kernel" key and "launch" filled

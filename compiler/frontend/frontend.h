@@ -154,6 +154,10 @@ typedef struct {
     int64_t bytes; /* per launch: ir_subgraph_bytes */
     int64_t macs;  /* per launch: fe_workload_macs */
     char name[64]; /* the anchor node of the first occurrence (truncated) */
+    /* inputs (bit a: kernel argument a) bound to a param, the same tensor on every repeat, in
+     * every launch of this kernel: the weights a plan packs once after binding (the runtime's
+     * prepacks), so a search measures the kernel that way (measure_opts.const_args) */
+    uint32_t const_args;
 } fe_subgraph;
 
 /* One launch of a kernel, in execution order. */

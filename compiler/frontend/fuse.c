@@ -125,6 +125,8 @@ static int make_launches(const fe_graph *g, group *gr, int ng, const int *sub_of
         order[i] = (run_key){.last = gr[i].last, .group = i};
     qsort(order, ng, sizeof *order, by_last);
     int rc = 0;
+    bool *seen = calloc((size_t)out->n + 1, sizeof *seen);
+    if (!seen) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     for (int o = 0; o < ng && !rc; o++) {
         const group *G = &gr[order[o].group];
         int u = sub_of[order[o].group];
@@ -157,7 +159,15 @@ static int make_launches(const fe_graph *g, group *gr, int ng, const int *sub_of
                 break;
             }
         }
+        uint32_t consts = 0;
+        for (int a = 0; a + 1 < L->n_args && a < 32; a++)
+            if (g->values[L->args[a]].param && g->values[L->args[a]].producer < 0 &&
+                L->step[a] == 0)
+                consts |= 1u << a;
+        out->sub[u].const_args = seen[u] ? out->sub[u].const_args & consts : consts;
+        seen[u] = true;
     }
+    free(seen);
     free(order);
     return rc;
 }

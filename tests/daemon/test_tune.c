@@ -176,6 +176,33 @@ Test(tune, several_kernels_share_one_budget_through_the_task_scheduler)
     teardown(&d);
 }
 
+Test(tune, a_graphs_weights_are_measured_packed_once_and_its_records_say_so)
+{
+    tlmd d;
+    setup_dir(&d);
+    start(&d, NULL);
+    /* d binds the param w (argument 1) in its one launch; the softmax reads an activation */
+    resp r = post(&d, "{\"target\":\"cpu\",\"mode\":\"tune\",\"budget\":{\"trials\":8},"
+                      "\"graph\":{\"inputs\":[{\"name\":\"x\",\"shape\":[24,48]},"
+                      "{\"name\":\"w\",\"shape\":[48,40],\"param\":true}],"
+                      "\"nodes\":[{\"name\":\"d\",\"op\":\"dense\",\"inputs\":[\"x\",\"w\"]},"
+                      "{\"name\":\"s\",\"op\":\"softmax\",\"inputs\":[\"d\"]}],"
+                      "\"outputs\":[\"s\"]}}");
+    cr_assert_eq(r.status, 200, "%s", r.body.p);
+    resp_free(&r);
+    long long dense = rows(&d, "WHERE workload_json LIKE '%\"dense\"%'"),
+              dense_once = rows(&d, "WHERE workload_json LIKE '%\"dense\"%' "
+                                    "AND toolchain_id LIKE '%; const_args=0x2'"),
+              soft = rows(&d, "WHERE workload_json LIKE '%\"softmax\"%'"),
+              soft_once = rows(&d, "WHERE workload_json LIKE '%\"softmax\"%' "
+                                   "AND toolchain_id LIKE '%const_args%'");
+    cr_expect(dense >= 1 && soft >= 1, "dense %lld, softmax %lld records", dense, soft);
+    cr_expect_eq(dense_once, dense, "every dense record names its weights packed once");
+    cr_expect_eq(soft_once, 0);
+    cr_assert(healthy(&d));
+    teardown(&d);
+}
+
 Test(tune, strategy_htam_refines_and_keeps_its_memory_in_the_store)
 {
     tlmd d;

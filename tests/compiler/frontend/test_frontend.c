@@ -328,6 +328,43 @@ Test(fuse, residual_on_the_second_operand_and_deduplication)
     fe_fused_free(&f);
 }
 
+Test(fuse, const_args_name_the_weights_every_launch_binds)
+{
+    /* resnet50: a conv's weight and bias are params (bits 1, 2); the residual operand and the
+     * pools' inputs are activations */
+    fe_fused r = zoo_fused("resnet50", NULL);
+    cr_assert_str_eq(r.sub[4].name, "layer1.0.conv3");
+    cr_expect_eq(r.sub[0].const_args, 0x6u, "conv1: 0x%x", r.sub[0].const_args);
+    cr_expect_eq(r.sub[1].wl.op, IR_OP_MAX_POOL2D);
+    cr_expect_eq(r.sub[1].const_args, 0u);
+    cr_expect_eq(r.sub[4].const_args, 0x6u, "conv3 + add: 0x%x", r.sub[4].const_args);
+    cr_expect_eq(r.sub[r.n - 1].wl.op, IR_OP_DENSE);
+    cr_expect_eq(r.sub[r.n - 1].const_args, 0x6u);
+    fe_fused_free(&r);
+
+    /* the same dense workload twice: once on the param w, once on an input y as its right
+     * operand; a kernel's const_args hold for every launch, so nothing here (and x is an
+     * input in both); the dense + gelu kernel binds w alone */
+    fe_fused f = fuse_text("{'inputs': [{'name': 'x', 'shape': [4, 8]}, {'name': 'w', "
+                           "'shape': [8, 8], 'param': true}, {'name': 'y', 'shape': [8, 8]}], "
+                           "'nodes': ["
+                           "{'name': 'd1', 'op': 'dense', 'inputs': ['x', 'w']},"
+                           "{'name': 'd2', 'op': 'dense', 'inputs': ['x', 'y']},"
+                           "{'name': 'd3', 'op': 'dense', 'inputs': ['x', 'w']},"
+                           "{'name': 'g', 'op': 'gelu', 'inputs': ['d3']}], "
+                           "'outputs': ['d1', 'd2', 'g']}");
+    int plain = -1;
+    for (int i = 0; i < f.n; i++)
+        if (f.sub[i].wl.op == IR_OP_DENSE && f.sub[i].wl.n_epilogue == 0) plain = i;
+    cr_assert(plain >= 0);
+    cr_expect_eq(f.sub[plain].count, 2, "d1 and d2 are one kernel");
+    cr_expect_eq(f.sub[plain].const_args, 0u, "d2 binds the input y: 0x%x",
+                 f.sub[plain].const_args);
+    for (int i = 0; i < f.n; i++)
+        if (f.sub[i].wl.n_epilogue == 1) cr_expect_eq(f.sub[i].const_args, 0x2u);
+    fe_fused_free(&f);
+}
+
 Test(fuse, long_chains_spill_into_an_elementwise_subgraph)
 {
     char text[4096];
