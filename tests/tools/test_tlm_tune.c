@@ -322,6 +322,46 @@ static json_t *htam_json(const char *weights, const char *regen, int *n_tlm, int
     return o;
 }
 
+Test(tlm_tune, start_tlm_starts_the_search_from_the_models_one_pass)
+{
+    char w[128];
+    tiny_weights(w, sizeof w);
+    run_result g = RUN("generate", "--workload", WL, "--target", "cpu", "--weights", w);
+    cr_assert_eq(g.status, 0, "%s", g.err);
+    json_t *gj = json_loads(g.out, 0, NULL);
+    cr_assert_not_null(gj, "%s", g.out);
+    json_t *c0 = json_array_get(json_object_get(gj, "candidates"), 0);
+    const char *one_pass = json_string_value(json_object_get(c0, "schedule"));
+    cr_assert_not_null(one_pass, "%s", g.out);
+    for (int from_tlm = 0; from_tlm < 2; from_tlm++) {
+        run_result r = from_tlm ? RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "3",
+                                      "--confirm", "0", "--quiet", "--weights", w, "--start", "tlm")
+                                : RUN("tune", "--workload", WL, "--target", "cpu", "--trials", "3",
+                                      "--confirm", "0", "--quiet");
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        json_t *o = json_loads(r.out, 0, NULL);
+        cr_assert_not_null(o, "%s", r.out);
+        cr_expect_str_eq(json_string_value(json_object_get(o, "start")),
+                         from_tlm ? "tlm" : "default");
+        const char *st = json_string_value(json_object_get(o, "start_schedule"));
+        cr_assert_not_null(st, "%s", r.out);
+        if (from_tlm) cr_expect_str_eq(st, one_pass, "the first candidate is the model's pass");
+        cr_expect(json_real_value(json_object_get(o, "first_ms")) > 0, "%s", r.out);
+        json_decref(o);
+        free_result(&r);
+    }
+    json_decref(gj);
+    free_result(&g);
+    run_result r = RUN("tune", "--workload", WL, "--target", "cpu", "--start", "tlm");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--start tlm needs --weights"), "%s", r.err);
+    free_result(&r);
+    r = RUN("tune", "--workload", WL, "--target", "cpu", "--start", "best");
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--start must be default or tlm"), "%s", r.err);
+    free_result(&r);
+}
+
 Test(tlm_tune, htam_regenerates_with_the_model_and_says_so)
 {
     char w[128];

@@ -51,7 +51,8 @@ static const char tune_usage[] =
     "  --strategy S      evolutionary (default) | random (uniform samples: the baseline)\n"
     "                    | htam (refinement guided by the HTAM memory in --store)\n"
     "  --memory M        htam: full (default) | flat | no-transitions | no-local (ablations)\n"
-    "  --start S         htam: default (default) | tlm (the model's one pass; needs --weights)\n"
+    "  --start S         where the search starts: default (default) | tlm (the model's one\n"
+    "                    pass; needs --weights): first_ms and the second look's start\n"
     "  --regen G         htam: who writes a strategy's slot: tlm (the model under the grammar\n"
     "                    mask; the default with --weights) | mutation (the strategy's operator;\n"
     "                    the default without)\n"
@@ -246,6 +247,17 @@ typedef struct {
 
 static const char *const mem_names[] = {"full", "flat", "no-transitions", "no-local"};
 
+
+/* --start: the model's one pass (tlm, needs --weights) or the default; a usage error's code
+ * (reported) or 0 */
+static int parse_start(const tune_args *a, const tlm_model *model, bool *from_tlm)
+{
+    *from_tlm = a->start && !strcmp(a->start, "tlm");
+    if (a->start && !*from_tlm && strcmp(a->start, "default"))
+        return cli_usage_error("tune: --start must be default or tlm");
+    if (*from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
+    return 0;
+}
 static int htam_parse_flags(const tune_args *a, const tlm_model *model, htam_flags *f)
 {
     tlm_error err;
@@ -254,10 +266,8 @@ static int htam_parse_flags(const tune_args *a, const tlm_model *model, htam_fla
     f->mem = HTAM_FULL;
     if (a->memory && htam_memory_parse(a->memory, "--memory", &f->mem, &err))
         return cli_report(&err);
-    f->from_tlm = a->start && !strcmp(a->start, "tlm");
-    if (a->start && !f->from_tlm && strcmp(a->start, "default"))
-        return cli_usage_error("tune: --start must be default or tlm");
-    if (f->from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
+    int src = parse_start(a, model, &f->from_tlm);
+    if (src) return src;
     bool tlm = model != NULL;
     if (a->regen && htam_regen_parse(a->regen, "--regen", &tlm, &err)) return cli_report(&err);
     if (tlm && !model) return cli_usage_error("tune: --regen tlm needs --weights");
@@ -390,8 +400,14 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
     if (cli_load_workload("--workload", a->wl, &w, &err)) return cli_report(&err);
     pl_opts po;
     job_opts(a, ctx, 0, true, &po);
+    bool from_tlm;
+    int src = parse_start(a, model, &from_tlm);
+    if (src) return src;
     pl_job j;
     int rc = pl_prepare(&j, &w, t, &po, &err);
+    /* the model's one pass as the first candidate: the search's starting point (the default
+     * joins the first round after it) */
+    if (!rc && from_tlm) rc = htam_add_start(&j, model, true, &err);
     if (rc) {
         pl_job_free(&j);
         return cli_report(&err);
@@ -421,6 +437,12 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
             "elapsed_s", s.elapsed_s, "model_s", s.model_s, "records", ctx->stored, "best_at",
             best_at(&s));
         confirmed_json(r, s.confirmed, s.first_confirmed_s, s.confirmed_s);
+        /* the starting point (first_ms is its time): the model's one pass or the default */
+        char start[DRV_SCHED_MAX];
+        if (j.n_cands > 0 && space_print(j.sp, &j.cands[0].sched, start, sizeof start) >= 0) {
+            json_object_set_new(r, "start", json_string(from_tlm ? "tlm" : "default"));
+            json_object_set_new(r, "start_schedule", json_string(start));
+        }
         if (a->curve && write_curve(a->curve, s.best_curve, s.trials, &err)) out = cli_report(&err);
         if (out == CLI_OK) out = cli_print_json(r);
         json_decref(r);
@@ -462,6 +484,8 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
     for (int i = 0; i < fu.n && !rc; i++) {
         pl_opts po;
         job_opts(a, ctx, (uint64_t)i, false, &po);
+        /* its weights measured as the plan runs them: packed once, outside the timing */
+        po.mo.const_args = fu.sub[i].const_args;
         rc = pl_prepare(&jobs[i], &fu.sub[i].wl, t, &po, &err);
         prepared++;
         tasks[i].job = &jobs[i];
@@ -494,7 +518,12 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
         tlm_error se;
         if (hm && ctx->st && htam_save(hm, &io, &se)) fprintf(stderr, "tlm: htam: %s\n", se.msg);
     } else if (!rc) {
-        rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
+        bool from_tlm;
+        out = parse_start(a, model, &from_tlm);
+        if (out) rc = TLM_EINVAL;
+        for (int i = 0; i < fu.n && !rc && from_tlm; i++)
+            rc = htam_add_start(&jobs[i], model, true, &err);
+        if (!rc) rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
     }
     if (out) {
         /* a usage error, reported already */
