@@ -16,7 +16,9 @@
  * totalling at least that much (at most 64 copies), so each call's data comes from DRAM, e.g.
  * COLD=1024 where a VM's L3 may be large. KERNEL.so@pre: that kernel with its constant operands
  * packed once (its tlm_kernel_prepack entries, as a plan's params are; one packed copy per
- * argument copy) and called through tlm_kernel_prepacked. Threads: the kernels' own
+ * argument copy) and called through tlm_kernel_prepacked; PRE_ARGS=MASK (env) packs only the
+ * entries of those arguments (0x2: the weights, where a kernel also exports its input's pack,
+ * which a plan packs per call), the others packed by each call. Threads: the kernels' own
  * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
  * (`make bench` builds it too); not a benchmark of its own, so bench/run.sh does not call it. */
 #include <dlfcn.h>
@@ -102,6 +104,11 @@ int main(int argc, char **argv)
     static const float *pre[MAX_KERNELS][MAX_COPIES][CG_MAX_PRE];
     static double t[MAX_KERNELS][MAX_REPS];
     double diff[MAX_KERNELS] = {0};
+    /* PRE_ARGS: the arguments @pre packs once (a bitmask; default all that have entries): a
+     * plan packs its params only, so 0x2 (a conv's or dense layer's weights) where the
+     * kernel also exports a pack of its input */
+    const char *pe = getenv("PRE_ARGS");
+    const unsigned pre_args = pe ? (unsigned)strtoul(pe, NULL, 0) : ~0u;
     for (int k = 0; k < nk; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s", argv[2 + k]);
@@ -116,12 +123,12 @@ int main(int argc, char **argv)
         if (!at) continue;
         tlm_error err;
         tlm_err_clear(&err);
-        if (cg_prepack_find(h, "tlm_kernel", &pa[k], &err) || pa[k].n == 0) {
-            fprintf(stderr, "ab_kernels: %s: no prepack entries %s\n", path, err.msg);
+        if (cg_prepack_find(h, "tlm_kernel", &pa[k], &err)) {
+            fprintf(stderr, "ab_kernels: %s: %s\n", path, err.msg);
             return 1;
         }
         for (int q = 0; q < pa[k].n; q++)
-            for (int c = 0; c < nc; c++) {
+            for (int c = 0; c < nc && ((pre_args >> pa[k].arg[q]) & 1u); c++) {
                 float *d = aligned_alloc(64, ((size_t)pa[k].floats[q] * 4 + 63) / 64 * 64);
                 if (!d) {
                     fprintf(stderr, "ab_kernels: out of memory\n");

@@ -690,7 +690,10 @@ static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
  * lane use (its extent over the extent rounded up to whole vectors) times what feeding its
  * vectors costs — a load contiguous along it or a broadcast 1; a strided operand the packing
  * gathers r / (r + W/2), where r (capped at 256) is how many outputs reuse each gathered
- * element (the extents of the axes it does not depend on); a per-lane gather 0.25 — times
+ * element (the extents of the axes it does not depend on), and 0.6 more along the columns
+ * where it copies runs of fewer than 8 floats (MobileNetV2's stem 2.2x along F on AVX-512,
+ * 1.4x on AVX2; ConvNeXt's 4x4 s4 stem 1.24x / 1.04x; ResNet-50's 1x1 s2 downsamples
+ * 1.0-1.24x on AVX-512); a per-lane gather 0.25 — times
  * 0.45 when the output is not contiguous along it (a transposing write-back and a broadcast
  * per register row). The constants are fitted to single-core timings of both paths on AVX2
  * and AVX-512 (stems, stride-2 and 1x1 convs, 7x7 maps): along F our conv runs at 0.55-0.85x
@@ -759,6 +762,20 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
                 if (!(m & (1u << y))) r *= (double)a->extent[y];
             if (r > 256) r = 256;
             score *= r / (r + 0.5 * lanes);
+            /* ... and along the output's columns copies runs of as many floats as a window
+             * axis reads contiguously within a stride (a 1x1 conv's stride 2: single floats,
+             * a 3x3 stem's stride 2: pairs, a 16x16 patch embedding: 16): short runs are
+             * element gathers (the weights' pack along F transposes through registers) */
+            if (x != sp->g->tensor[sp->g->output].ndim - 1) continue;
+            int64_t run = 1;
+            for (int y = ns; y < ns + sp->n_reduce; y++)
+                if (load_coef(sp, ld, y) == 1) {
+                    int64_t q = a->extent[y] < coef ? a->extent[y] : coef;
+                    if (q > run) run = q;
+                }
+            /* (on AVX2 a 1x1 conv's single floats stay: along F its 7- and 14-wide maps fill
+             * two-vector register rows poorly, 0.78-0.91x) */
+            if (run < 8 && (run > 1 || sp->tgt.cpu.vector_registers > 16)) score *= 0.6;
         }
         /* vectors along another axis than the output's last cost a transposing write-back
          * (and, for a conv along F, its weights are packed across F); but with 32 registers a
