@@ -667,8 +667,9 @@ Test(space, vectorize_names_any_long_spatial_axis)
     b = build("{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":768}}", "cpu:avx2");
     cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 1);
     unbuild(&b);
-    /* 1x1 convs: along F when they reduce (K >= 2 F), or when their columns fill the lanes
-     * poorly (7 of 16); along the columns when they expand; a batched GEMM's batch axis (both
+    /* 1x1 convs: along F when they reduce (K >= 2 F) onto more filters than one vector holds,
+     * or when their columns fill the lanes poorly (7 of 16); along the columns when they
+     * expand or reduce onto one vector of filters (MobileNetV2's 32 -> 16); a batched GEMM's batch axis (both
      * operands move along it) never carries the vectors */
     static const struct {
         int64_t c, hw, f;
@@ -678,7 +679,7 @@ Test(space, vectorize_names_any_long_spatial_axis)
         {2048, 7, 512, "cpu:avx512", 3}, {256, 56, 64, "cpu:avx2", 3},
         {1024, 14, 256, "cpu:avx512", 3}, {64, 56, 256, "cpu:avx512", 1},
         {512, 7, 2048, "cpu:avx512", 3}, {512, 7, 2048, "cpu:avx2", 1},
-        {128, 28, 512, "cpu:avx2", 1},
+        {128, 28, 512, "cpu:avx2", 1}, {32, 112, 16, "cpu:avx512", 1},
     };
     for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
         char wl[160];
