@@ -19,10 +19,33 @@ def cpu_name():
     return platform.processor() or "?"
 
 
+def default_cols(r, o):
+    d = (r.get("ours_default") or {}).get("median")
+    return f"{d:.1f} | {d / o:.2f} | " if d else "– | – | "
+
+
+def per_launch(rows):
+    """The launches whose time the tuned kernels changed most against the default plan."""
+    for r in rows:
+        a, b = r.get("ours_launches"), r.get("ours_default_launches")
+        if not a or not b or len(a) != len(b):
+            continue
+        ch = [(la["node"], lb["median_ms"], la["median_ms"]) for la, lb in zip(a, b)]
+        tot_t, tot_d = sum(c[2] for c in ch), sum(c[1] for c in ch)
+        print(f"\n## {r['model']}: launches, tuned vs default\n")
+        print(f"Sum of launch medians: tuned {tot_t:.2f} ms, default {tot_d:.2f} ms. The ten "
+              "largest changes (ms saved, negative: the tuned kernel is slower in the plan):\n")
+        print("| launch | default ms | tuned ms | speedup |")
+        print("|---|---|---|---|")
+        for n, d, t in sorted(ch, key=lambda c: -abs(c[1] - c[2]))[:10]:
+            print(f"| {n} | {d:.3f} | {t:.3f} | {d / t:.2f} |")
+
+
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    tuned = any(r.get("ours_default") for r in rows)
     load = os.getloadavg()
-    print("# End-to-end model latency (bench/e2e.sh)\n")
+    print("# End-to-end model latency (bench/e2e.sh%s)\n" % (", E2E_MODE=tune" if tuned else ""))
     print(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu_name()}, {os.cpu_count()} "
           f"cores, load average at report time {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}.")
     print("The machine is shared with other engineers building and benchmarking: expect noise "
@@ -36,10 +59,19 @@ def main():
           "does at session creation; 'packing per call' is the same plan with `tlm run "
           "--prepack off`, each launch packing its weights in every call (as the kernels are "
           "measured alone), run right after.\n")
+    if tuned:
+        print("Tuned: our kernels are what `tlmc compile --mode tune` chose (the measured search "
+              "over the model's kernels, its trial budget spread by the task scheduler, each "
+              "kernel timed with its weights packed once as the plan runs it); 'default "
+              "schedules' is the same network compiled with the rule-of-thumb schedules "
+              "(`tlm compile --model`); the two plans ran alternately, three rounds, and each "
+              "figure (ours and default) is its fastest round's median; 'compile cold' is "
+              "the tuning wall time.\n")
     print("| model | GFLOP | ours ms | PyTorch ms | ORT ms | ours / PyTorch | ours / ORT | "
-          "ours packing per call ms | schedules | check vs reference | ours vs PyTorch | "
-          "ORT vs PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "ours packing per call ms | " + ("default schedules ms | tuned speedup | " if tuned
+                                            else "") +
+          "schedules | check vs reference | ours vs PyTorch | ORT vs PyTorch |")
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if tuned else "") + "---|---|---|---|")
     for r in rows:
         opt = "batch" if "batch" in r else "seq_len"
         name = f"{r['model']} ({opt} {r[opt]})"
@@ -49,7 +81,8 @@ def main():
         pc = r.get("ours_packing_per_call", {}).get("median")
         pcs = f"{pc:.1f}" if pc else "–"
         print(f"| {name} | {r['gflops']:.2f} | {o:.1f} | {t:.1f} | {x:.1f} | {o / t:.2f} | "
-              f"{o / x:.2f} | {pcs} | {','.join(r['schedule_source'])} | {cks} | "
+              f"{o / x:.2f} | {pcs} | {default_cols(r, o) if tuned else ''}"
+              f"{','.join(r['schedule_source'])} | {cks} | "
               f"{r['rel_err_ours_vs_torch']:.1e} | {r['ort']['rel_err_vs_torch']:.1e} |")
     print("\nErrors are max |a - b| / max |b| over the outputs; the reference is the double "
           "precision interpreter run over the same plan (`tlm run --check on`).\n")
@@ -68,6 +101,8 @@ def main():
           "params, inputs and outputs for the whole run and shares the bytes of intermediates "
           "whose lives do not overlap; the prepacked weights are kept beside it (the params "
           "stay in the arena, for rebinding and the reference check).")
+    if tuned:
+        per_launch(rows)
     if rows:
         r = rows[0]
         print(f"\nPeers: PyTorch {r['torch'].get('version')}, ONNX Runtime "

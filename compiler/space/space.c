@@ -1233,7 +1233,9 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             }
             break;
         }
-        case SLOT_VECTORIZE: v = sp->sketch == SKETCH_CPU_TILE ? (gx >= 0 ? pick_le(vals, n, 1) : vectorize) : 1; break;
+        case SLOT_VECTORIZE:
+            v = sp->sketch != SKETCH_CPU_TILE ? 1 : gx >= 0 ? pick_le(vals, n, 1) : vectorize;
+            break;
         case SLOT_UNROLL: v = pick_le(vals, n, 64); break;
         case SLOT_ROWS: v = pick_le(vals, n, sp->sketch == SKETCH_GPU_ROWS ? 1 : 4); break;
         case SLOT_THREADS: v = pick_le(vals, n, 256); break;

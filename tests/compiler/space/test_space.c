@@ -669,8 +669,8 @@ Test(space, vectorize_names_any_long_spatial_axis)
     unbuild(&b);
     /* 1x1 convs: along F when they reduce (K >= 2 F) onto more filters than one vector holds,
      * or when their columns fill the lanes poorly (7 of 16); along the columns when they
-     * expand or reduce onto one vector of filters (MobileNetV2's 32 -> 16); a batched GEMM's batch axis (both
-     * operands move along it) never carries the vectors */
+     * expand or reduce onto one vector of filters (MobileNetV2's 32 -> 16); a batched GEMM's
+     * batch axis (both operands move along it) never carries the vectors */
     static const struct {
         int64_t c, hw, f;
         const char *tg;
