@@ -66,6 +66,7 @@ void cluster_measure_local(const cluster_cand *cand, cluster_result *out)
     pl_opts_init(&o);
     o.mode = PL_MODE_GIVEN;
     o.measure = PL_MEASURE_ON;
+    o.mo.const_args = cand->const_args;
     pl_job pj;
     space_sched s;
     int rc = pl_prepare(&pj, &wl, &t, &o, &e);
@@ -151,15 +152,16 @@ static void worker_handle(cluster *c, const char *stream, redisReply *entry)
     const char *wl = field(f, "workload", NULL), *tg = field(f, "target", NULL);
     const char *sc = field(f, "schedule", NULL), *reply = field(f, "reply", NULL);
     const char *idx = field(f, "i", NULL), *dl = field(f, "deadline", NULL);
+    const char *ca = field(f, "const_args", NULL); /* absent from older requesters: 0 */
     bool late = dl && tlmd_wall() > strtod(dl, NULL);
     if (wl && tg && sc && reply && idx && !late) {
-        cluster_cand cand = {wl, tg, sc};
+        cluster_cand cand = {wl, tg, sc, ca ? (uint32_t)strtoul(ca, NULL, 0) : 0};
         cluster_result r;
         cluster_measure_local(&cand, &r);
         snprintf(r.worker, sizeof r.worker, "%s", l2_owner_id(l));
         char tc[768] = "";
         target t;
-        if (!target_parse(tg, &t, NULL)) drv_toolchain_key(&t, tc, sizeof tc);
+        if (!target_parse(tg, &t, NULL)) drv_record_toolchain(&t, cand.const_args, tc, sizeof tc);
         char *js = result_encode(atoi(idx), &r, tc);
         if (js) {
             const char *a1[] = {"RPUSH", reply, js};
@@ -355,7 +357,7 @@ static void record(store *st, const cluster_cand *cand, const cluster_result *r,
         target_hash_hex(&t, thash))
         return;
     if (!toolchain || !toolchain[0]) {
-        drv_toolchain_key(&t, tc, sizeof tc);
+        drv_record_toolchain(&t, cand->const_args, tc, sizeof tc);
         toolchain = tc;
     }
     store_measurement m = {.workload_hash = whash,
@@ -422,10 +424,11 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
         for (int i = 0; i < n; i++) {
             target t;
             target_parse(cands[i].target, &t, NULL);
-            char sk[160], is[16];
+            char sk[160], is[16], ca[16];
             stream_key(l, t.name, sk, sizeof sk);
             if (i == 0 || strcmp(cands[i].target, cands[i - 1].target)) ensure_group(l, sk);
             snprintf(is, sizeof is, "%d", i);
+            snprintf(ca, sizeof ca, "0x%x", (unsigned)cands[i].const_args);
             const char *a[] = {"XADD",
                                sk,
                                "*",
@@ -440,11 +443,13 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
                                "reply",
                                reply,
                                "deadline",
-                               dl};
-            size_t ln[15];
-            for (int k = 0; k < 15; k++)
+                               dl,
+                               "const_args",
+                               ca};
+            size_t ln[17];
+            for (int k = 0; k < 17; k++)
                 ln[k] = strlen(a[k]);
-            redisReply *r = l2_command(l, 15, a, ln);
+            redisReply *r = l2_command(l, 17, a, ln);
             sent[i] = r && r->type == REDIS_REPLY_STRING;
             if (r) freeReplyObject(r);
             if (!sent[i]) break; /* Redis went away: the rest is measured here */
@@ -552,7 +557,7 @@ int cluster_tune_eval(pl_job *j, const int *idx, int n, double *secs, void *user
     for (int k = 0; k < n; k++) {
         space_print(j->sp, &j->cands[idx[k]].sched, sched[k], sizeof sched[k]);
         cands[k] = (cluster_cand){.workload_json = j->canon, .target = j->tgt.name,
-                                  .schedule = sched[k]};
+                                  .schedule = sched[k], .const_args = j->o.mo.const_args};
     }
     /* every candidate is a build and a measurement somewhere: generous, and bounded */
     double deadline = 60.0 + 20.0 * n;

@@ -39,6 +39,7 @@ typedef struct cluster_cand {
     const char *workload_json; /* proto_workload JSON (DESIGN §10 workload), required */
     const char *target;        /* target string ("cpu:avx2", "cuda:sm_90", ...), required */
     const char *schedule;      /* space_print form ("tile.i.3=16 ... unroll=64"), required */
+    uint32_t const_args;       /* inputs timed packed once (measure_opts.const_args), or 0 */
 } cluster_cand;
 
 typedef struct cluster_result {

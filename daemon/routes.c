@@ -732,7 +732,7 @@ static void do_cluster_measure(routes *rt, http_req *r)
     for (int i = 0; ok && i < n; i++) {
         op->schedules[i] = strdup(json_string_value(json_array_get(sc, i)));
         ok = op->schedules[i] != NULL;
-        op->cands[i] = (cluster_cand){op->workload, op->target, op->schedules[i]};
+        op->cands[i] = (cluster_cand){op->workload, op->target, op->schedules[i], 0};
     }
     json_decref(b);
     if (!ok) {

@@ -12,13 +12,7 @@ int store_pl_records(store *st, const pl_job *j, int from, int to, const char *m
     if (from < 0) from = 0;
     if (to > j->n_recs) to = j->n_recs;
     char toolchain[768];
-    drv_toolchain_key(&j->tgt, toolchain, sizeof toolchain);
-    /* timed with some inputs packed once (a network's weights): another protocol than a
-     * kernel packing per call, which its records name beside the toolchain */
-    size_t tl = strlen(toolchain);
-    if (j->o.mo.const_args && tl < sizeof toolchain)
-        snprintf(toolchain + tl, sizeof toolchain - tl, "; const_args=0x%x",
-                 (unsigned)j->o.mo.const_args);
+    drv_record_toolchain(&j->tgt, j->o.mo.const_args, toolchain, sizeof toolchain);
     const char *sketch = j->sp ? space_sketch_name(j->sp->sketch) : NULL;
     int rc = 0;
     for (int i = from; i < to; i++) {

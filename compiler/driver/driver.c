@@ -42,6 +42,14 @@ int drv_toolchain_key(const target *t, char *buf, size_t cap)
     return n < 0 || (size_t)n >= cap ? TLM_ELIMIT : n;
 }
 
+int drv_record_toolchain(const target *t, uint32_t const_args, char *buf, size_t cap)
+{
+    int n = drv_toolchain_key(t, buf, cap);
+    if (n < 0 || !const_args) return n;
+    int m = snprintf(buf + n, cap - (size_t)n, "; const_args=0x%x", (unsigned)const_args);
+    return m < 0 || (size_t)(n + m) >= cap ? TLM_ELIMIT : n + m;
+}
+
 /* A private directory under $TMPDIR (or /tmp). */
 static int make_tmpdir(char *dir, size_t cap, tlm_error *err)
 {

@@ -58,6 +58,10 @@ void drv_artifact_free(drv_artifact *a);
 /* Writes "<toolchain identity>; flags=<per-target flags>" into buf. Returns its length or a
  * negative code (cap too small). */
 int drv_toolchain_key(const target *t, char *buf, size_t cap);
+/* A measurement record's toolchain id: drv_toolchain_key, and "; const_args=0x.." when the
+ * kernel was timed with those inputs packed once (measure_opts.const_args: a network's
+ * weights), another protocol than packing per call. */
+int drv_record_toolchain(const target *t, uint32_t const_args, char *buf, size_t cap);
 
 /* Measures a CPU artifact of subgraph g on this machine (the .so goes through a private
  * temporary file). See measure_cpu for what the result means. */

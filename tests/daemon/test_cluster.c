@@ -569,6 +569,35 @@ Test(cluster, a_tune_spreads_its_measurements_over_the_daemons)
     cluster_stop(&rs, &a, &b, NULL);
 }
 
+/* A graph's kernel bound to a param is measured with its weights packed once wherever a
+ * daemon takes the measurement: the protocol travels with the work item, and every record
+ * the requester keeps names it. */
+Test(cluster, a_graphs_weights_travel_packed_once_to_the_workers)
+{
+    NEED_REDIS();
+    redis rs;
+    tlmd a, b;
+    cluster_start(&rs, &a, &b, NULL);
+    const char *body = "{\"target\": \"cpu\", \"mode\": \"tune\", \"budget\": {\"trials\": 12}, "
+                       "\"graph\": {\"inputs\": [{\"name\": \"x\", \"shape\": [24, 16]}, "
+                       "{\"name\": \"w\", \"shape\": [16, 40], \"param\": true}], "
+                       "\"nodes\": [{\"name\": \"d\", \"op\": \"dense\", "
+                       "\"inputs\": [\"x\", \"w\"]}], "
+                       "\"outputs\": [\"d\"]}}";
+    int status = 0;
+    json_t *k = compile1(&a, body, &status);
+    cr_assert_eq(status, 200);
+    json_decref(k);
+    double ma = metric(&a, "tlmd_l2_measured_total"), mb = metric(&b, "tlmd_l2_measured_total");
+    cr_expect(ma >= 1 && mb >= 1, "both daemons measured (a %g, b %g)", ma, mb);
+    long all = sqlite_count(a.store, "select count(*) from measurements");
+    cr_expect(all >= 12, "%ld records", all);
+    cr_expect_eq(sqlite_count(a.store, "select count(*) from measurements "
+                                       "where toolchain_id like '%; const_args=0x2'"),
+                 all, "every record, b's too, names the weights packed once");
+    cluster_stop(&rs, &a, &b, NULL);
+}
+
 Test(cluster, worker_killed_mid_run_its_entries_are_claimed)
 {
     NEED_REDIS();
