@@ -993,6 +993,48 @@ Test(space, window_rows_cover_the_fma_latency)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* The narrow depthwise columns were fitted on Zen 4, whose 64-byte loads run at half rate; a
+ * host whose loads run at full rate (AMD from Zen 5, family 0x1a) weighs padding against width
+ * instead: 7x7 at 56 x 56 takes 4 vectors x 4 rows (1.31x over 1 x 8 on Zen 5), a 14-wide plane
+ * keeps its one vector and 7 rows. Named targets (no host identity) and Zen 4 stay narrow. */
+Test(space, depthwise_columns_follow_the_hosts_load_width)
+{
+    static const struct {
+        const char *vendor;
+        int family;
+        int64_t h, cols, rows;
+    } cases[] = {
+        {"AuthenticAMD", 0x1a, 56, 64, 4}, {"AuthenticAMD", 0x19, 56, 16, 8},
+        {"", 0, 56, 16, 8},                {"AuthenticAMD", 0x1a, 14, 16, 7},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[256];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":%lld,"
+                 "\"W\":%lld,\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
+                 (long long)cases[i].h, (long long)cases[i].h);
+        ir_workload w;
+        tlm_error err;
+        tlm_err_clear(&err);
+        cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
+        target t;
+        cr_assert_eq(target_parse("cpu:avx512", &t, &err), 0, "%s", err.msg);
+        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
+        t.cpu.family = cases[i].family;
+        built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
+        cr_assert(b.g && b.sp);
+        cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
+        cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].cols, "case %zu: columns %lld", i,
+                     (long long)space_tile(b.sp, &d, 3, 3));
+        cr_expect_eq(space_tile(b.sp, &d, 2, 3), cases[i].rows, "case %zu: rows %lld", i,
+                     (long long)space_tile(b.sp, &d, 2, 3));
+        unbuild(&b);
+    }
+}
+
 Test(space, exact_count_matches_brute_force_on_tiny_spaces)
 {
     static const struct {
