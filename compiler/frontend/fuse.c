@@ -125,8 +125,6 @@ static int make_launches(const fe_graph *g, group *gr, int ng, const int *sub_of
         order[i] = (run_key){.last = gr[i].last, .group = i};
     qsort(order, ng, sizeof *order, by_last);
     int rc = 0;
-    bool *seen = calloc((size_t)out->n + 1, sizeof *seen);
-    if (!seen) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     for (int o = 0; o < ng && !rc; o++) {
         const group *G = &gr[order[o].group];
         int u = sub_of[order[o].group];
@@ -164,10 +162,8 @@ static int make_launches(const fe_graph *g, group *gr, int ng, const int *sub_of
             if (g->values[L->args[a]].param && g->values[L->args[a]].producer < 0 &&
                 L->step[a] == 0)
                 consts |= 1u << a;
-        out->sub[u].const_args = seen[u] ? out->sub[u].const_args & consts : consts;
-        seen[u] = true;
+        out->sub[u].const_args &= consts; /* every launch's (a new kernel's starts all ones) */
     }
-    free(seen);
     free(order);
     return rc;
 }
@@ -273,6 +269,7 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
             u = out->n++;
             fe_subgraph *s = &sub[u];
             s->wl = gr[i].wl;
+            s->const_args = UINT32_MAX; /* narrowed by each launch (make_launches) */
             memcpy(s->hash, hash, sizeof hash);
             snprintf(s->name, sizeof s->name, "%s", g->values[an->out].name);
             if ((rc = ir_subgraph_build(&s->wl, sg, &ie))) {

@@ -418,14 +418,13 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     measure__send(pfd, MEASURE__MSG_LOADED, 0, "%s", "");
 
     /* opts.const_args: those operands packed once, the kernel run as a plan runs it */
-    cg_prepack_abi pre;
+    cg_prepack_abi pre = {0};
     tlm_error perr;
     if ((h->const_args || h->check_prepacked) &&
         cg_prepack_find(lib, h->entry, &pre, &perr) != 0) {
         measure__send(pfd, MEASURE__MSG_LOAD_ERROR, 0, "%s: %s", perr.field, perr.msg);
         return 0;
     }
-    if (!h->const_args && !h->check_prepacked) pre.n = 0;
     for (int q = 0; q < pre.n; q++)
         if (pre.arg[q] >= n - 1) {
             measure__send(pfd, MEASURE__MSG_FAULT, 0,

@@ -721,6 +721,7 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     bool padded = false;
     for (int id = 0; id < a->n_expr; id++) padded |= a->expr[id].kind == IR_E_SELECT;
     const bool windowed = deep >= 3 && K >= 64 && padded;
+    const ir_tensor *o = &sp->g->tensor[sp->g->output];
     for (int k = 0; k < n; k++) {
         if (vals[k] < 1) continue;
         int x = ns - (int)vals[k];
@@ -766,7 +767,7 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
              * axis reads contiguously within a stride (a 1x1 conv's stride 2: single floats,
              * a 3x3 stem's stride 2: pairs, a 16x16 patch embedding: 16): short runs are
              * element gathers (the weights' pack along F transposes through registers) */
-            if (x != sp->g->tensor[sp->g->output].ndim - 1) continue;
+            if (x != o->ndim - 1) continue;
             int64_t run = 1;
             for (int y = ns; y < ns + sp->n_reduce; y++)
                 if (load_coef(sp, ld, y) == 1) {
@@ -802,7 +803,6 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
          * MobileNetV2 and the suite, each against the other axis' default. Onto filters
          * that fill one vector or less it stays along the columns (MobileNetV2's 32 -> 16
          * at 112 x 112 1.2x, 1.36x at batch 8; 64 -> 16 at 56 x 56 1.13-1.23x). */
-        const ir_tensor *o = &sp->g->tensor[sp->g->output];
         bool direct = windowed;
         /* ... along F: the window's input (a load over several reduction axes and other
          * spatial axes) is broadcast, it does not move with the vectors */
@@ -828,6 +828,15 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
     return best;
 }
 
+/* A host whose 64-byte vector loads run at full rate where Zen 4 splits them in two: AMD
+ * from Zen 5 (family 0x1a) on; the narrow depthwise columns below were fitted on Zen 4, and
+ * on Zen 5 the weighed ones beat them (see window_default_tile). Named targets (no host
+ * identity) keep the narrow rule. */
+static bool full_width_loads(const space *sp)
+{
+    return !strcmp(sp->tgt.cpu.vendor, "AuthenticAMD") && sp->tgt.cpu.family >= 0x1a;
+}
+
 /* CPU_WINDOW's rule of thumb: the columns and rows that pad the output least, the widest
  * (columns up to 4 vectors, rows up to 4 — fewer where the budget says so) among those.
  * A depthwise conv on a 32-register (AVX-512) target takes the narrowest columns instead,
@@ -840,15 +849,6 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
  * interleaved on Zen 5: 7x7 at 56 x 56 0.126 -> 0.096 ms (4 x 4), at 28 x 28 1.18x, 3x3 at
  * 56 x 56 1.21x, 5x5 at 28 x 28 1.09-1.12x, stride 2 1.05-1.10x; 14- and 7-wide planes
  * unchanged (one vector either way). */
-/* A host whose 64-byte vector loads run at full rate where Zen 4 splits them in two: AMD
- * from Zen 5 (family 0x1a) on; the narrow depthwise columns below were fitted on Zen 4, and
- * on Zen 5 the weighed ones beat them (see window_default_tile). Named targets (no host
- * identity) keep the narrow rule. */
-static bool full_width_loads(const space *sp)
-{
-    return !strcmp(sp->tgt.cpu.vendor, "AuthenticAMD") && sp->tgt.cpu.family >= 0x1a;
-}
-
 static int64_t window_default_tile(const space *sp, const space_sched *s, int slot,
                                    const int64_t *vals, int n)
 {
@@ -1031,19 +1031,18 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                  * put the task's 128 output lines in 4 L1 sets (BERT's 768 x 128 context
                  * transpose 0.100 -> 0.022 ms on Zen 5; 1024 x 1024 3.4 -> 0.28, 4093 x 1027
                  * 1.23 -> 0.87; AVX2 0.75-0.92x at 50 and 64 rows, 1.4-15x elsewhere) */
-                bool pair = sl->axis == vx || sl->axis == gx;
                 if (sl->level == 3 && sl->axis == vx) { /* a divisor of a 64-byte line */
                     v = 1;
                     for (int k = 0; k < n; k++)
                         if (vals[k] <= 4 && 16 % vals[k] == 0) v = vals[k];
-                } else if (sl->level == 3) v = pair ? pick_le(vals, n, 4) : 1;
-                else if (sl->level == 2 && sl->axis == vx) {
-                    /* a task writes whole 64-byte lines of each output row it touches */
-                    int64_t t3 = space_tile(sp, out, vx, 3), line = 16;
-                    if (sp->tgt.cpu.vector_registers <= 16) line = 8;
-                    v = pick_le(vals, n, (line + (t3 > 0 ? t3 : 1) - 1) / (t3 > 0 ? t3 : 1));
-                }
-                else if (sl->level == 2 && sl->axis == gx) { /* the whole axis: the fewest tiles */
+                } else if (sl->level == 3) {
+                    v = sl->axis == gx ? pick_le(vals, n, 4) : 1;
+                } else if (sl->level == 2 && sl->axis == vx) { /* whole lines of each row */
+                    int64_t t3 = space_tile(sp, out, vx, 3);
+                    int64_t line = sp->tgt.cpu.vector_registers > 16 ? 16 : 8;
+                    if (t3 < 1) t3 = 1;
+                    v = pick_le(vals, n, ceil_div(line, t3));
+                } else if (sl->level == 2 && sl->axis == gx) { /* the whole axis, fewest tiles */
                     int64_t t3 = space_tile(sp, out, gx, 3);
                     v = vals[n - 1];
                     for (int k = n - 1; k >= 0; k--)

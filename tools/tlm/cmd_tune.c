@@ -247,7 +247,6 @@ typedef struct {
 
 static const char *const mem_names[] = {"full", "flat", "no-transitions", "no-local"};
 
-
 /* --start: the model's one pass (tlm, needs --weights) or the default; a usage error's code
  * (reported) or 0 */
 static int parse_start(const tune_args *a, const tlm_model *model, bool *from_tlm)
@@ -258,6 +257,7 @@ static int parse_start(const tune_args *a, const tlm_model *model, bool *from_tl
     if (*from_tlm && !model) return cli_usage_error("tune: --start tlm needs --weights");
     return 0;
 }
+
 static int htam_parse_flags(const tune_args *a, const tlm_model *model, htam_flags *f)
 {
     tlm_error err;
@@ -321,7 +321,7 @@ static void confirmed_json(json_t *r, int n, double first_s, double best_s)
 }
 
 /* The starting point: the model's one pass (--start tlm) or the default. */
-static int htam_add_start(pl_job *j, const tlm_model *model, bool from_tlm, tlm_error *err)
+static int add_start(pl_job *j, const tlm_model *model, bool from_tlm, tlm_error *err)
 {
     if (from_tlm) {
         tlm_candidate c;
@@ -351,7 +351,7 @@ static int htam_one(const tune_args *a, const target *t, const tlm_model *model,
     job_opts(a, ctx, 0, true, &po);
     pl_job j;
     int rc = pl_prepare(&j, &w, t, &po, &err);
-    if (!rc) rc = htam_add_start(&j, model, f.from_tlm, &err);
+    if (!rc) rc = add_start(&j, model, f.from_tlm, &err);
     htam *m = rc ? NULL : htam_new(t->kind);
     htam_store_io io = {.load = store_htam_load, .save = store_htam_save, .st = ctx->st};
     if (!rc && !m) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
@@ -407,7 +407,7 @@ static int tune_one(const tune_args *a, const target *t, const tlm_model *model,
     int rc = pl_prepare(&j, &w, t, &po, &err);
     /* the model's one pass as the first candidate: the search's starting point (the default
      * joins the first round after it) */
-    if (!rc && from_tlm) rc = htam_add_start(&j, model, true, &err);
+    if (!rc && from_tlm) rc = add_start(&j, model, true, &err);
     if (rc) {
         pl_job_free(&j);
         return cli_report(&err);
@@ -507,7 +507,7 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
         out = htam_parse_flags(a, model, &hf);
         if (out) rc = TLM_EINVAL;
         for (int i = 0; i < fu.n && !rc; i++)
-            rc = htam_add_start(&jobs[i], model, hf.from_tlm, &err);
+            rc = add_start(&jobs[i], model, hf.from_tlm, &err);
         hm = rc ? NULL : htam_new(t->kind);
         hres = rc ? NULL : calloc((size_t)fu.n, sizeof *hres);
         if (!rc && (!hm || !hres)) rc = tlm_err_set(&err, TLM_ENOMEM, "", "out of memory");
@@ -522,7 +522,7 @@ static int tune_network(const tune_args *a, const target *t, const tlm_model *mo
         out = parse_start(a, model, &from_tlm);
         if (out) rc = TLM_EINVAL;
         for (int i = 0; i < fu.n && !rc && from_tlm; i++)
-            rc = htam_add_start(&jobs[i], model, true, &err);
+            rc = add_start(&jobs[i], model, true, &err);
         if (!rc) rc = tune_tasks(tasks, fu.n, &o, on_task, &nc, &err);
     }
     if (out) {
