@@ -23,6 +23,8 @@
  *   batch_matmul     A[B,M,K] / A[B,K,M], B[B,K,N] / B[B,N,K], out[B,M,N]
  *   conv2d NCHW      X[N,C,H,W], Wt[F,C/g,KH,KW] (OIHW), out[N,F,OH,OW]
  *   conv2d NHWC      X[N,H,W,C], Wt[KH,KW,C/g,F] (HWIO), out[N,OH,OW,F]
+ *                    a pointwise one (1x1, unit strides, no padding) with (H, W) as
+ *                    (1, H*W): X[N,C,1,H*W], out[N,F,1,H*W] (NHWC: X[N,1,H*W,C] ...)
  *   depthwise NCHW   X[N,C,H,W], Wt[C,KH,KW], out[N,C,OH,OW]   (NHWC: Wt[KH,KW,C])
  *   pools            X[N,C,H,W] -> out[N,C,OH,OW] (NHWC analogous); stride defaults to the
  *                    window, avg_pool divides by KH*KW (padding counted, as PyTorch's default)
@@ -154,6 +156,9 @@ void ir_workload_normalize(ir_workload *w);
 int ir_workload_check(const ir_workload *w, tlm_error *err);
 /* Output spatial size of convs/pools (OH, OW); valid after ir_workload_check. */
 void ir_workload_out_hw(const ir_workload *w, int64_t *oh, int64_t *ow);
+/* A pointwise conv2d (1x1, unit strides, no padding) is lowered with its positions on one
+ * axis, (H, W) as (1, H * W): the same row-major memory in NCHW and NHWC. */
+bool ir_conv_pointwise(const ir_workload *w);
 
 /* Canonical JSON into buf (NUL-terminated); returns its length, or a negative code if cap is
  * too small. 1024 bytes always suffice. */

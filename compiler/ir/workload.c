@@ -167,6 +167,12 @@ void ir_workload_out_hw(const ir_workload *w, int64_t *oh, int64_t *ow)
     *ow = conv_out(s[wd], s[kw], n.stride[1], n.pad[1], n.dilation[1]);
 }
 
+bool ir_conv_pointwise(const ir_workload *w)
+{
+    return w->op == IR_OP_CONV2D && w->shape[IR_CONV_KH] == 1 && w->shape[IR_CONV_KW] == 1 &&
+           w->stride[0] == 1 && w->stride[1] == 1 && w->pad[0] == 0 && w->pad[1] == 0;
+}
+
 /* Product of n extents with overflow detection against limit. */
 static bool prod_ok(const int64_t *v, int n, int64_t limit, int64_t *out)
 {

@@ -994,6 +994,13 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             if (rows_axis != reuse_axes) rows_x = x;
             break;
         }
+    /* A pointwise conv's positions are one axis (ir/build.c); along F its register rows,
+     * blocks and tasks are cut as over the output rows they came from (row_len columns, out_h
+     * rows): EfficientNet's 1152 -> 192 at 7 x 7, 9 tiles of 6 in one task a filter block
+     * 0.060 ms, 7 tiles of 7 a task each 0.054, as the 7 rows were */
+    int64_t row_len = 0, out_h = 0;
+    if (rows_x >= 0 && vx != ns - 1 && ir_conv_pointwise(&sp->g->wl))
+        ir_workload_out_hw(&sp->g->wl, &out_h, &row_len);
     /* A contraction whose vector row is one vector (a conv's 14 output columns in 16 lanes; 7
      * or 20 in 8, where two vectors would pad more) has one load a step and only its rows'
      * accumulators as FMA chains: the next axis out, which the vector operand also depends on
@@ -1131,7 +1138,8 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * along F: 1x1 512 -> 128 at 28 x 28 0.29 -> 0.25 ms, 512 -> 256 0.52 ->
                      * 0.46; 3x3 at 28 x 28 1.10x, at 14 x 14 1.04-1.18x, at 7 x 7 1.03x. Over
                      * wider rows it lost (3x3 at 56 x 56 0.93x, the 7x7 stem at 112 0.88x). */
-                    int64_t ext = a->extent[sl->axis], longer = v;
+                    int64_t ext = sl->axis == rows_x && row_len ? row_len : a->extent[sl->axis];
+                    int64_t longer = v;
                     for (int k = 0; k < n && sl->axis == rows_x && vx != ns - 1 && budget >= 24 &&
                                     ext % v != 0; k++)
                         if (vals[k] > v && vals[k] <= v + 3 && ext % vals[k] == 0 &&
@@ -1150,6 +1158,10 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     /* vectors along F: the block is one output row (the weights' panel
                      * stays in L1 over it); more rows go to level 1, below */
                     if (vx != ns - 1 && rows_x >= 0 && rows_x != sl->axis) cap = 1;
+                    if (sl->axis == rows_x && row_len) { /* a pointwise conv's row */
+                        int64_t t3 = space_tile(sp, out, rows_x, 3);
+                        cap = ceil_div(row_len, t3 > 0 ? t3 : 1);
+                    }
                     if (cap > 1 && rows_x >= 0 && rows_x != sl->axis) {
                         int64_t t3 = space_tile(sp, out, rows_x, 3);
                         int64_t across = ceil_div(a->extent[rows_x], t3 > 0 ? t3 : 1);
@@ -1162,7 +1174,11 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                      * not 64 + 64 + 43; 1.17x on a prime GEMM on AVX2) */
                     int64_t t3 = space_tile(sp, out, sl->axis, 3);
                     int64_t tiles = ceil_div(a->extent[sl->axis], t3 > 0 ? t3 : 1);
-                    if (v > 1 && tiles > v && tiles % v != 0) {
+                    /* (a pointwise conv's row block stays a row: its tasks are 4 of them,
+                     * and halving it re-reads the filters' panel twice as often: 256 -> 128
+                     * at 56 x 56, batch 8, blocks of 8 tiles 4.7 ms, of 4 6.1) */
+                    bool row = sl->axis == rows_x && row_len;
+                    if (v > 1 && tiles > v && tiles % v != 0 && !row) {
                         int64_t best = v, waste = ceil_div(tiles, v) * v - tiles;
                         for (int k = 0; k < n; k++) {
                             int64_t w = ceil_div(tiles, vals[k]) * vals[k] - tiles;
@@ -1208,13 +1224,27 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     v = 1;
                 }
                 else if (sl->level == 2) v = pick_le(vals, n, 2);
-                else if (sl->level == 1 && vx != ns - 1 && rows_x >= 0 && sl->axis < rows_x &&
-                         a->extent[sl->axis] >= 16 && ((reuse_axes >> sl->axis) & 1u)) {
+                else if (sl->level == 1 && vx != ns - 1 && rows_x >= 0 &&
+                         (sl->axis == rows_x ? row_len && out_h >= 16
+                                             : sl->axis < rows_x && a->extent[sl->axis] >= 16) &&
+                         ((reuse_axes >> sl->axis) & 1u)) {
                     /* vectors along F: a task takes 4 output rows of one filter block, whose
                      * weights (packed once) are read from L2 for each; a task per row read
                      * all the filters' weights from L3 per row (sd15 downsampler: 13 -> 7.7
                      * ms) */
                     v = pick_le(vals, n, 4);
+                    /* ... a pointwise conv's 4 rows' worth of positions while that leaves 32
+                     * tasks a core (ResNet-50's 256 -> 64 at 56 x 56, batch 1: 17 tasks of 4
+                     * blocks 0.242 ms, 66 of one 0.223; batch 8 keeps 4) */
+                    for (; sl->axis == rows_x && v > 1; v = pick_le(vals, n, v / 2)) {
+                        int64_t tasks = 1;
+                        for (int x = 0; x < ns; x++) {
+                            int64_t t = space_tile(sp, out, x, 3) * space_tile(sp, out, x, 2);
+                            if (t < 1) t = 1;
+                            tasks *= ceil_div(a->extent[x], t * (x == rows_x ? v : 1));
+                        }
+                        if (tasks >= 32 * cores) break;
+                    }
                 }
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */

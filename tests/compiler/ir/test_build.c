@@ -199,6 +199,49 @@ Test(build, conv2d_shapes)
     free(g);
 }
 
+/* A pointwise conv (1x1, unit strides, no padding) is lowered with its positions on one axis:
+ * (H, W) as (1, H*W) in both layouts, the same memory; one that is strided or padded, or a
+ * 1x3, keeps its rows. The fast reference (dgemm) still applies and the FLOPs are the
+ * workload's. */
+Test(build, pointwise_conv_positions_are_one_axis)
+{
+    ir_workload w = conv(2, 6, 5, 7, 4, 1, 1);
+    set_epi(&w, 2, (ir_epilogue[]){IR_EPI_BIAS_ADD, IR_EPI_ADD});
+    cr_assert(ir_conv_pointwise(&w));
+    ir_subgraph *g = build_ok(&w);
+    shp out = {4, {2, 4, 1, 35}};
+    expect_io(g, 4, (shp[]){{4, {2, 6, 1, 35}}, {4, {4, 6, 1, 1}}, {1, {4}}, out}, out);
+    expect_well_formed(g);
+    const ir_stage *a = &g->stage[g->anchor];
+    cr_expect_eq(a->extent[2], 1, "oh");
+    cr_expect_eq(a->extent[3], 35, "ow: the 5 x 7 positions");
+    cr_expect(ir_fastref_applies(g));
+    cr_expect_eq(ir_subgraph_flops(g), 2 * 2 * 4 * 35 * 6 + 2 * 2 * 4 * 35);
+    free(g);
+
+    w.layout = IR_NHWC;
+    g = build_ok(&w);
+    out = (shp){4, {2, 1, 35, 4}};
+    expect_io(g, 4, (shp[]){{4, {2, 1, 35, 6}}, {4, {1, 1, 6, 4}}, {1, {4}}, out}, out);
+    cr_expect(ir_fastref_applies(g));
+    free(g);
+
+    static const struct {
+        int64_t kw, stride, pad;
+    } kept[] = {{1, 2, 0}, {1, 1, 1}, {3, 1, 1}};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        w = conv(1, 6, 5, 7, 4, 1, kept[i].kw);
+        w.stride[0] = w.stride[1] = kept[i].stride, w.pad[1] = kept[i].pad;
+        cr_expect(!ir_conv_pointwise(&w), "case %zu", i);
+        g = build_ok(&w);
+        int64_t oh, ow;
+        ir_workload_out_hw(&w, &oh, &ow);
+        expect_io(g, 2, (shp[]){{4, {1, 6, 5, 7}}, {4, {4, 6, 1, kept[i].kw}}},
+                  (shp){4, {1, 4, oh, ow}});
+        free(g);
+    }
+}
+
 Test(build, grouped_conv2d_splits_f)
 {
     /* ir.h: a grouped conv's output is [N,G,F/G,OH,OW] (NCHW) / [N,OH,OW,G,F/G] (NHWC) and the

@@ -725,15 +725,15 @@ Test(space, vectorize_names_any_long_spatial_axis)
         unbuild(&b);
     }
     /* a 1x1 conv along its columns reads its input in place (contiguous there), unless its
-     * channels are 4 KiB apart (32 x 32), it is strided, or, on AVX2, its columns end in a
-     * ragged vector (28) */
+     * channels are 4 KiB apart (32 x 32) or it is strided; 28 x 28 columns, a ragged vector a
+     * row on AVX2, are 98 whole ones as a pointwise conv's positions (one axis) */
     static const struct {
         int64_t c, hw, f, stride;
         const char *tg;
         int64_t pack;
     } inplace[] = {
         {64, 56, 256, 1, "cpu:avx512", 0}, {128, 28, 512, 1, "cpu:avx512", 0},
-        {64, 56, 256, 1, "cpu:avx2", 0},   {128, 28, 512, 1, "cpu:avx2", 1},
+        {64, 56, 256, 1, "cpu:avx2", 0},   {128, 28, 512, 1, "cpu:avx2", 0},
         {320, 32, 640, 1, "cpu:avx512", 1}, {256, 56, 512, 2, "cpu:avx2", 1},
     };
     for (size_t i = 0; i < sizeof inplace / sizeof inplace[0]; i++) {
@@ -863,7 +863,8 @@ Test(space, gemm_row_blocks_come_out_even)
 /* A conv whose vector row is one vector (14 columns in 16 lanes; 7 or 20 in 8) takes two
  * output rows in its register tile, its filter rows counted against two vectors: 8 x 2 on
  * AVX-512, 6 x 2 on AVX2 (16 ymm); 14 columns on AVX2 are two vectors already and keep one
- * row; a GEMM's and a pool's tiles are as before. */
+ * row; a GEMM's and a pool's tiles are as before. (A pointwise conv's positions are one
+ * axis: the 3x1 convs here have the rows 1x1 ones had.) */
 Test(space, one_vector_rows_take_a_second_row)
 {
 #define PATCH                                                                                \
@@ -871,7 +872,7 @@ Test(space, one_vector_rows_take_a_second_row)
     "\"KW\":16},\"stride\":[16,16],\"epilogue\":[\"bias_add\"]}"
 #define PW(c, hw, f)                                                                         \
     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f \
-    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+    ",\"KH\":3,\"KW\":1},\"pad\":[1,0],\"epilogue\":[\"bias_add\",\"relu\"]}"
     /* axes: n 0, f 1, oh 2, ow 3 (NHWC: n, oh, ow, c) */
     static const default_tiles cases[] = {
         {PATCH, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {8, 2}},
@@ -887,6 +888,32 @@ Test(space, one_vector_rows_take_a_second_row)
     };
 #undef PATCH
 #undef PW
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* A pointwise conv along F (its positions one axis, ir/build.c) tiles them as over the output
+ * rows they came from: EfficientNet's 1152 -> 192 at 7 x 7 takes 7 x 7 tiles a block (not 9
+ * tiles of 6, one block a filter tile); at 56 x 56 a block is a row's 10 tiles of 6 (8, the
+ * ladder's nearest), 4 blocks a task while that leaves 32 tasks a core (batch 8), else 1. */
+Test(space, pointwise_convs_along_f_tile_as_their_rows)
+{
+#define PWF(n, c, hw, f)                                                                     \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":" #n ",\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw \
+    ",\"F\":" #f ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\"]}"
+    /* axes: n 0, f 1, oh 2 (1), ow 3 (the positions) */
+    static const default_tiles cases[] = {
+        {PWF(1, 1152, 7, 192), "cpu:avx512", SKETCH_CPU_TILE, {3, 3}, {3, 2}, {7, 1}},
+        {PWF(8, 256, 56, 128), "cpu:avx512", SKETCH_CPU_TILE, {3, 3}, {2, 1}, {8, 4}},
+        {PWF(1, 256, 56, 64), "cpu:avx512", SKETCH_CPU_TILE, {3, 3}, {2, 1}, {8, 1}},
+        {PWF(8, 256, 56, 64), "cpu:avx2", SKETCH_CPU_TILE, {3, 3}, {2, 1}, {8, 4}},
+    };
+#undef PWF
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        cr_assert_eq(b.sp->g->stage[b.sp->g->anchor].extent[2], 1, "case %zu: oh", i);
+        cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 3, "case %zu: along F", i);
+        unbuild(&b);
+    }
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
@@ -925,7 +952,7 @@ Test(space, gemv_tasks_are_wide_and_even)
      * and keeps four vectors of filters over 5 columns */
     static const default_tiles conv[] = {
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":20,\"W\":20,\"F\":512,"
-         "\"KH\":1,\"KW\":1}}",
+         "\"KH\":3,\"KW\":1},\"pad\":[1,0]}",
          "cpu:avx512", SKETCH_CPU_TILE, {1, 3}, {3, 3}, {64, 5}},
     };
     expect_default_tiles(conv, 1);
