@@ -23,6 +23,9 @@ and again in every round, beside our kernels, and the best of those medians is t
 ours. 'DRAM' marks those whose bytes exceed the last-level cache; for its softmax and norms the
 rounds also time ours cold (the measure runner's cold_cache: copies of every argument rotated,
 1 GiB in all) and the floor cold (its buffers rotated the same way), shown as "cold".
+"paired": the same ratios taken round by round (ours, the faster of default and best in that
+round, over the floor timed beside it), the median over the rounds: the best medians above may
+pair a fast moment of one with a slow one of the other on a shared machine.
 
 Usage: report_real_shapes.py [--suite F] [--results F] [--torch F] [--ort F] [--md F] [--png F]
                              [--wall SECONDS]
@@ -98,6 +101,12 @@ def shape_text(w):
     return f"{op} {keys}" + (" " + " ".join(extra) if extra else "")
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def fastest(first, more):
     """The best median of the first pass and the rounds (None when there is none)."""
     xs = [x for x in [first] + list(more or []) if isinstance(x, (int, float)) and x > 0]
@@ -137,6 +146,18 @@ def apply_rounds(rows, ours, peers, torch, ort):
                 o["default_pre_s"] = fastest(o.get("default_pre_s"), [pre[0]])
             if any(pre):
                 o["best_pre_s"] = fastest(o.get("best_pre_s"), [c for c in pre if c])
+            # DRAM-sized rows, paired by round: ours (the faster of default and best in that
+            # round) over the floor timed beside it, the median over the rounds; the best of
+            # each figure's medians, above, may pair a fast moment of one with a slow one of
+            # the other on a shared machine
+            fl = r.get("peers") or {}
+            for suffix, fkey in (("", "floor_s"), ("_cold", "floor_cold_s")):
+                mine = [min(x for x in xs if x) for xs in
+                        zip(*[k[key + suffix] for key in ("default", "best")
+                              if k.get(key + suffix)]) if any(xs)]
+                floors = fl.get(fkey) or []
+                if mine and len(mine) == len(floors):
+                    o["paired_floor" + suffix] = median([m / f for m, f in zip(mine, floors)])
             d, b = o.get("default", {}), o.get("best", {})
             if d.get("median_s") and (not b.get("median_s") or d["median_s"] <= b["median_s"]):
                 o["best"] = dict(d)
@@ -276,6 +297,7 @@ def main():
                 "def_s": d.get("median_s"), "def_gf": d.get("gflops"), "def_status": d["status"],
                 "def_cold_s": src.get("default_cold_s"), "best_cold_s": src.get("best_cold_s"),
                 "def_pre_s": src.get("default_pre_s"), "best_pre_s": src.get("best_pre_s"),
+                "paired": src.get("paired_floor"), "paired_cold": src.get("paired_floor_cold"),
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
                 "best_from": src.get("best_from"), "ok": o.get("random_ok"),
                 "failed": o.get("random_failed"), "wall": o.get("wall_s"),
@@ -510,6 +532,17 @@ def main():
          "≤ 1.3", worst_floor, lambda v: v <= 1.3)
     crit("DRAM-sized softmax/norms best time / floor, worst (cold: both from DRAM)", "≤ 1.3",
          lambda t: worst_floor(t, True), lambda v: v <= 1.3)
+
+    def worst_paired(t, cold=False):
+        xs = [r["t"][t]["paired_cold" if cold else "paired"] for r in recs
+              if t in r["t"] and r["dram"] and r["w"]["op"] in NORM_OPS]
+        xs = [x for x in xs if x]
+        return max(xs) if xs else None
+
+    crit("... the same paired by round (median over the rounds of ours / the floor timed beside "
+         "it), warm", "≤ 1.3", worst_paired, lambda v: v <= 1.3)
+    crit("... paired by round, cold", "≤ 1.3", lambda t: worst_paired(t, True),
+         lambda v: v <= 1.3)
     L.append("")
 
     # ---- per-target tables ----
@@ -545,6 +578,9 @@ def main():
                 if cold_ratio(o["best_cold_s"], r):
                     floor_txt += (f"; cold {fmt(cold_ratio(o['def_cold_s'], r))}, "
                                   f"{fmt(cold_ratio(o['best_cold_s'], r))}")
+                if o.get("paired") or o.get("paired_cold"):
+                    floor_txt += (f"; paired {fmt(o.get('paired'))}, "
+                                  f"cold {fmt(o.get('paired_cold'))}")
             L.append(
                 f"| {r['name']} | {shape_text(r['w'])} | {fmt(fl / 1e9, 3)} | {def_txt} | "
                 f"{best_txt} | {fmt(gf(r['torch_s'], fl))} | {fmt(gf(r['ort_s'], fl))} | "
