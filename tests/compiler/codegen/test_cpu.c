@@ -294,6 +294,9 @@ ODD(conv2d_stem_nchw, "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":11,\"
                       "\"epilogue\":[\"bias_add\",\"relu\"]}")
 ODD(conv2d_nhwc, "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":7,\"W\":9,\"F\":7,"
                  "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"layout\":\"NHWC\"}")
+/* a pointwise conv: its 7 x 9 positions one axis (ir/build.c), across two images */
+ODD(conv2d_pointwise_nchw, "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":5,\"H\":7,\"W\":9,"
+                           "\"F\":11,\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"add\"]}")
 ODD(depthwise_5x5, "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":9,\"W\":11,"
                    "\"KH\":5,\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu6\"]}")
 ODD(max_pool, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":9,\"KH\":3,"
