@@ -127,8 +127,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "ab_kernels: %s: %s\n", path, err.msg);
             return 1;
         }
-        for (int q = 0; q < pa[k].n; q++)
-            for (int c = 0; c < nc && ((pre_args >> pa[k].arg[q]) & 1u); c++) {
+        for (int q = 0; q < pa[k].n; q++) {
+            if (!((pre_args >> pa[k].arg[q]) & 1u)) continue; /* packed by each call */
+            for (int c = 0; c < nc; c++) {
                 float *d = aligned_alloc(64, ((size_t)pa[k].floats[q] * 4 + 63) / 64 * 64);
                 if (!d) {
                     fprintf(stderr, "ab_kernels: out of memory\n");
@@ -137,6 +138,7 @@ int main(int argc, char **argv)
                 pa[k].pack(q, args[c], d);
                 pre[k][c][q] = d;
             }
+        }
     }
     for (int k = 0; k < nk; k++) { /* each once on the first copy: their outputs agree */
         if (pa[k].n) pa[k].run(args[0], pre[k][0]);

@@ -446,10 +446,11 @@ int cluster_measure(cluster *c, const cluster_cand *cands, int n, cluster_result
                                dl,
                                "const_args",
                                ca};
-            size_t ln[17];
-            for (int k = 0; k < 17; k++)
+            enum { NA = sizeof a / sizeof a[0] };
+            size_t ln[NA];
+            for (int k = 0; k < NA; k++)
                 ln[k] = strlen(a[k]);
-            redisReply *r = l2_command(l, 17, a, ln);
+            redisReply *r = l2_command(l, NA, a, ln);
             sent[i] = r && r->type == REDIS_REPLY_STRING;
             if (r) freeReplyObject(r);
             if (!sent[i]) break; /* Redis went away: the rest is measured here */

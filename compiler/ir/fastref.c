@@ -26,8 +26,8 @@
 #define FASTREF_COL_ELEMS (INT64_C(1) << 22)
 
 typedef struct {
-    int x, w;       /* tensor indices: activation (A / X) and weights (B / Wt) */
-    int64_t OH, OW; /* convs */
+    int x, w;             /* tensor indices: activation (A / X) and weights (B / Wt) */
+    int64_t H, W, OH, OW; /* convs, as lowered (a pointwise one's positions one axis) */
 } fr_plan;
 
 static bool fits_int(int64_t v)
@@ -95,6 +95,7 @@ static bool plan(const ir_subgraph *g, fr_plan *p)
     int64_t N = sh[IR_CONV_N], C = sh[IR_CONV_C], H = sh[IR_CONV_H], W = sh[IR_CONV_W],
             F = sh[IR_CONV_F], KH = sh[IR_CONV_KH], KW = sh[IR_CONV_KW], G = w->groups;
     if (ir_conv_pointwise(w)) W = p->OW = H * W, H = p->OH = 1; /* as lowered (ir/build.c) */
+    p->H = H, p->W = W;
     if (G < 1 || C % G || F % G) return false;
     int64_t Cg = C / G, Kc = Cg * KH * KW, OH = p->OH, OW = p->OW;
     /* dgemm extents and leading dimensions: NCHW ldc = OH*OW, NHWC lda = C and ldb = F;
@@ -148,8 +149,7 @@ typedef struct {
 static void conv_geom_of(const ir_workload *w, const fr_plan *p, conv_geom *c)
 {
     const int64_t *s = w->shape;
-    c->N = s[IR_CONV_N], c->C = s[IR_CONV_C], c->H = s[IR_CONV_H], c->W = s[IR_CONV_W];
-    if (ir_conv_pointwise(w)) c->W *= c->H, c->H = 1; /* as lowered (ir/build.c) */
+    c->N = s[IR_CONV_N], c->C = s[IR_CONV_C], c->H = p->H, c->W = p->W;
     c->F = s[IR_CONV_F], c->KH = s[IR_CONV_KH], c->KW = s[IR_CONV_KW], c->G = w->groups;
     c->Cg = c->C / c->G, c->Fg = c->F / c->G, c->Kc = c->Cg * c->KH * c->KW;
     c->OH = p->OH, c->OW = p->OW;
