@@ -10,6 +10,9 @@
 #define CPU_INNER_MAX 64      /* innermost tile cap per axis */
 #define CPU_PACK_MAX 32768    /* floats in the packed operand buffers: 128 KiB, fits L2 */
 #define CPU_WINDOW_FLOATS_MAX 98304 /* CPU_WINDOW's per-thread stack buffers: 384 KiB */
+#ifndef PAR_MIN_POINTS
+#define PAR_MIN_POINTS 8192
+#endif
 #define CPU_VEC_AXIS_MIN 4    /* a spatial axis shorter than this is never the vector axis */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
@@ -821,8 +824,29 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
             if (a->expr[id].kind == IR_E_LOAD && load_coef(sp, &a->expr[id], x) == 0)
                 broadcast = true;
         plane = plane && broadcast;
+        /* a batched GEMM whose operand along the output's columns is strided too
+         * (transpose_b: the zoo's attention context V^T P^T at 64 x seq x seq) packs one
+         * operand transposed either way, so only the write-back is left to weigh: along the
+         * rows (64: whole vectors) 1.1-1.7x on AVX-512 and 1.0-1.15x on AVX2 at 33-384
+         * tokens (Zen 5, interleaved; seq x seq scores unchanged; Stable Diffusion's 4096 x
+         * 77 x 40 cross-attention scores 0.97x on AVX2, so a reduction of half the rows at
+         * least). Not a dense's (no batch axis): its B is a weight a plan packs once, free
+         * along the columns (0.93-1.06x); nor along a batch axis, which moves both operands. */
+        bool both = false, apart = true; /* apart: no operand moves along both axes (a conv's
+                                           * input moves along its rows and columns) */
+        for (int id = 0; id < a->n_expr && !plane && broadcast && ns >= 3 && x != o->ndim - 1;
+             id++) {
+            if (a->expr[id].kind != IR_E_LOAD) continue;
+            int64_t c = load_coef(sp, &a->expr[id], ns - 1);
+            both |= c != 0 && c != 1 && space_cpu_packable(sp, ns - 1, id);
+            apart &= c == 0 || load_coef(sp, &a->expr[id], x) == 0;
+        }
+        both &= apart && 2 * K >= e; /* the write-back amortised over a long reduction */
         if (x != o->ndim - 1)
-            score *= direct || (plane && K >= 2 * e && e > lanes) ? 1.1 : plane ? 0.6 : 0.45;
+            score *= direct || (plane && K >= 2 * e && e > lanes) ? 1.1
+                     : plane                                     ? 0.6
+                     : both                                      ? 1.0
+                                                                 : 0.45;
         if (score > best_score * 1.0001) best_score = score, best = vals[k];
     }
     return best;
@@ -1050,10 +1074,23 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
                     if (t3 < 1) t3 = 1;
                     v = pick_le(vals, n, ceil_div(line, t3));
                 } else if (sl->level == 2 && sl->axis == gx) { /* the whole axis, fewest tiles */
-                    int64_t t3 = space_tile(sp, out, gx, 3);
-                    v = vals[n - 1];
+                    /* ... as far as the accumulator block leaves the output rows their whole
+                     * line (above): LLaMA's 16 x 4096 key transpose at 16 tokens took all
+                     * 4096 rows at 4 columns, 4 tasks writing quarter lines of the same
+                     * output lines (false sharing between the threads) */
+                    int64_t t3 = space_tile(sp, out, gx, 3), t3v = space_tile(sp, out, vx, 3);
+                    int64_t line = sp->tgt.cpu.vector_registers > 16 ? 16 : 8;
+                    if (t3 < 1) t3 = 1;
+                    if (t3v < 1) t3v = 1;
+                    int64_t row = ceil_div(line, t3v) * t3v;
+                    if (row > a->extent[vx]) row = ceil_div(a->extent[vx], t3v) * t3v;
+                    int64_t cap = CPU_ACC_BUF_MAX / row;
+                    v = vals[0];
                     for (int k = n - 1; k >= 0; k--)
-                        if (vals[k] * (t3 > 0 ? t3 : 1) >= a->extent[gx]) v = vals[k];
+                        if (vals[k] * t3 >= a->extent[gx] && vals[k] * t3 <= cap) v = vals[k];
+                    if (v * t3 < a->extent[gx]) /* no whole axis fits: the largest that does */
+                        for (int k = 0; k < n; k++)
+                            if (vals[k] * t3 <= cap) v = vals[k];
                 } else v = pick_le(vals, n, 1);
             } else if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == vx; /* the vector axis */
@@ -1264,14 +1301,17 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
             v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
             /* a plane per task, when the work (points x taps) outweighs a fork-join */
             if (sp->sketch == SKETCH_CPU_WINDOW)
-                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= 65536 ? 1 : 0;
+                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= PAR_MIN_POINTS ? 1 : 0;
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
             if (sp->sketch == SKETCH_CPU_ROWS) {
                 /* a few microseconds of work: a fork-join costs as much, and a busy machine
                  * that deschedules one thread makes the other wait at the barrier */
                 int64_t work = 0;
                 for (int si = 0; si < sp->g->n_stage; si++) work += ir_stage_points(&sp->g->stage[si]);
-                if (work < 65536) v = 0;
+                /* ... except many short rows (a pool's planes, 240 x 7 x 7 and up: 1.2-1.8x
+                 * from 8 K points on Zen 5); a few long ones (a layer norm of 8 rows, one
+                 * RMS-norm row) keep one thread below 64 K (0.2-0.5x across two) */
+                if (work < PAR_MIN_POINTS || (work < 65536 && sp->rows < 64 * cores)) v = 0;
             }
             break;
         }
