@@ -2,7 +2,7 @@
  *
  *   tlm datagen --store FILE --target T [--suite zoo|FILE] [--per-task N] [--trials-cap N]
  *               [--budget-measurements M] [--max-gflop G] [--exclude FILE] [--seed S]
- *               [--weights F] [--labels measured|model] [--list] [--quiet]
+ *               [--weights F] [--labels measured|model] [--relabel FILE] [--list] [--quiet]
  *
  * Tasks are the kernels of the zoo's models under augmentations (batch sizes, image sizes,
  * sequence lengths: the table below), or the workloads of a suite file (bench/suites format
@@ -18,6 +18,14 @@
  * With --weights (a round of the learning loop: generate, measure, fine-tune) the model's
  * beam joins every search's first round, so the schedules it writes are measured beside the
  * default and the samples, and the next `tlm train` learns from its hits and misses.
+ *
+ * Relabelling (--relabel FILE): records from another host, or from before the rule of thumb
+ * changed, rank schedules by times that no longer compare with today's default. Each
+ * workload of the target in FILE becomes a task whose candidates are its --per-task (2)
+ * fastest correct schedules there; they and today's default are measured here, then three
+ * more times each in rotating rounds (tune_second_look), so a label says whether the
+ * default still loses to them on this host. Resumable like the rest: a workload whose
+ * candidates all have a measurement in the store is skipped.
  *
  * Labels: CPU targets are measured on this host. cuda targets cannot be measured here (no GPU
  * is used), so a cuda datagen needs --labels model: every candidate is still compiled to a
@@ -59,7 +67,11 @@ static const char datagen_usage[] =
     "                          search's first round, so its schedules get measured too\n"
     "  --labels L              measured (default; CPU targets) | model (cuda targets: NVRTC\n"
     "                          cubins labelled by the analytic GPU model, status \"modelled\")\n"
-    "  --list                  print the tasks (JSON) and measure nothing\n"
+    "  --relabel FILE          records (JSONL, `tlm records export`) measured elsewhere or\n"
+    "                          under an older rule of thumb: per workload of --target, its\n"
+    "                          --per-task best correct schedules (default 2) measured again\n"
+    "                          here beside today's default, three rounds each\n"
+    "  --list                  print the tasks (JSON) and measure nothing"
     "  --quiet                 no progress on stderr\n";
 
 /* The augmentations: every zoo model at each of these settings (0 = the model's default). */
@@ -90,11 +102,16 @@ static const zoo_aug augs[] = {
 };
 #define N_AUGS ((int)(sizeof augs / sizeof augs[0]))
 
+#define DG_MAX_GIVEN 8
+
 typedef struct {
     ir_workload wl;
     char hash[IR_HASH_HEX];
     char name[96];
     double gflop;
+    /* --relabel: the schedules to measure again beside the default (malloc'ed text) */
+    char *given[DG_MAX_GIVEN];
+    int n_given;
 } dg_task;
 
 typedef struct {
@@ -103,10 +120,10 @@ typedef struct {
 } dg_tasks;
 
 typedef struct {
-    const char *store, *tg, *suite, *exclude, *weights, *labels;
+    const char *store, *tg, *suite, *exclude, *weights, *labels, *relabel;
     uint64_t per_task, budget, seed;
     double max_gflop;
-    bool list, quiet;
+    bool list, quiet, per_task_set;
 } dg_args;
 
 static bool has_hash(const dg_tasks *ts, const char *h)
@@ -131,6 +148,7 @@ static int add_task(dg_tasks *ts, const ir_workload *w, const char *name, tlm_er
     }
     dg_task *t = &ts->v[ts->n++];
     t->wl = *w;
+    t->n_given = 0;
     snprintf(t->hash, sizeof t->hash, "%s", h);
     snprintf(t->name, sizeof t->name, "%s", name);
     ir_subgraph g;
@@ -203,6 +221,94 @@ static int suite_tasks(const char *path, dg_tasks *ts, tlm_error *err)
     return rc;
 }
 
+/* Keeps the k fastest distinct schedules of a task (median seconds ascending). */
+static void keep_given(dg_task *t, double *given_s, const char *sched, double sec, int k)
+{
+    for (int i = 0; i < t->n_given; i++)
+        if (!strcmp(t->given[i], sched)) {
+            if (sec < given_s[i]) given_s[i] = sec; /* re-sorted below */
+            sec = -1;
+        }
+    if (sec >= 0) {
+        if (t->n_given == k && sec >= given_s[k - 1]) return;
+        char *c = strdup(sched);
+        if (!c) return;
+        if (t->n_given == k) free(t->given[--t->n_given]);
+        t->given[t->n_given] = c;
+        given_s[t->n_given++] = sec;
+    }
+    for (int i = 1; i < t->n_given; i++) /* insertion sort: a handful */
+        for (int j = i; j > 0 && given_s[j] < given_s[j - 1]; j--) {
+            double ts = given_s[j];
+            given_s[j] = given_s[j - 1];
+            given_s[j - 1] = ts;
+            char *tx = t->given[j];
+            t->given[j] = t->given[j - 1];
+            t->given[j - 1] = tx;
+        }
+}
+
+/* --relabel: one task per workload of target `tg` in a records file, with its k fastest
+ * correct schedules. Their times came from another host or another day: only their text is
+ * kept; they are measured again here beside today's default. */
+static int relabel_tasks(const char *path, const char *tg, int k, dg_tasks *ts, tlm_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return tlm_err_set(err, TLM_EINVAL, "--relabel", "%s: cannot open", path);
+    double(*best)[DG_MAX_GIVEN] = NULL;
+    int best_cap = 0, rc = 0, lineno = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    while (!rc && getline(&line, &lcap, f) > 0) {
+        lineno++;
+        json_error_t je;
+        json_t *r = json_loads(line, 0, &je);
+        if (!r) {
+            rc = tlm_err_set(err, TLM_EINVAL, "--relabel", "%s: line %d: %s", path, lineno,
+                             je.text);
+            break;
+        }
+        const char *rt = json_string_value(json_object_get(r, "target"));
+        const char *st = json_string_value(json_object_get(r, "status"));
+        const char *sc = json_string_value(json_object_get(r, "schedule"));
+        double med = json_number_value(json_object_get(r, "median_s"));
+        ir_workload w;
+        tlm_error e;
+        if (rt && st && sc && !strcmp(rt, tg) && !strcmp(st, "ok") && med > 0 &&
+            !proto_workload_decode(json_object_get(r, "workload"), &w, &e)) {
+            char name[96];
+            snprintf(name, sizeof name, "%s:%d", path, lineno);
+            rc = add_task(ts, &w, name, err);
+            int ti = -1;
+            char h[IR_HASH_HEX];
+            if (!rc && ir_workload_hash_hex(&w, h) >= 0)
+                for (int i = ts->n - 1; i >= 0 && ti < 0; i--)
+                    if (!strcmp(ts->v[i].hash, h)) ti = i;
+            if (ti >= 0 && ts->n > best_cap) {
+                int cap = ts->cap;
+                void *nb = realloc(best, (size_t)cap * sizeof *best);
+                if (!nb) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+                else best = nb, best_cap = cap;
+            }
+            if (!rc && ti >= 0) keep_given(&ts->v[ti], best[ti], sc, med, k);
+        }
+        json_decref(r);
+    }
+    free(line);
+    free(best);
+    fclose(f);
+    return rc;
+}
+
+static void free_tasks(dg_tasks *ts)
+{
+    for (int i = 0; i < ts->n; i++)
+        for (int g = 0; g < ts->v[i].n_given; g++) free(ts->v[i].given[g]);
+    free(ts->v);
+    ts->v = NULL;
+    ts->n = ts->cap = 0;
+}
+
 static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
 {
     memset(a, 0, sizeof *a);
@@ -237,13 +343,15 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
             a->exclude = v;
         else if (!strcmp(k, "--weights"))
             a->weights = v;
+        else if (!strcmp(k, "--relabel"))
+            a->relabel = v;
         else if (!strcmp(k, "--labels")) {
             a->labels = v;
             if (strcmp(v, "measured") && strcmp(v, "model"))
                 rc = tlm_err_set(err, TLM_EINVAL, "--labels",
                                  "unknown labels \"%s\"; allowed: measured, model", v);
         } else if (!strcmp(k, "--per-task"))
-            rc = cli_parse_u64("--per-task", v, 100000, &a->per_task, err);
+            rc = cli_parse_u64("--per-task", v, 100000, &a->per_task, err), a->per_task_set = 1;
         else if (!strcmp(k, "--budget-measurements"))
             rc = cli_parse_u64("--budget-measurements", v, UINT32_MAX, &a->budget, err);
         else if (!strcmp(k, "--seed"))
@@ -263,6 +371,13 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
     if (!a->tg) return cli_usage_error("datagen: --target is required");
     if (!a->store && !a->list) return cli_usage_error("datagen: --store is required");
     if (!a->per_task) return cli_usage_error("datagen: --per-task must be >= 1");
+    if (a->relabel && !a->per_task_set) a->per_task = 2;
+    if (a->relabel && a->per_task > DG_MAX_GIVEN)
+        return cli_usage_error("datagen: --relabel takes at most %d schedules a workload "
+                               "(--per-task)", DG_MAX_GIVEN);
+    if (a->relabel && a->weights)
+        return cli_usage_error("datagen: --relabel measures the records' schedules and the "
+                               "default; --weights is for a search");
     return 0;
 }
 
@@ -329,22 +444,27 @@ static int run_datagen(int argc, char **argv)
         return cli_report(&err);
     }
     dg_tasks ts = {0}, ex = {0};
-    int rc = !strcmp(a.suite, "zoo") ? zoo_tasks(&ts, &err) : suite_tasks(a.suite, &ts, &err);
+    int rc = a.relabel                 ? relabel_tasks(a.relabel, t.name, (int)a.per_task, &ts, &err)
+             : !strcmp(a.suite, "zoo") ? zoo_tasks(&ts, &err)
+                                       : suite_tasks(a.suite, &ts, &err);
     if (!rc && a.exclude) rc = suite_tasks(a.exclude, &ex, &err);
     if (rc) {
-        free(ts.v);
+        free_tasks(&ts);
         free(ex.v);
         return cli_report(&err);
     }
     /* drop excluded and too-large workloads, then a seeded shuffle */
     int kept = 0, excluded = 0, large = 0;
     for (int i = 0; i < ts.n; i++) {
+        bool drop = has_hash(&ex, ts.v[i].hash) || !(ts.v[i].gflop <= a.max_gflop);
         if (has_hash(&ex, ts.v[i].hash))
             excluded++;
-        else if (!(ts.v[i].gflop <= a.max_gflop))
+        else if (drop)
             large++;
-        else
+        if (!drop)
             ts.v[kept++] = ts.v[i];
+        else
+            for (int g = 0; g < ts.v[i].n_given; g++) free(ts.v[i].given[g]);
     }
     ts.n = kept;
     free(ex.v);
@@ -365,18 +485,18 @@ static int run_datagen(int argc, char **argv)
                               "too_large", large, "list", arr);
         int out = cli_print_json(r);
         json_decref(r);
-        free(ts.v);
+        free_tasks(&ts);
         return out;
     }
     tlm_model *model = NULL;
     if (a.weights && cli_load_weights("--weights", a.weights, &model, &err)) {
-        free(ts.v);
+        free_tasks(&ts);
         return cli_report(&err);
     }
     dg_ctx ctx = {0};
     ctx.st = store_open(a.store, NULL, &err);
     if (!ctx.st) {
-        free(ts.v);
+        free_tasks(&ts);
         tlm_model_free(model);
         err.code = TLM_EINVAL;
         snprintf(err.field, sizeof err.field, "--store");
@@ -403,8 +523,18 @@ static int run_datagen(int argc, char **argv)
             failed++;
             continue;
         }
+        int given = 0;
+        for (int g = 0; g < ts.v[i].n_given; g++) {
+            space_sched gs;
+            tlm_error ge;
+            /* a schedule today's space no longer takes (another sketch, a retired value) is
+             * dropped: the default stands for it */
+            if (!space_parse(j.sp, ts.v[i].given[g], &gs, &ge) &&
+                !pl_add_candidate(&j, &gs, PL_SRC_GIVEN, 0, &ge))
+                given++;
+        }
         int have = measured(ctx.st, j.whash, j.target_hash, space_sketch_name(j.sp->sketch), &e);
-        if (have >= (int)a.per_task) {
+        if (a.relabel ? have >= given + 1 : have >= (int)a.per_task) {
             skipped++;
             pl_job_free(&j);
             continue;
@@ -416,6 +546,11 @@ static int run_datagen(int argc, char **argv)
         o.confirm = model_labels ? 0 : 1; /* a second look at a deterministic model adds nothing */
         o.confirm_rounds = 1;
         o.model = model; /* one second look: the label is the best, not the luckiest */
+        if (a.relabel) { /* the given schedules and the default, then three rounds of each */
+            o.trials = given + 1;
+            o.confirm = given + 1;
+            o.confirm_rounds = 3;
+        }
         int before = ctx.stored;
         tune_stats s = {0};
         int trc = tune_run(&j, &o, &s, &e);
@@ -440,7 +575,7 @@ static int run_datagen(int argc, char **argv)
     json_decref(r);
     store_close(ctx.st);
     tlm_model_free(model);
-    free(ts.v);
+    free_tasks(&ts);
     return out;
 }
 
