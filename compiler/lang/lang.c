@@ -192,6 +192,14 @@ static void put_q(tbuf *b, const char *q, int64_t v)
     put_int(b, v);
 }
 
+static int slot_token(const space_slot *s)
+{
+    if (s->kind == SLOT_TILE) return tok_slot_tile + s->axis * 4 + (s->level - 1);
+    for (size_t i = 0; i < sizeof slot_other_kinds / sizeof slot_other_kinds[0]; i++)
+        if (slot_other_kinds[i] == s->kind) return tok_slot_other + (int)i;
+    return -1;
+}
+
 int lang_encode_prompt(const space *sp, int *toks, int cap)
 {
     ensure();
@@ -242,20 +250,16 @@ int lang_encode_prompt(const space *sp, int *toks, int cap)
     return b.rc ? b.rc : b.n;
 }
 
-static int slot_token(const space_slot *s)
-{
-    if (s->kind == SLOT_TILE) return tok_slot_tile + s->axis * 4 + (s->level - 1);
-    for (size_t i = 0; i < sizeof slot_other_kinds / sizeof slot_other_kinds[0]; i++)
-        if (slot_other_kinds[i] == s->kind) return tok_slot_other + (int)i;
-    return -1;
-}
-
 int lang_encode_decisions(const space *sp, const space_sched *s, int *toks, int cap)
 {
     ensure();
     tbuf b = {toks, 0, cap, 0};
+    space_sched d; /* the rule of thumb after the decisions so far; recomputed on a departure */
+    space_default_given(sp, s, 0, &d);
     for (int i = 0; i < sp->n_slot; i++) {
+        if (i > 0 && s->v[i - 1] != d.v[i - 1]) space_default_given(sp, s, i, &d);
         put(&b, slot_token(&sp->slot[i]));
+        put_int(&b, d.v[i]);
         put_int(&b, s->v[i]);
     }
     put(&b, LANG_EOS);
@@ -285,6 +289,43 @@ int lang_state_init(lang_state *st, const space *sp)
     st->want_slot = true;
     st->vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
     return st->vals ? 0 : TLM_ENOMEM;
+}
+
+void lang_state_reset(lang_state *st)
+{
+    int64_t *vals = st->vals;
+    const space *sp = st->sp;
+    space_sched d = st->dflt, g = st->dflt_given;
+    int dn = st->dflt_n;
+    bool ok = st->dflt_ok;
+    memset(st, 0, sizeof *st);
+    st->sp = sp;
+    st->vals = vals;
+    st->want_slot = true;
+    st->dflt = d, st->dflt_given = g, st->dflt_n = dn, st->dflt_ok = ok;
+}
+
+/* The rule of thumb's value for the current slot after the decisions so far: the cached
+ * completion while the decisions since it was made are its own, else a new one. */
+static int64_t hint_value(lang_state *st)
+{
+    int i = st->slot;
+    bool ok = st->dflt_ok && st->dflt_n <= i &&
+              !memcmp(st->dflt_given.v, st->partial.v, sizeof(int64_t) * (size_t)st->dflt_n);
+    for (int j = st->dflt_n; j < i && ok; j++) ok = st->partial.v[j] == st->dflt.v[j];
+    if (!ok) {
+        st->partial.n = i;
+        space_default_given(st->sp, &st->partial, i, &st->dflt);
+        st->dflt_given = st->partial;
+        st->dflt_n = i;
+        st->dflt_ok = true;
+    }
+    return st->dflt.v[i];
+}
+
+bool lang_state_in_value(const lang_state *st)
+{
+    return !st->done && st->slot < st->sp->n_slot && !st->want_slot && st->hint_pos >= st->nhint;
 }
 
 void lang_state_free(lang_state *st)
@@ -333,6 +374,7 @@ int lang_state_next(lang_state *st, uint64_t *mask)
     if (st->done) return -2;
     if (st->slot == st->sp->n_slot) return LANG_EOS;
     if (st->want_slot) return slot_token(&st->sp->slot[st->slot]);
+    if (st->hint_pos < st->nhint) return st->hint[st->hint_pos];
     int words = (lang_vocab_size() + 63) / 64;
     memset(mask, 0, sizeof(uint64_t) * (size_t)words);
     int only;
@@ -354,7 +396,15 @@ int lang_state_push(lang_state *st, int token)
         if (token != slot_token(&st->sp->slot[st->slot])) return TLM_EINVAL;
         st->want_slot = false;
         st->nprefix = 0;
+        int k = lang_encode_int(hint_value(st), st->hint, LANG_MAX_VALUE_TOKENS);
+        st->nhint = k > 0 ? k : 0;
+        st->hint_pos = 0;
         load_values(st);
+        return 0;
+    }
+    if (st->hint_pos < st->nhint) {
+        if (token != st->hint[st->hint_pos]) return TLM_EINVAL;
+        st->hint_pos++;
         return 0;
     }
     if (st->nprefix >= LANG_MAX_VALUE_TOKENS) return TLM_EINVAL;

@@ -3,7 +3,12 @@
  * Contract:
  *  - A sentence is  prompt ‖ decisions ‖ [EOS].
  *      prompt    = [BOS] target-tokens op-tokens axis-pairs sketch [SEP]
- *      decisions = for each slot of the space, in order: SLOT token (forced), then VALUE
+ *      decisions = for each slot of the space, in order: SLOT token (forced), HINT (forced:
+ *                  the rule of thumb's value for the slot after the decisions before it,
+ *                  space_default_given, encoded as a value), then VALUE (chosen). The model
+ *                  reads the rule's suggestion right before each choice and learns where to
+ *                  depart from it; a departure moves the later hints with it (another vector
+ *                  axis: that axis' default tiles).
  *    The vocabulary is fixed by this code; LANG_VERSION changes whenever it or the grammar
  *    (what values a slot may take) does, and
  *    lang_vocab_hash (SHA-256 of every token name in order, with the version) goes into weight
@@ -35,8 +40,10 @@
  * warps_m, warps_n, block_k, pipeline, swizzle), and float16/bfloat16 prompts on cuda targets:
  * weight files of v3 are refused by the vocabulary hash (tlm_model_load names both hashes);
  * 5 the CPU sketch cpu_window (depthwise conv and windowed pools in NCHW: vectorize, the
- * register tile's ow columns and oh rows, parallel) replaces cpu_tile for those workloads. */
-#define LANG_VERSION 5
+ * register tile's ow columns and oh rows, parallel) replaces cpu_tile for those workloads;
+ * 6 every slot's value follows a forced hint, the rule of thumb's value given the decisions
+ * before it, so a model learns where to depart from the rule rather than the rule itself. */
+#define LANG_VERSION 6
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024
@@ -83,6 +90,13 @@ typedef struct lang_state {
     bool want_slot;      /* next token is the slot token */
     int prefix[LANG_MAX_VALUE_TOKENS];
     int nprefix;         /* value tokens emitted for the current slot */
+    int hint[LANG_MAX_VALUE_TOKENS]; /* the current slot's hint tokens (forced) */
+    int nhint, hint_pos;             /* its length, and how many are emitted */
+    /* cache of the rule's completion (space_default_given of the first dflt_n decisions,
+     * dflt_given); kept by lang_state_reset */
+    space_sched dflt, dflt_given;
+    int dflt_n;
+    bool dflt_ok;
     bool done;           /* [EOS] emitted */
     int64_t *vals;       /* scratch: legal values of the current slot */
     int nvals;
@@ -91,6 +105,11 @@ typedef struct lang_state {
 /* Starts a decision part for sp (owns a scratch buffer: lang_state_free). */
 int lang_state_init(lang_state *st, const space *sp);
 void lang_state_free(lang_state *st);
+/* Back to the start of the decision part (same space; the scratch and the cache stay). */
+void lang_state_reset(lang_state *st);
+/* The next token is (a token of) the current slot's chosen value: not a slot token, a hint
+ * token or [EOS]. */
+bool lang_state_in_value(const lang_state *st);
 /* Next position: returns the forced token id (>= 0) when only one token is possible, or -1
  * and fills mask (a bitset of lang_vocab_size() bits, 64 per word) with the allowed tokens.
  * Returns -2 when the sentence is complete. */

@@ -950,7 +950,34 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
+static void default_impl(const space *sp, int64_t want, const space_sched *given, int n_given,
+                         space_sched *out);
+
 void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
+{
+    default_impl(sp, want, NULL, 0, out);
+}
+
+void space_default_given(const space *sp, const space_sched *given, int n, space_sched *out)
+{
+    if (n <= 0 || !given) {
+        default_impl(sp, -1, NULL, 0, out);
+        return;
+    }
+    if (n > sp->n_slot) n = sp->n_slot;
+    /* another vector axis than the default's: the rule of thumb for that axis (whose tiles
+     * belong to it); the default's own axis keeps the plain rule (a transpose's, say) */
+    int64_t want = -1;
+    if (sp->slot[0].kind == SLOT_VECTORIZE) {
+        space_sched d;
+        default_impl(sp, -1, NULL, 0, &d);
+        if (given->v[0] != d.v[0]) want = given->v[0];
+    }
+    default_impl(sp, want, given, n, out);
+}
+
+static void default_impl(const space *sp, int64_t want, const space_sched *given, int n_given,
+                         space_sched *out)
 {
     int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES);
     memset(out, 0, sizeof *out);
@@ -1041,6 +1068,10 @@ void space_default_vectorized(const space *sp, int64_t want, space_sched *out)
     const int64_t tile_vectors = vec_vectors * (second_x >= 0 ? 2 : 1);
     for (int i = 0; i < sp->n_slot; i++) {
         const space_slot *sl = &sp->slot[i];
+        if (i < n_given) { /* decided already (space_default_given) */
+            out->v[i] = given->v[i];
+            continue;
+        }
         int n = vals ? space_legal_values(sp, i, out, vals) : 0;
         if (n <= 0) {
             out->v[i] = 1;

@@ -206,6 +206,10 @@ void space_default(const space *sp, space_sched *out);
 /* The default with VECTORIZE = vectorize where that is legal (CPU_TILE with a reduction; the
  * model's choice otherwise, and for vectorize < 1): the rule of thumb along another axis. */
 void space_default_vectorized(const space *sp, int64_t vectorize, space_sched *out);
+/* The rule of thumb completing given->v[0..n) (legal decisions of the first n slots): each
+ * later slot as the default would choose it after those (under another vector axis than the
+ * default's, the default of that axis); the default itself when they are its own. */
+void space_default_given(const space *sp, const space_sched *given, int n, space_sched *out);
 /* log10 of the number of complete legal schedules (exact count by dynamic programming over
  * the slot tree when small, else an estimate by sampling; *exact says which). */
 double space_log10_size(const space *sp, int *exact);

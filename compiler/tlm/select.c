@@ -9,11 +9,7 @@ static int replay(tlm_select_ctx *c, const int32_t *tokens, int n_tokens, int n_
                   tlm_error *err)
 {
     lang_state *st = &c->st;
-    int64_t *vals = st->vals;
-    memset(st, 0, sizeof *st);
-    st->sp = c->sp;
-    st->want_slot = true;
-    st->vals = vals;
+    lang_state_reset(st);
     for (int i = n_prompt; i < n_tokens; i++)
         if (lang_state_push(st, tokens[i]))
             return tlm_err_set(err, TLM_EINVAL, "sentence",
@@ -57,7 +53,7 @@ static int32_t prefer_cb(void *user, const int32_t *tokens, int n_tokens, int n_
     (void)tokens, (void)n_tokens, (void)n_prompt;
     tlm_select_ctx *c = user;
     const lang_state *st = &c->st;
-    if (st->done || st->want_slot || st->slot < 0 || st->slot >= c->anchor.n) return -1;
+    if (!lang_state_in_value(st) || st->slot < 0 || st->slot >= c->anchor.n) return -1;
     if (st->slot > 0 && c->sp->slot[0].kind == SLOT_VECTORIZE &&
         st->partial.v[0] != c->anchor_for) {
         /* beams of one request may differ here: the anchor follows this history's axis */
@@ -89,13 +85,13 @@ int tlm_select_request(const space *sp, const tlm_model *m, int beam_width, tlm_
     if (n < 0) return tlm_err_set(err, n, "workload", "the prompt does not fit");
     for (int i = 0; i < n; i++) ctx->prompt[i] = toks[i];
     ctx->n_prompt = n;
-    /* decisions: slot + at most 7 value tokens per slot, then [EOS] */
-    int max_new = sp->n_slot * (1 + LANG_MAX_VALUE_TOKENS) + 1;
+    /* decisions: slot + hint + value (each at most 7 tokens) per slot, then [EOS] */
+    int max_new = sp->n_slot * (1 + 2 * LANG_MAX_VALUE_TOKENS) + 1;
     if (n + max_new > m->cfg.n_ctx) max_new = m->cfg.n_ctx - n;
-    if (max_new < sp->n_slot * 2 + 1)
+    if (max_new < sp->n_slot * 3 + 1)
         return tlm_err_set(err, TLM_ELIMIT, "weights",
                            "the model's context (%d) is too short for this sentence (%d + %d)",
-                           m->cfg.n_ctx, n, sp->n_slot * 2 + 1);
+                           m->cfg.n_ctx, n, sp->n_slot * 3 + 1);
     if (lang_state_init(&ctx->st, sp)) return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
     memset(req, 0, sizeof *req);
     req->prompt = ctx->prompt;
@@ -206,13 +202,13 @@ static int regen_mask(void *user, const int32_t *tokens, int n_tokens, int n_pro
     int rc = replay(&c->sel, tokens, n_tokens, n_prompt, err);
     if (rc) return rc;
     if (st->done || st->slot > c->slot) return TLM_MASK_STOP;
-    if (!st->want_slot && st->slot < c->slot) {
+    if (lang_state_in_value(st) && st->slot < c->slot) {
         int32_t t = next_value_token(st, c->base->v[st->slot]);
         if (t < 0) return tlm_err_set(err, TLM_EINVAL, "sentence", "internal: base value overrun");
         *forced = t;
         return TLM_MASK_NEXT;
     }
-    if (!st->want_slot) st->nvals = filter_values(c, st->vals, st->nvals);
+    if (lang_state_in_value(st)) st->nvals = filter_values(c, st->vals, st->nvals);
     int next = lang_state_next(st, allowed);
     if (next == -2) return TLM_MASK_STOP;
     if (next >= 0) *forced = next;

@@ -90,7 +90,7 @@ static const char train_usage[] =
 typedef struct {
     char *sched;
     double s;
-    bool is_default; /* schedule_source "default" */
+    bool is_default; /* today's default schedule (space_default), whatever made the record */
     bool modelled;   /* status "modelled": a GPU-model prediction, not a measurement */
 } tr_meas;
 
@@ -256,9 +256,8 @@ static int read_records(const char *path, const tr_args *a, tr_data *d, tlm_erro
             if (!g || g->n == g->cap) {
                 rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
             } else {
-                const char *src = json_string_value(json_object_get(r, "schedule_source"));
                 g->m[g->n].sched = strdup(sc);
-                g->m[g->n].is_default = src && !strcmp(src, "default");
+                g->m[g->n].is_default = false; /* decided against today's space */
                 g->m[g->n].modelled = !strcmp(st, "modelled");
                 d->modelled += g->m[g->n].modelled;
                 g->m[g->n++].s = s;
@@ -439,6 +438,15 @@ static int build_examples(tr_data *d, const tr_args *a, tlm_error *err)
             continue;
         }
         g->val = fnv1a(g->whash) % 100 < a->val_pct;
+        /* The prompt shows today's default, so "the default" is that schedule, whether its
+         * record came from a search's first round, a relabelling or an older rule of thumb. */
+        space_sched def;
+        space_default(g->sp, &def);
+        for (int k = 0; k < g->n; k++) {
+            space_sched s;
+            g->m[k].is_default = !space_parse(g->sp, g->m[k].sched, &s, &e) &&
+                                 !memcmp(s.v, def.v, sizeof *s.v * (size_t)g->sp->n_slot);
+        }
         /* Near-ties are noise on a busy machine: unless the fastest beats the default by more
          * than --margin, the default (its best time) leads the ranking, so the model learns to
          * leave the rule of thumb only where the measurements clearly say so. */

@@ -106,6 +106,77 @@ Test(lang, prompt_differs_by_target_and_workload)
     free(a), free(b), free(c);
 }
 
+/* Every slot's value follows its hint, the rule of thumb's value given the decisions before
+ * it (forced, so the grammar walks it too): the default's sentence has hint = value at every
+ * slot, for every family and target; a schedule along another vector axis gets, from the
+ * second slot on, the hints of that axis' default (space_default_vectorized). */
+static void expect_hints(const space *sp, const space_sched *s, const space_sched *want_hints,
+                         const char *what)
+{
+    int d[LANG_MAX_SENTENCE];
+    int nd = lang_encode_decisions(sp, s, d, LANG_MAX_SENTENCE);
+    cr_assert_gt(nd, 1, "%s", what);
+    int at = 0;
+    for (int i = 0; i < sp->n_slot; i++) {
+        at++; /* the slot token */
+        int h[LANG_MAX_VALUE_TOKENS], v[LANG_MAX_VALUE_TOKENS];
+        int nh = lang_encode_int(want_hints->v[i], h, LANG_MAX_VALUE_TOKENS);
+        int nv = lang_encode_int(s->v[i], v, LANG_MAX_VALUE_TOKENS);
+        cr_assert_eq(memcmp(d + at, h, sizeof(int) * (size_t)nh), 0, "%s: slot %s's hint", what,
+                     sp->slot[i].name);
+        at += nh;
+        cr_assert_eq(memcmp(d + at, v, sizeof(int) * (size_t)nv), 0, "%s: slot %s's value", what,
+                     sp->slot[i].name);
+        at += nv;
+    }
+    cr_assert_eq(at, nd - 1, "%s", what);
+    cr_assert_eq(d[nd - 1], LANG_EOS);
+    /* the grammar forces the slot and hint tokens, and the sentence decodes back */
+    lang_state st;
+    cr_assert_eq(lang_state_init(&st, sp), 0);
+    uint64_t *bits = calloc(((size_t)lang_vocab_size() + 63) / 64, sizeof *bits);
+    int forced = 0;
+    for (int i = 0; i < nd; i++) {
+        forced += lang_state_next(&st, bits) >= 0;
+        cr_assert_eq(lang_state_push(&st, d[i]), 0, "%s: token %d", what, i);
+    }
+    cr_assert_geq(forced, 2 * sp->n_slot + 1, "%s: slots, hints and [EOS] are forced", what);
+    free(bits);
+    lang_state_free(&st);
+    space_sched back;
+    tlm_error e;
+    cr_assert_eq(lang_decode_decisions(sp, d, nd, &back, &e), 0, "%s: %s", what, e.msg);
+    cr_assert_eq(memcmp(back.v, s->v, sizeof(int64_t) * (size_t)sp->n_slot), 0, "%s", what);
+}
+
+Test(lang, every_value_follows_the_rule_of_thumbs_hint)
+{
+    for (size_t w = 0; w < NW; w++)
+        for (size_t ti = 0; ti < NT; ti++) {
+            fixture *f = make(workloads[w], targets[ti]);
+            char what[256];
+            snprintf(what, sizeof what, "%s on %s", workloads[w], targets[ti]);
+            space_sched d;
+            space_default(&f->sp, &d);
+            expect_hints(&f->sp, &d, &d, what);
+            if (f->sp.slot[0].kind == SLOT_VECTORIZE) {
+                int64_t vals[SPACE_MAX_VALUES];
+                space_sched none = {0};
+                int n = space_legal_values(&f->sp, 0, &none, vals);
+                for (int k = 0; k < n; k++) {
+                    if (vals[k] == d.v[0] || vals[k] < 1) continue;
+                    space_sched other;
+                    space_default_vectorized(&f->sp, vals[k], &other);
+                    if (other.v[0] != vals[k]) continue; /* no rule for this axis */
+                    space_sched hints = other;
+                    hints.v[0] = d.v[0]; /* the first hint is the plain default's */
+                    expect_hints(&f->sp, &other, &hints, what);
+                }
+            }
+            free(f);
+        }
+}
+
 Test(lang, decisions_round_trip_for_every_family_and_target)
 {
     uint64_t rng = 99;
@@ -176,10 +247,18 @@ Test(lang, tokens_outside_the_grammar_are_refused)
     cr_assert_geq(slot_tok, 0, "slot tokens are forced");
     cr_assert_neq(lang_state_push(&st, LANG_EOS), 0, "EOS before the decisions");
     cr_assert_eq(lang_state_push(&st, slot_tok), 0);
+    /* the hint (the default vectorises j) is forced: nothing else is taken there */
+    int hint = lang_state_next(&st, mask);
+    cr_assert_eq(hint, lang_token_id("N_1"));
+    cr_assert_neq(lang_state_push(&st, lang_token_id("N_2")), 0, "a hint is forced");
+    cr_assert(!lang_state_in_value(&st));
+    cr_assert_eq(lang_state_push(&st, hint), 0);
+    cr_assert(lang_state_in_value(&st));
     /* vectorize takes 0 (scalar), 1 (j, the last axis) or 2 (i): dense has two spatial axes */
     cr_assert_neq(lang_state_push(&st, lang_token_id("N_3")), 0);
     cr_assert_eq(lang_state_push(&st, lang_token_id("N_1")), 0);
-    cr_assert_eq(lang_state_push(&st, lang_state_next(&st, mask)), 0);
+    cr_assert_eq(lang_state_push(&st, lang_state_next(&st, mask)), 0); /* slot tile.i.3 */
+    cr_assert_eq(lang_state_push(&st, lang_state_next(&st, mask)), 0); /* its hint */
     /* tile.i.3 on 1024: 9 neither divides 1024 nor is on the padding ladder (space.h) */
     cr_assert_neq(lang_state_push(&st, lang_token_id("N_9")), 0);
     cr_assert_eq(lang_state_push(&st, lang_token_id("N_4")), 0);
@@ -191,7 +270,11 @@ Test(lang, tokens_outside_the_grammar_are_refused)
     int n = lang_encode_decisions(&f->sp, &s, toks, LANG_MAX_SENTENCE);
     tlm_error e;
     cr_assert_neq(lang_decode_decisions(&f->sp, toks, n - 3, &s, &e), 0);
-    toks[1] = lang_token_id("N_3"); /* vectorize = 3 */
+    toks[2] = lang_token_id("N_3"); /* vectorize = 3 */
+    cr_assert_neq(lang_decode_decisions(&f->sp, toks, n, &s, &e), 0);
+    cr_assert_str_eq(e.field, f->sp.slot[0].name);
+    toks[2] = toks[1];
+    toks[1] = lang_token_id("N_2"); /* a hint other than the rule's */
     cr_assert_neq(lang_decode_decisions(&f->sp, toks, n, &s, &e), 0);
     cr_assert_str_eq(e.field, f->sp.slot[0].name);
     free(f);
