@@ -829,9 +829,10 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
          * operand transposed either way, so only the write-back is left to weigh: along the
          * rows (64: whole vectors) 1.1-1.7x on AVX-512 and 1.0-1.15x on AVX2 at 33-384
          * tokens (Zen 5, interleaved; seq x seq scores unchanged; Stable Diffusion's 4096 x
-         * 77 x 40 cross-attention scores 0.97x on AVX2, so a reduction of half the rows at
-         * least). Not a dense's (no batch axis): its B is a weight a plan packs once, free
-         * along the columns (0.93-1.06x); nor along a batch axis, which moves both operands. */
+         * 77 x 40 cross-attention scores 0.97x on AVX2, so a reduction of a quarter of the
+         * rows at least; 37 rows would pad 3 vectors). Not a dense's (no batch axis): its B is
+         * a weight a plan packs once, free along the columns (0.93-1.06x); nor along a batch
+         * axis, which moves both operands. */
         bool both = false, apart = true; /* apart: no operand moves along both axes (a conv's
                                            * input moves along its rows and columns) */
         for (int id = 0; id < a->n_expr && !plane && broadcast && ns >= 3 && x != o->ndim - 1;
@@ -841,7 +842,8 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
             both |= c != 0 && c != 1 && space_cpu_packable(sp, ns - 1, id);
             apart &= c == 0 || load_coef(sp, &a->expr[id], x) == 0;
         }
-        both &= apart && 2 * K >= e; /* the write-back amortised over a long reduction */
+        /* the write-back amortised over a long reduction, the rows whole vectors */
+        both &= apart && 4 * K >= e && e % lanes == 0;
         if (x != o->ndim - 1)
             score *= direct || (plane && K >= 2 * e && e > lanes) ? 1.1
                      : plane                                     ? 0.6

@@ -1251,7 +1251,8 @@ Test(space, rows_and_windows_run_on_every_core_from_8k_points)
 
 /* A batched GEMM whose column operand is strided too (transpose_b: the zoo's attention
  * context, 64 x seq x seq) packs one operand transposed along either axis, and its vectors go
- * along the rows (64: four whole vectors) at 50 and 384 tokens, on both ISAs; seq x seq
+ * along the rows (64: four whole vectors) at 50 and 384 tokens, on both ISAs; 37 rows (not
+ * whole vectors) stay along the columns, as do seq x seq
  * scores (K = 64) and a dense with transpose_b (a weight a plan packs once) stay along the
  * columns, and so does a batched GEMM whose B is not transposed. */
 Test(space, batched_gemms_strided_both_ways_vectorise_their_rows)
@@ -1266,6 +1267,7 @@ Test(space, batched_gemms_strided_both_ways_vectorise_their_rows)
         {BMM(12, 64, 384, 384, true), 2},
         {BMM(12, 197, 197, 64, true), 1},
         {BMM(12, 64, 50, 50, false), 1},
+        {BMM(2, 37, 256, 40, true), 1},
         {"{\"op\":\"dense\",\"shape\":{\"M\":128,\"N\":768,\"K\":768},\"transpose_b\":true}", 1},
     };
 #undef BMM
