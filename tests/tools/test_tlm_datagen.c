@@ -342,6 +342,10 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
     cr_assert(strstr(r.err, "--per-task"), "%s", r.err);
     free_result(&r);
+    r = RUN("datagen", "--relabel", old, "--suite", suite, "--target", "cpu", "--store", b_db);
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "--relabel") && strstr(r.err, "--suite"), "%s", r.err);
+    free_result(&r);
     write_file(suite, "{\"broken\n");
     r = RUN("datagen", "--relabel", suite, "--target", "cpu", "--store", b_db);
     cr_assert_neq(r.status, 0);

@@ -71,7 +71,7 @@ static const char datagen_usage[] =
     "                          under an older rule of thumb: per workload of --target, its\n"
     "                          --per-task best correct schedules (default 2) measured again\n"
     "                          here beside today's default, three rounds each\n"
-    "  --list                  print the tasks (JSON) and measure nothing"
+    "  --list                  print the tasks (JSON) and measure nothing\n"
     "  --quiet                 no progress on stderr\n";
 
 /* The augmentations: every zoo model at each of these settings (0 = the model's default). */
@@ -375,6 +375,9 @@ static int parse(int argc, char **argv, dg_args *a, tlm_error *err)
     if (a->relabel && a->per_task > DG_MAX_GIVEN)
         return cli_usage_error("datagen: --relabel takes at most %d schedules a workload "
                                "(--per-task)", DG_MAX_GIVEN);
+    if (a->relabel && strcmp(a->suite, "zoo"))
+        return cli_usage_error("datagen: --relabel takes its workloads from the records; "
+                               "--suite is for a search");
     if (a->relabel && a->weights)
         return cli_usage_error("datagen: --relabel measures the records' schedules and the "
                                "default; --weights is for a search");
@@ -456,12 +459,10 @@ static int run_datagen(int argc, char **argv)
     /* drop excluded and too-large workloads, then a seeded shuffle */
     int kept = 0, excluded = 0, large = 0;
     for (int i = 0; i < ts.n; i++) {
-        bool drop = has_hash(&ex, ts.v[i].hash) || !(ts.v[i].gflop <= a.max_gflop);
-        if (has_hash(&ex, ts.v[i].hash))
-            excluded++;
-        else if (drop)
-            large++;
-        if (!drop)
+        bool is_ex = has_hash(&ex, ts.v[i].hash), big = !(ts.v[i].gflop <= a.max_gflop);
+        excluded += is_ex;
+        large += !is_ex && big;
+        if (!is_ex && !big)
             ts.v[kept++] = ts.v[i];
         else
             for (int g = 0; g < ts.v[i].n_given; g++) free(ts.v[i].given[g]);
