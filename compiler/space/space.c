@@ -1171,8 +1171,22 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                 else if (sl->level == 3 && last && one_row) {
                     /* one register row (a GEMV, below): a 64-byte line of each matrix row a
                      * step (AVX-512 one vector, AVX2 two; Zen 4, 2 threads, 1x32000x4096:
-                     * 4 vectors 20.1 ms, 1 vector 17.9; 1x11008x4096 6.2 -> 5.9) */
-                    v = pick_vec(vals, n, lanes, lanes >= 16 ? 1 : 16 / lanes);
+                     * 4 vectors 20.1 ms, 1 vector 17.9; 1x11008x4096 6.2 -> 5.9); where
+                     * 64-byte loads run at full rate (Zen 5) four AVX-512 vectors, as the
+                     * other tiles: interleaved, 1x4096x4096 1.07-1.15x, BERT's 768 -> 3072
+                     * 1.15-1.17x, 4096 -> 32000 1.02-1.08x, 4096 -> 11008 and back 1.00-1.04x,
+                     * EfficientNet's squeeze-excite 1152 -> 48 1.5x, 672 -> 28 2.1x; where the
+                     * row is whole blocks of 4 vectors or fits in one: ragged rows lost
+                     * (classifiers' 1000: 0.94-0.96x, GPT-2's 50257: 0.98x), and so did an
+                     * outer product (K = 1: 96 x 64 x 1 0.2x). AVX2 four vectors
+                     * measured 0.98-1.08x: kept at two. */
+                    int64_t e = a->extent[vx], red = 1;
+                    for (int r = ns; r < ns + sp->n_reduce; r++) red *= a->extent[r];
+                    bool whole = red >= 8 && (e % (4 * lanes) == 0 || e <= 4 * lanes);
+                    int gemv_vectors = lanes < 16                    ? 16 / lanes
+                                       : full_width_loads(sp) && whole ? 4
+                                                                       : 1;
+                    v = pick_vec(vals, n, lanes, gemv_vectors);
                 }
                 else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
                 else if (sl->level == 3) {

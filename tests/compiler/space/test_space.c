@@ -1281,3 +1281,46 @@ Test(space, batched_gemms_strided_both_ways_vectorise_their_rows)
             unbuild(&b);
         }
 }
+
+/* A GEMV's register row follows the host's load width too: where 64-byte loads run at full
+ * rate (AMD family 0x1a) four AVX-512 vectors when the row is whole blocks of them (LLaMA's
+ * 4096 outputs) or fits in one (a squeeze-excite's 48), one elsewhere (1000 classes, Zen 4,
+ * named targets); an outer product (K = 1) keeps one; AVX2 keeps two. */
+Test(space, gemv_rows_follow_the_hosts_load_width)
+{
+    static const struct {
+        const char *tg, *vendor;
+        int family;
+        int64_t n, k, cols;
+    } cases[] = {
+        {"cpu:avx512", "AuthenticAMD", 0x1a, 4096, 4096, 64},
+        {"cpu:avx512", "AuthenticAMD", 0x1a, 48, 1152, 48},
+        {"cpu:avx512", "AuthenticAMD", 0x1a, 1000, 2048, 16},
+        {"cpu:avx512", "AuthenticAMD", 0x1a, 4096, 1, 16},
+        {"cpu:avx512", "AuthenticAMD", 0x19, 4096, 4096, 16},
+        {"cpu:avx512", "", 0, 4096, 4096, 16},
+        {"cpu:avx2", "AuthenticAMD", 0x1a, 4096, 4096, 16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[160];
+        snprintf(wl, sizeof wl, "{\"op\":\"dense\",\"shape\":{\"M\":1,\"N\":%lld,\"K\":%lld}}",
+                 (long long)cases[i].n, (long long)cases[i].k);
+        ir_workload w;
+        tlm_error err;
+        tlm_err_clear(&err);
+        cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
+        target t;
+        cr_assert_eq(target_parse(cases[i].tg, &t, &err), 0, "%s", err.msg);
+        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
+        t.cpu.family = cases[i].family;
+        built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
+        cr_assert(b.g && b.sp);
+        cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
+        cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_tile(b.sp, &d, 1, 3), cases[i].cols, "case %zu: %lld columns", i,
+                     (long long)space_tile(b.sp, &d, 1, 3));
+        unbuild(&b);
+    }
+}
