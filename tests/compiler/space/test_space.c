@@ -1035,6 +1035,24 @@ Test(space, window_rows_cover_the_fma_latency)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* The space of wl on target tg as a host of that vendor and family would see it. */
+static built build_on_host(const char *wl, const char *tg, const char *vendor, int family)
+{
+    ir_workload w;
+    tlm_error err;
+    tlm_err_clear(&err);
+    cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
+    target t;
+    cr_assert_eq(target_parse(tg, &t, &err), 0, "%s", err.msg);
+    snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", vendor);
+    t.cpu.family = family;
+    built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
+    cr_assert(b.g && b.sp);
+    cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
+    cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
+    return b;
+}
+
 /* The narrow depthwise columns were fitted on Zen 4, whose 64-byte loads run at half rate; a
  * host whose loads run at full rate (AMD from Zen 5, family 0x1a) weighs padding against width
  * instead: 7x7 at 56 x 56 takes 4 vectors x 4 rows (1.31x over 1 x 8 on Zen 5), a 14-wide plane
@@ -1055,18 +1073,7 @@ Test(space, depthwise_columns_follow_the_hosts_load_width)
                  "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":%lld,"
                  "\"W\":%lld,\"KH\":7,\"KW\":7},\"pad\":[3,3]}",
                  (long long)cases[i].h, (long long)cases[i].h);
-        ir_workload w;
-        tlm_error err;
-        tlm_err_clear(&err);
-        cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
-        target t;
-        cr_assert_eq(target_parse("cpu:avx512", &t, &err), 0, "%s", err.msg);
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].family;
-        built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
-        cr_assert(b.g && b.sp);
-        cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
-        cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
+        built b = build_on_host(wl, "cpu:avx512", cases[i].vendor, cases[i].family);
         space_sched d;
         space_default(b.sp, &d);
         cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].cols, "case %zu: columns %lld", i,
@@ -1305,18 +1312,7 @@ Test(space, gemv_rows_follow_the_hosts_load_width)
         char wl[160];
         snprintf(wl, sizeof wl, "{\"op\":\"dense\",\"shape\":{\"M\":1,\"N\":%lld,\"K\":%lld}}",
                  (long long)cases[i].n, (long long)cases[i].k);
-        ir_workload w;
-        tlm_error err;
-        tlm_err_clear(&err);
-        cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
-        target t;
-        cr_assert_eq(target_parse(cases[i].tg, &t, &err), 0, "%s", err.msg);
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].family;
-        built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
-        cr_assert(b.g && b.sp);
-        cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
-        cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
+        built b = build_on_host(wl, cases[i].tg, cases[i].vendor, cases[i].family);
         space_sched d;
         space_default(b.sp, &d);
         cr_expect_eq(space_tile(b.sp, &d, 1, 3), cases[i].cols, "case %zu: %lld columns", i,
