@@ -250,16 +250,20 @@ int lang_encode_prompt(const space *sp, int *toks, int cap)
     return b.rc ? b.rc : b.n;
 }
 
+static int64_t hint_value(lang_state *st);
+
 int lang_encode_decisions(const space *sp, const space_sched *s, int *toks, int cap)
 {
     ensure();
     tbuf b = {toks, 0, cap, 0};
-    space_sched d; /* the rule of thumb after the decisions so far; recomputed on a departure */
-    space_default_given(sp, s, 0, &d);
+    lang_state st; /* only for its hints: the same completions the grammar walks */
+    memset(&st, 0, sizeof st);
+    st.sp = sp;
+    st.partial = *s;
     for (int i = 0; i < sp->n_slot; i++) {
-        if (i > 0 && s->v[i - 1] != d.v[i - 1]) space_default_given(sp, s, i, &d);
+        st.slot = i;
         put(&b, slot_token(&sp->slot[i]));
-        put_int(&b, d.v[i]);
+        put_int(&b, hint_value(&st));
         put_int(&b, s->v[i]);
     }
     put(&b, LANG_EOS);

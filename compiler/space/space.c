@@ -10,9 +10,7 @@
 #define CPU_INNER_MAX 64      /* innermost tile cap per axis */
 #define CPU_PACK_MAX 32768    /* floats in the packed operand buffers: 128 KiB, fits L2 */
 #define CPU_WINDOW_FLOATS_MAX 98304 /* CPU_WINDOW's per-thread stack buffers: 384 KiB */
-#ifndef PAR_MIN_POINTS
-#define PAR_MIN_POINTS 8192
-#endif
+#define PAR_MIN_POINTS 8192   /* rows and window kernels: less work stays on one thread */
 #define CPU_VEC_AXIS_MIN 4    /* a spatial axis shorter than this is never the vector axis */
 #define GPU_ACC_MAX 128       /* accumulators per thread (register estimate) */
 #define ROWS_MAX 256
@@ -967,15 +965,9 @@ void space_default_given(const space *sp, const space_sched *given, int n, space
         return;
     }
     if (n > sp->n_slot) n = sp->n_slot;
-    /* another vector axis than the default's: the rule of thumb for that axis (whose tiles
-     * belong to it); the default's own axis keeps the plain rule (a transpose's, say) */
-    int64_t want = -1;
-    if (sp->slot[0].kind == SLOT_VECTORIZE) {
-        space_sched d;
-        default_impl(sp, -1, NULL, 0, &d);
-        if (given->v[0] != d.v[0]) want = given->v[0];
-    }
-    default_impl(sp, want, given, n, out);
+    /* a given vector axis: the rule of thumb for that axis, whose tiles belong to it (the
+     * default's own axis gives the default) */
+    default_impl(sp, sp->slot[0].kind == SLOT_VECTORIZE ? given->v[0] : -1, given, n, out);
 }
 
 static void default_impl(const space *sp, int64_t want, const space_sched *given, int n_given,
@@ -997,7 +989,10 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
     int vx = ns - 1; /* the vector axis */
-    int gx = want >= 1 ? -1 : gathered_axis(sp); /* vectors asked for: the plain rule */
+    /* a transpose's own axis (1, the default's) keeps its rule; vectors asked along another
+     * axis get the plain one */
+    int gx = gathered_axis(sp);
+    if (want >= 1 && want != 1) gx = -1;
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
         space_sched first;
         memset(&first, 0, sizeof first);
@@ -1118,12 +1113,11 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     int64_t row = ceil_div(line, t3v) * t3v;
                     if (row > a->extent[vx]) row = ceil_div(a->extent[vx], t3v) * t3v;
                     int64_t cap = CPU_ACC_BUF_MAX / row;
-                    v = vals[0];
-                    for (int k = n - 1; k >= 0; k--)
-                        if (vals[k] * t3 >= a->extent[gx] && vals[k] * t3 <= cap) v = vals[k];
-                    if (v * t3 < a->extent[gx]) /* no whole axis fits: the largest that does */
-                        for (int k = 0; k < n; k++)
-                            if (vals[k] * t3 <= cap) v = vals[k];
+                    v = vals[0]; /* the fewest tiles that cover it, or the most that fit */
+                    for (int k = 0; k < n && vals[k] * t3 <= cap; k++) {
+                        v = vals[k];
+                        if (v * t3 >= a->extent[gx]) break;
+                    }
                 } else v = pick_le(vals, n, 1);
             } else if (sp->sketch == SKETCH_CPU_TILE) {
                 bool last = sl->axis == vx; /* the vector axis */
@@ -1348,7 +1342,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
             v = sp->sketch == SKETCH_CPU_ROWS ? 1 : (tasks >= 2 * cores ? 1 : 2);
             /* a plane per task, when the work (points x taps) outweighs a fork-join */
             if (sp->sketch == SKETCH_CPU_WINDOW)
-                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= PAR_MIN_POINTS ? 1 : 0;
+                v = a->extent[0] * a->extent[1] >= 2 && ir_stage_points(a) >= PAR_MIN_POINTS;
             if (sp->sketch == SKETCH_CPU_TILE && ir_stage_points(a) < 32768) v = 0;
             if (sp->sketch == SKETCH_CPU_ROWS) {
                 /* a few microseconds of work: a fork-join costs as much, and a busy machine

@@ -89,6 +89,15 @@ static json_t *read_jsonl(const char *p)
     return arr;
 }
 
+/* `tlm records export` of a store into path, read back. */
+static json_t *export_records(const char *db, const char *path)
+{
+    run_result r = RUN("records", "export", "--store", db, "-o", path);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    return read_jsonl(path);
+}
+
 Test(tlm_datagen, modelled_records_stay_marked_and_train_counts_them_apart)
 {
     tlm_error e;
@@ -113,10 +122,7 @@ Test(tlm_datagen, modelled_records_stay_marked_and_train_counts_them_apart)
     free_result(&r);
 
     /* export: every record modelled, with the model's figures; none passes as "ok" */
-    r = RUN("records", "export", "--store", db, "-o", out);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    free_result(&r);
-    json_t *recs = read_jsonl(out);
+    json_t *recs = export_records(db, out);
     cr_assert_eq(json_array_size(recs), 9);
     size_t i;
     json_t *rec;
@@ -162,10 +168,7 @@ Test(tlm_datagen, modelled_records_stay_marked_and_train_counts_them_apart)
     cr_assert_eq(jint(o, "added"), 1, "%s", r.out);
     json_decref(o);
     free_result(&r);
-    r = RUN("records", "export", "--store", db, "-o", out);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    free_result(&r);
-    recs = read_jsonl(out);
+    recs = export_records(db, out);
     cr_assert_eq(json_array_size(recs), 10, "the measurement is kept beside the prediction");
     int ok = 0, modelled = 0;
     json_array_foreach(recs, i, rec)
@@ -253,10 +256,7 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
                        "--per-task", "5", "--quiet");
     json_decref(run_json(&r));
     free_result(&r);
-    r = RUN("records", "export", "--store", a_db, "-o", old);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    free_result(&r);
-    json_t *olds = read_jsonl(old);
+    json_t *olds = export_records(a_db, old);
     /* a record of another target joins the file: relabelling cpu ignores it */
     json_t *other = json_deep_copy(json_array_get(olds, 0));
     json_object_set_new(other, "target", json_string("cpu:avx2"));
@@ -275,10 +275,7 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     cr_assert_eq(jint(o, "failed"), 0, "%s", r.out);
     json_decref(o);
     free_result(&r);
-    r = RUN("records", "export", "--store", b_db, "-o", fresh);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    free_result(&r);
-    json_t *news = read_jsonl(fresh);
+    json_t *news = export_records(b_db, fresh);
     size_t i;
     json_t *rec;
     json_array_foreach(olds, i, rec)

@@ -109,8 +109,10 @@ typedef struct {
     char hash[IR_HASH_HEX];
     char name[96];
     double gflop;
-    /* --relabel: the schedules to measure again beside the default (malloc'ed text) */
+    /* --relabel: the schedules to measure again beside the default (malloc'ed text), by
+     * their recorded medians, fastest first */
     char *given[DG_MAX_GIVEN];
+    double given_s[DG_MAX_GIVEN];
     int n_given;
 } dg_task;
 
@@ -126,19 +128,25 @@ typedef struct {
     bool list, quiet, per_task_set;
 } dg_args;
 
-static bool has_hash(const dg_tasks *ts, const char *h)
+/* The index of the task of workload hash h, or -1. */
+static int find_task(const dg_tasks *ts, const char *h)
 {
     for (int i = 0; i < ts->n; i++)
-        if (!strcmp(ts->v[i].hash, h)) return true;
-    return false;
+        if (!strcmp(ts->v[i].hash, h)) return i;
+    return -1;
 }
 
-static int add_task(dg_tasks *ts, const ir_workload *w, const char *name, tlm_error *err)
+/* Adds w (once: a workload already there is not added again); *at (may be NULL) is its
+ * task's index either way. */
+static int add_task(dg_tasks *ts, const ir_workload *w, const char *name, int *at,
+                    tlm_error *err)
 {
     char h[IR_HASH_HEX];
     if (ir_workload_hash_hex(w, h) < 0)
         return tlm_err_set(err, TLM_EINVAL, "workload", "%s: cannot hash the workload", name);
-    if (has_hash(ts, h)) return 0;
+    int have = find_task(ts, h);
+    if (at) *at = have >= 0 ? have : ts->n;
+    if (have >= 0) return 0;
     if (ts->n == ts->cap) {
         int cap = ts->cap ? ts->cap * 2 : 64;
         dg_task *v = realloc(ts->v, (size_t)cap * sizeof *v);
@@ -173,7 +181,7 @@ static int zoo_tasks(dg_tasks *ts, tlm_error *err)
                      (long long)(augs[a].opts.image_size ? augs[a].opts.image_size
                                                          : augs[a].opts.seq_len),
                      fu.sub[i].name);
-            rc = add_task(ts, &fu.sub[i].wl, name, err);
+            rc = add_task(ts, &fu.sub[i].wl, name, NULL, err);
         }
         fe_fused_free(&fu);
         fe_graph_free(g);
@@ -215,15 +223,16 @@ static int suite_tasks(const char *path, dg_tasks *ts, tlm_error *err)
             rc = tlm_err_set(err, TLM_EINVAL, "--suite", "%s: %s", name, msg);
             break;
         }
-        rc = add_task(ts, &w, name, err);
+        rc = add_task(ts, &w, name, NULL, err);
     }
     json_decref(doc);
     return rc;
 }
 
 /* Keeps the k fastest distinct schedules of a task (median seconds ascending). */
-static void keep_given(dg_task *t, double *given_s, const char *sched, double sec, int k)
+static void keep_given(dg_task *t, const char *sched, double sec, int k)
 {
+    double *given_s = t->given_s;
     for (int i = 0; i < t->n_given; i++)
         if (!strcmp(t->given[i], sched)) {
             if (sec < given_s[i]) given_s[i] = sec; /* re-sorted below */
@@ -255,8 +264,7 @@ static int relabel_tasks(const char *path, const char *tg, int k, dg_tasks *ts, 
 {
     FILE *f = fopen(path, "r");
     if (!f) return tlm_err_set(err, TLM_EINVAL, "--relabel", "%s: cannot open", path);
-    double(*best)[DG_MAX_GIVEN] = NULL;
-    int best_cap = 0, rc = 0, lineno = 0;
+    int rc = 0, lineno = 0;
     char *line = NULL;
     size_t lcap = 0;
     while (!rc && getline(&line, &lcap, f) > 0) {
@@ -278,24 +286,13 @@ static int relabel_tasks(const char *path, const char *tg, int k, dg_tasks *ts, 
             !proto_workload_decode(json_object_get(r, "workload"), &w, &e)) {
             char name[96];
             snprintf(name, sizeof name, "%s:%d", path, lineno);
-            rc = add_task(ts, &w, name, err);
-            int ti = -1;
-            char h[IR_HASH_HEX];
-            if (!rc && ir_workload_hash_hex(&w, h) >= 0)
-                for (int i = ts->n - 1; i >= 0 && ti < 0; i--)
-                    if (!strcmp(ts->v[i].hash, h)) ti = i;
-            if (ti >= 0 && ts->n > best_cap) {
-                int cap = ts->cap;
-                void *nb = realloc(best, (size_t)cap * sizeof *best);
-                if (!nb) rc = tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-                else best = nb, best_cap = cap;
-            }
-            if (!rc && ti >= 0) keep_given(&ts->v[ti], best[ti], sc, med, k);
+            int ti;
+            rc = add_task(ts, &w, name, &ti, err);
+            if (!rc) keep_given(&ts->v[ti], sc, med, k);
         }
         json_decref(r);
     }
     free(line);
-    free(best);
     fclose(f);
     return rc;
 }
@@ -447,7 +444,7 @@ static int run_datagen(int argc, char **argv)
         return cli_report(&err);
     }
     dg_tasks ts = {0}, ex = {0};
-    int rc = a.relabel                 ? relabel_tasks(a.relabel, t.name, (int)a.per_task, &ts, &err)
+    int rc = a.relabel ? relabel_tasks(a.relabel, t.name, (int)a.per_task, &ts, &err)
              : !strcmp(a.suite, "zoo") ? zoo_tasks(&ts, &err)
                                        : suite_tasks(a.suite, &ts, &err);
     if (!rc && a.exclude) rc = suite_tasks(a.exclude, &ex, &err);
@@ -459,7 +456,7 @@ static int run_datagen(int argc, char **argv)
     /* drop excluded and too-large workloads, then a seeded shuffle */
     int kept = 0, excluded = 0, large = 0;
     for (int i = 0; i < ts.n; i++) {
-        bool is_ex = has_hash(&ex, ts.v[i].hash), big = !(ts.v[i].gflop <= a.max_gflop);
+        bool is_ex = find_task(&ex, ts.v[i].hash) >= 0, big = !(ts.v[i].gflop <= a.max_gflop);
         excluded += is_ex;
         large += !is_ex && big;
         if (!is_ex && !big)

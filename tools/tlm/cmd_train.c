@@ -438,8 +438,9 @@ static int build_examples(tr_data *d, const tr_args *a, tlm_error *err)
             continue;
         }
         g->val = fnv1a(g->whash) % 100 < a->val_pct;
-        /* The prompt shows today's default, so "the default" is that schedule, whether its
-         * record came from a search's first round, a relabelling or an older rule of thumb. */
+        /* The sentences' hints are today's default, so "the default" is that schedule,
+         * whether its record came from a search's first round, a relabelling or an older
+         * rule of thumb. */
         space_sched def;
         space_default(g->sp, &def);
         for (int k = 0; k < g->n; k++) {
