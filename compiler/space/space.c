@@ -842,8 +842,29 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
         }
         /* the write-back amortised over a long reduction, the rows whole vectors */
         both &= apart && 4 * K >= e && e % lanes == 0;
+        /* A reducing conv's F lead (AVX-512) holds while the input it broadcasts is near
+         * (within a plan it comes from the layer before, in L2 and L3): one larger than twice
+         * the cores' L2 arrives from further out, and its columns, vector loads each, wait
+         * less on it than a broadcast per register row. ResNet-50 batch 8 (inputs 6.4-25.7
+         * MB; 2 x 1 MB of L2) along the columns, in a plan: 1x1 256 -> 64 at 56 x 56 1.26x,
+         * 256 -> 128 1.31x, 512 -> 128 at 28 x 28 1.26x, 1024 -> 256 at 14 x 14 1.08x, the
+         * plan 1.02x; EfficientNet-B0's 240 -> 40 at 28 x 28 batch 8 (6 MB) 1.05x. Below the
+         * bound F stays ahead (its 480 -> 80 at 14 x 14, 3 MB, 0.96x along the columns;
+         * MobileNetV2's 384 -> 64, 2.4 MB, 0.95x). On AVX2 along the columns ResNet-50's
+         * and MobileNetV2's batch-8 plans lost 1 %. (Zen 5, interleaved plans.) */
+        bool reduces = plane && K >= 2 * e && e > lanes;
+        if (reduces && sp->tgt.kind == TARGET_CPU && sp->tgt.cpu.l2_bytes > 0 &&
+            sp->tgt.cpu.vector_registers > 16) {
+            int64_t cores = sp->tgt.cpu.cores > 0 ? sp->tgt.cpu.cores : 1, in = 0;
+            for (int id = 0; id < a->n_expr; id++)
+                if (a->expr[id].kind == IR_E_LOAD && load_coef(sp, &a->expr[id], x) == 0) {
+                    int64_t bytes = 4 * ir_tensor_numel(&sp->g->tensor[a->expr[id].tensor]);
+                    if (bytes > in) in = bytes;
+                }
+            reduces = in <= 2 * cores * sp->tgt.cpu.l2_bytes;
+        }
         if (x != o->ndim - 1)
-            score *= direct || (plane && K >= 2 * e && e > lanes) ? 1.1
+            score *= direct || reduces ? 1.1
                      : plane                                     ? 0.6
                      : both                                      ? 1.0
                                                                  : 0.45;
@@ -1244,6 +1265,27 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         int64_t t3 = space_tile(sp, out, rows_x, 3);
                         int64_t across = ceil_div(a->extent[rows_x], t3 > 0 ? t3 : 1);
                         cap = 64 / (across < 64 ? across : 64);
+                    }
+                    /* ... unless that row is one register tile (a 7 x 7 map, 7 columns of 4
+                     * filter vectors on AVX-512): then the block takes the plane's rows, each
+                     * chunk of the weights' panel serving all of them, while every core keeps
+                     * two tasks. ResNet-50's 3x3 512 -> 512 at 7 x 7 1.12-1.18x (Zen 5,
+                     * interleaved, input from L3 as in a plan, and warm), from 14 x 14 with
+                     * stride 2 1.06x, batch 8 1.04-1.06x; at 14 x 14 (two tiles a row) more
+                     * rows gained nothing, and AVX2's 7-wide rows are two tiles of 4. Not
+                     * without a window: the 1x1 stride-2 1024 -> 2048 at 5 x 5 lost 7 % */
+                    int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0, taps = 1;
+                    for (int r = ns + 1; r < ns + sp->n_reduce; r++) taps *= a->extent[r];
+                    if (cap == 1 && vx != ns - 1 && !row_len && sl->axis == rows_x - 1 &&
+                        taps > 1 && t3r > 0 && a->extent[rows_x] <= t3r) {
+                        int64_t others = 1; /* the tasks the other axes give */
+                        for (int x = 0; x < ns; x++) {
+                            int64_t t = space_tile(sp, out, x, 3);
+                            if (x != sl->axis) others *= ceil_div(a->extent[x], t > 0 ? t : 1);
+                        }
+                        for (cap = a->extent[sl->axis];
+                             cap > 1 && others * ceil_div(a->extent[sl->axis], cap) < 2 * cores;)
+                            cap = ceil_div(cap, 2);
                     }
                     v = pick_le(vals, n, cap);
                     /* ... and even blocks: a smaller block (down to half) that cuts the tiles

@@ -61,22 +61,38 @@ typedef struct {
     space *sp;
 } built;
 
-static built build(const char *wl, const char *tg)
+/* The space of wl on target t (a parsed target, perhaps given another host's identity,
+ * cores or caches). */
+static built build_on(const char *wl, const target *t)
 {
     tlm_error err;
     tlm_err_clear(&err);
     ir_workload w;
     cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s: %s: %s", wl,
                  err.field, err.msg);
-    target t;
-    cr_assert_eq(target_parse(tg, &t, &err), 0, "%s: %s", tg, err.msg);
     built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
     cr_assert(b.g && b.sp);
     cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s: %s", wl, err.msg);
-    cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s on %s: %s: %s", wl, tg, err.field,
+    cr_assert_eq(space_build(b.g, t, b.sp, &err), 0, "%s on %s: %s: %s", wl, t->name, err.field,
                  err.msg);
-    cr_assert_gt(b.sp->n_slot, 0, "%s on %s: no slots", wl, tg);
+    cr_assert_gt(b.sp->n_slot, 0, "%s on %s: no slots", wl, t->name);
     return b;
+}
+
+/* A parsed target tg. */
+static target parsed(const char *tg)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    target t;
+    cr_assert_eq(target_parse(tg, &t, &err), 0, "%s: %s", tg, err.msg);
+    return t;
+}
+
+static built build(const char *wl, const char *tg)
+{
+    target t = parsed(tg);
+    return build_on(wl, &t);
 }
 
 static void unbuild(built *b)
@@ -912,6 +928,7 @@ Test(space, pointwise_convs_along_f_tile_as_their_rows)
         const default_tiles *c = &cases[i];
         built b = build(c->wl, c->tg);
         b.sp->tgt.cpu.cores = 2; /* the tasks a core are counted for 2 cores, whatever the host */
+        b.sp->tgt.cpu.l2_bytes = 64 << 20; /* and the input near (along F at batch 8) */
         cr_assert_eq(b.sp->g->stage[b.sp->g->anchor].extent[2], 1, "case %zu: oh", i);
         space_sched d;
         space_default(b.sp, &d);
@@ -1038,19 +1055,10 @@ Test(space, window_rows_cover_the_fma_latency)
 /* The space of wl on target tg as a host of that vendor and family would see it. */
 static built build_on_host(const char *wl, const char *tg, const char *vendor, int family)
 {
-    ir_workload w;
-    tlm_error err;
-    tlm_err_clear(&err);
-    cr_assert_eq(proto_workload_from_string(wl, strlen(wl), &w, &err), 0, "%s", err.msg);
-    target t;
-    cr_assert_eq(target_parse(tg, &t, &err), 0, "%s", err.msg);
+    target t = parsed(tg);
     snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", vendor);
     t.cpu.family = family;
-    built b = {calloc(1, sizeof(ir_subgraph)), calloc(1, sizeof(space))};
-    cr_assert(b.g && b.sp);
-    cr_assert_eq(ir_subgraph_build(&w, b.g, &err), 0, "%s", err.msg);
-    cr_assert_eq(space_build(b.g, &t, b.sp, &err), 0, "%s", err.msg);
-    return b;
+    return build_on(wl, &t);
 }
 
 /* The narrow depthwise columns were fitted on Zen 4, whose 64-byte loads run at half rate; a
@@ -1320,3 +1328,75 @@ Test(space, gemv_rows_follow_the_hosts_load_width)
         unbuild(&b);
     }
 }
+
+/* The space of wl on target tg with that many cores of that much L2 each. */
+static built build_with_caches(const char *wl, const char *tg, int cores, int64_t l2)
+{
+    target t = parsed(tg);
+    t.cpu.cores = cores;
+    t.cpu.l2_bytes = l2;
+    return build_on(wl, &t);
+}
+
+/* A reducing 1x1 conv goes along F on AVX-512 while its input (within a plan, what the layer
+ * before left in L2 and L3) is at most twice the cores' L2, past that along its columns:
+ * ResNet-50's 256 -> 64 at 56 x 56 (3.2 MB at batch 1, 25.7 MB at batch 8) with 2 cores of
+ * 1 MiB along F at batch 1, along the columns at batch 8 or with 512 KiB of L2 a core. AVX2
+ * keeps F, and a conv that expands keeps its columns whatever its size. */
+Test(space, reducing_convs_leave_f_when_their_input_leaves_l2)
+{
+    static const struct {
+        int64_t n, c, f;
+        const char *tg;
+        int cores;
+        int64_t l2, vectorize;
+    } cases[] = {
+        {1, 256, 64, "cpu:avx512", 2, 1 << 20, 3},  {8, 256, 64, "cpu:avx512", 2, 1 << 20, 1},
+        {1, 256, 64, "cpu:avx512", 2, 512 << 10, 1}, {1, 256, 64, "cpu:avx512", 4, 1 << 20, 3},
+        {8, 256, 64, "cpu:avx2", 2, 1 << 20, 3},     {1, 64, 256, "cpu:avx512", 2, 8 << 20, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[160];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"conv2d\",\"shape\":{\"N\":%lld,\"C\":%lld,\"H\":56,\"W\":56,"
+                 "\"F\":%lld,\"KH\":1,\"KW\":1}}",
+                 (long long)cases[i].n, (long long)cases[i].c, (long long)cases[i].f);
+        built b = build_with_caches(wl, cases[i].tg, cases[i].cores, cases[i].l2);
+        cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), cases[i].vectorize, "case %zu", i);
+        unbuild(&b);
+    }
+}
+
+/* A windowed conv along F whose output row is one register tile (a 7 x 7 map on AVX-512: 7
+ * columns of 4 filter vectors) takes the plane's rows into its block while every core keeps
+ * two tasks (8 filter tiles: 7 rows on 2 cores, 4 on 8); a block stays one row where the row
+ * is two tiles (14 x 14; 7 x 7 on AVX2) or the conv has no window (a 1x1 stride-2
+ * downsample onto 5 x 5). */
+#define CONV3(h, s)                                                                          \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":512,\"H\":" #h ",\"W\":" #h ",\"F\":512,"  \
+    "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"stride\":[" #s "," #s "]}"
+Test(space, one_tile_rows_block_the_planes_rows)
+{
+    static const struct {
+        const char *wl, *tg;
+        int cores;
+        int64_t rows;
+    } cases[] = {
+        {CONV3(7, 1), "cpu:avx512", 2, 7},  {CONV3(7, 1), "cpu:avx512", 8, 4},
+        {CONV3(14, 2), "cpu:avx512", 2, 7}, {CONV3(14, 1), "cpu:avx512", 2, 1},
+        {CONV3(7, 1), "cpu:avx2", 2, 1},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":1024,\"H\":10,\"W\":10,\"F\":2048,"
+         "\"KH\":1,\"KW\":1},\"stride\":[2,2]}",
+         "cpu:avx512", 2, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build_with_caches(cases[i].wl, cases[i].tg, cases[i].cores, 1 << 20);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(default_of(b.sp, SLOT_VECTORIZE), 3, "case %zu: along F", i);
+        cr_expect_eq(space_tile(b.sp, &d, 2, 2), cases[i].rows, "case %zu: %lld rows a block", i,
+                     (long long)space_tile(b.sp, &d, 2, 2));
+        unbuild(&b);
+    }
+}
+#undef CONV3
