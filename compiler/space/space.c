@@ -865,9 +865,9 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
         }
         if (x != o->ndim - 1)
             score *= direct || reduces ? 1.1
-                     : plane                                     ? 0.6
-                     : both                                      ? 1.0
-                                                                 : 0.45;
+                     : plane           ? 0.6
+                     : both            ? 1.0
+                                       : 0.45;
         if (score > best_score * 1.0001) best_score = score, best = vals[k];
     }
     return best;
