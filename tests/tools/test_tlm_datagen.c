@@ -307,12 +307,14 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     /* today's default of each workload (as `tlm space` prints it): measured four times too */
     const char *wls[] = {"{\"op\": \"dense\", \"shape\": {\"M\": 24, \"N\": 40, \"K\": 16}}",
                          "{\"op\": \"softmax\", \"shape\": {\"R\": 8, \"C\": 72}}"};
+    char *whs[2], *defs[2];
     for (int w = 0; w < 2; w++) {
         r = RUN("space", "--workload", wls[w], "--target", "cpu");
         json_t *sp = run_json(&r);
-        const char *wh = json_string_value(json_object_get(sp, "workload_hash"));
-        const char *def = json_string_value(json_object_get(sp, "default"));
-        cr_assert_eq(count_sched(news, wh, def, NULL), 4, "%s: the default %s", wh, def);
+        whs[w] = strdup(json_string_value(json_object_get(sp, "workload_hash")));
+        defs[w] = strdup(json_string_value(json_object_get(sp, "default")));
+        cr_assert_eq(count_sched(news, whs[w], defs[w], NULL), 4, "%s: the default %s", whs[w],
+                     defs[w]);
         json_decref(sp);
         free_result(&r);
     }
@@ -324,7 +326,6 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     size_t n_new = json_array_size(news);
     cr_assert_geq(n_new, 2 * 8, "two workloads, at least two schedules each, four times");
     json_decref(news);
-    json_decref(olds);
 
     /* resumable: every workload has its measurements, so nothing more is measured */
     r = RUN("datagen", "--relabel", old, "--target", "cpu", "--store", b_db, "--quiet");
@@ -333,6 +334,43 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     cr_assert_eq(jint(o, "measurements"), 0, "%s", r.out);
     json_decref(o);
     free_result(&r);
+
+    /* a store holding the given schedules' records, several each, but none of today's
+     * default (what a change to the rule of thumb leaves) relabels again, the default too */
+    char nodef[128], c_db[128];
+    tool_path(nodef, sizeof nodef, "nodef.jsonl");
+    tool_path(c_db, sizeof c_db, "c.db");
+    f = fopen(nodef, "w");
+    cr_assert(f);
+    json_array_foreach(olds, i, rec)
+    {
+        const char *sc = json_string_value(json_object_get(rec, "schedule"));
+        if (!strcmp(sc, defs[0]) || !strcmp(sc, defs[1])) continue;
+        char *l = json_dumps(rec, JSON_COMPACT);
+        fprintf(f, "%s\n", l);
+        free(l);
+    }
+    fclose(f);
+    r = RUN("records", "import", "--store", c_db, nodef);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    free_result(&r);
+    r = RUN("datagen", "--relabel", nodef, "--target", "cpu", "--store", c_db, "--quiet");
+    o = run_json(&r);
+    cr_assert_eq(jint(o, "tuned"), 2, "%s", r.out);
+    cr_assert_eq(jint(o, "skipped"), 0, "%s", r.out);
+    json_decref(o);
+    free_result(&r);
+    char again[128];
+    tool_path(again, sizeof again, "again.jsonl");
+    json_t *agains = export_records(c_db, again);
+    for (int w = 0; w < 2; w++) {
+        cr_expect_eq(count_sched(agains, whs[w], defs[w], NULL), 4, "%s: the default again",
+                     whs[w]);
+        free(whs[w]);
+        free(defs[w]);
+    }
+    json_decref(agains);
+    json_decref(olds);
 
     /* refusals */
     r = RUN("datagen", "--relabel", old, "--target", "cpu", "--store", b_db, "--per-task", "9");

@@ -25,7 +25,8 @@
  * fastest correct schedules there; they and today's default are measured here, then three
  * more times each in rotating rounds (tune_second_look), so a label says whether the
  * default still loses to them on this host. Resumable like the rest: a workload whose
- * candidates all have a measurement in the store is skipped.
+ * candidates and today's default all have a measurement in the store is skipped (so after a
+ * change to the rule of thumb, a run measures the workloads whose default changed).
  *
  * Labels: CPU targets are measured on this host. cuda targets cannot be measured here (no GPU
  * is used), so a cuda datagen needs --labels model: every candidate is still compiled to a
@@ -411,6 +412,33 @@ static int measured(store *st, const char *wh, const char *th, const char *sketc
     return have;
 }
 
+/* Relabelling: whether each of the job's candidates (the given schedules today's space
+ * takes) and today's default has a measurement of its own (that schedule, that sketch) in the
+ * store: 1, 0, or -1 on a store error. Counting the workload's records instead skipped a
+ * workload whose default a changed rule of thumb had left unmeasured. */
+static int candidates_measured(store *st, const pl_job *j, tlm_error *err)
+{
+    store_measurement *ms = NULL;
+    size_t n = 0;
+    if (store_measurements_list(st, j->whash, j->target_hash, 100000, &ms, &n, err)) return -1;
+    const char *sketch = space_sketch_name(j->sp->sketch);
+    int all = 1;
+    for (int c = 0; c <= j->n_cands && all; c++) {
+        space_sched s;
+        if (c < j->n_cands) s = j->cands[c].sched;
+        else space_default(j->sp, &s);
+        char text[4096];
+        space_print(j->sp, &s, text, sizeof text);
+        int found = 0;
+        for (size_t i = 0; i < n && !found; i++)
+            found = ms[i].sketch && !strcmp(ms[i].sketch, sketch) && ms[i].schedule &&
+                    !strcmp(ms[i].schedule, text);
+        all = found;
+    }
+    store_measurements_free(ms, n);
+    return all;
+}
+
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -531,8 +559,10 @@ static int run_datagen(int argc, char **argv)
                 !pl_add_candidate(&j, &gs, PL_SRC_GIVEN, 0, &ge))
                 given++;
         }
-        int have = measured(ctx.st, j.whash, j.target_hash, space_sketch_name(j.sp->sketch), &e);
-        if (a.relabel ? have >= given + 1 : have >= (int)a.per_task) {
+        int have = a.relabel ? candidates_measured(ctx.st, &j, &e)
+                             : measured(ctx.st, j.whash, j.target_hash,
+                                        space_sketch_name(j.sp->sketch), &e);
+        if (a.relabel ? have == 1 : have >= (int)a.per_task) {
             skipped++;
             pl_job_free(&j);
             continue;
