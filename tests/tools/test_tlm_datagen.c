@@ -237,6 +237,18 @@ static double min_median(json_t *recs, const char *wh, const char *sched)
     return best;
 }
 
+/* Runs `tlm datagen --relabel file --target cpu --store db` and checks two of its counts. */
+static void relabel_expect(const char *file, const char *db, const char *k1, int v1,
+                           const char *k2, int v2)
+{
+    run_result r = RUN("datagen", "--relabel", file, "--target", "cpu", "--store", db, "--quiet");
+    json_t *o = run_json(&r);
+    cr_assert_eq(jint(o, k1), v1, "%s: %s", k1, r.out);
+    cr_assert_eq(jint(o, k2), v2, "%s: %s", k2, r.out);
+    json_decref(o);
+    free_result(&r);
+}
+
 /* --relabel: records made elsewhere (here: a first datagen, exported) name, per workload of
  * the target, the schedules to measure again beside today's default: the --per-task fastest
  * by their old medians, each measured once and then three times more in rotating rounds, the
@@ -328,12 +340,7 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     json_decref(news);
 
     /* resumable: every workload has its measurements, so nothing more is measured */
-    r = RUN("datagen", "--relabel", old, "--target", "cpu", "--store", b_db, "--quiet");
-    o = run_json(&r);
-    cr_assert_eq(jint(o, "skipped"), 2, "%s", r.out);
-    cr_assert_eq(jint(o, "measurements"), 0, "%s", r.out);
-    json_decref(o);
-    free_result(&r);
+    relabel_expect(old, b_db, "skipped", 2, "measurements", 0);
 
     /* a store holding the given schedules' records, several each, but none of today's
      * default (what a change to the rule of thumb leaves) relabels again, the default too */
@@ -354,12 +361,7 @@ Test(tlm_datagen, relabel_measures_the_records_best_again_beside_the_default)
     r = RUN("records", "import", "--store", c_db, nodef);
     cr_assert_eq(r.status, 0, "%s", r.err);
     free_result(&r);
-    r = RUN("datagen", "--relabel", nodef, "--target", "cpu", "--store", c_db, "--quiet");
-    o = run_json(&r);
-    cr_assert_eq(jint(o, "tuned"), 2, "%s", r.out);
-    cr_assert_eq(jint(o, "skipped"), 0, "%s", r.out);
-    json_decref(o);
-    free_result(&r);
+    relabel_expect(nodef, c_db, "tuned", 2, "skipped", 0);
     char again[128];
     tool_path(again, sizeof again, "again.jsonl");
     json_t *agains = export_records(c_db, again);

@@ -559,10 +559,10 @@ static int run_datagen(int argc, char **argv)
                 !pl_add_candidate(&j, &gs, PL_SRC_GIVEN, 0, &ge))
                 given++;
         }
-        int have = a.relabel ? candidates_measured(ctx.st, &j, &e)
+        int have = a.relabel ? 0
                              : measured(ctx.st, j.whash, j.target_hash,
                                         space_sketch_name(j.sp->sketch), &e);
-        if (a.relabel ? have == 1 : have >= (int)a.per_task) {
+        if (a.relabel ? candidates_measured(ctx.st, &j, &e) == 1 : have >= (int)a.per_task) {
             skipped++;
             pl_job_free(&j);
             continue;
