@@ -971,6 +971,20 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
+/* The tasks the tiles decided so far in out cut the output into (a task: the level-3 and
+ * level-2 tiles, undecided ones 1), with span times axis ax's to a task. */
+static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, int64_t span)
+{
+    const ir_stage *a = anchor(sp);
+    int64_t tasks = 1;
+    for (int x = 0; x < sp->n_spatial; x++) {
+        int64_t t3 = space_tile(sp, out, x, 3), t2 = space_tile(sp, out, x, 2);
+        int64_t t = (t3 > 0 ? t3 : 1) * (t2 > 0 ? t2 : 1) * (x == ax ? span : 1);
+        tasks *= ceil_div(a->extent[x], t);
+    }
+    return tasks;
+}
+
 static void default_impl(const space *sp, int64_t want, const space_sched *given, int n_given,
                          space_sched *out);
 
@@ -1012,8 +1026,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
     int vx = ns - 1; /* the vector axis */
     /* a transpose's own axis (1, the default's) keeps its rule; vectors asked along another
      * axis get the plain one */
-    int gx = gathered_axis(sp);
-    if (want >= 1 && want != 1) gx = -1;
+    int gx = want > 1 ? -1 : gathered_axis(sp);
     if (sp->sketch == SKETCH_CPU_TILE && vals) {
         space_sched first;
         memset(&first, 0, sizeof first);
@@ -1277,16 +1290,10 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0, taps = 1;
                     for (int r = ns + 1; r < ns + sp->n_reduce; r++) taps *= a->extent[r];
                     if (cap == 1 && vx != ns - 1 && !row_len && sl->axis == rows_x - 1 &&
-                        taps > 1 && t3r > 0 && a->extent[rows_x] <= t3r) {
-                        int64_t others = 1; /* the tasks the other axes give */
-                        for (int x = 0; x < ns; x++) {
-                            int64_t t = space_tile(sp, out, x, 3);
-                            if (x != sl->axis) others *= ceil_div(a->extent[x], t > 0 ? t : 1);
-                        }
+                        taps > 1 && t3r > 0 && a->extent[rows_x] <= t3r)
                         for (cap = a->extent[sl->axis];
-                             cap > 1 && others * ceil_div(a->extent[sl->axis], cap) < 2 * cores;)
+                             cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores;)
                             cap = ceil_div(cap, 2);
-                    }
                     v = pick_le(vals, n, cap);
                     /* ... and even blocks: a smaller block (down to half) that cuts the tiles
                      * into equal pieces beats a ragged last block, whose short tasks leave a
@@ -1356,15 +1363,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     /* ... a pointwise conv's 4 rows' worth of positions while that leaves 32
                      * tasks a core (ResNet-50's 256 -> 64 at 56 x 56, batch 1: 17 tasks of 4
                      * blocks 0.242 ms, 66 of one 0.223; batch 8 keeps 4) */
-                    for (; sl->axis == rows_x && v > 1; v = pick_le(vals, n, v / 2)) {
-                        int64_t tasks = 1;
-                        for (int x = 0; x < ns; x++) {
-                            int64_t t = space_tile(sp, out, x, 3) * space_tile(sp, out, x, 2);
-                            if (t < 1) t = 1;
-                            tasks *= ceil_div(a->extent[x], t * (x == rows_x ? v : 1));
-                        }
-                        if (tasks >= 32 * cores) break;
-                    }
+                    for (; sl->axis == rows_x && v > 1; v = pick_le(vals, n, v / 2))
+                        if (decided_tasks(sp, out, rows_x, v) >= 32 * cores) break;
                 }
                 else v = 1;
             } else { /* GPU: thread level spreads the last two axes, inner 2x2-4 */
