@@ -817,7 +817,9 @@ static void rs_push(json_t *obj, const char *key, double sec)
  * alternating (ours for every target, the C peers and the memory floor, PyTorch, ONNX
  * Runtime; then again), and one "rounds" record keeps every time. DRAM-sized rows
  * (rs_dram_rows) are also timed cold each round, ours ("default_cold", "best_cold") and the
- * floor ("floor_cold_s"). The report takes each figure's best median over the
+ * floor ("floor_cold_s"), and our kernels there are timed with the floor beside them in the
+ * measure runner (opts.mem_floor: "<slot>[_cold]_floor_ratio", the median over the samples
+ * of kernel / floor, each pair a sample apart). The report takes each figure's best median over the
  * first pass and the rounds, alike for ours and for the peers. A workload whose kernels were
  * measured by an earlier (resumed) run has none kept: its rounds are skipped, so neither
  * side gets more tries than the other. */
@@ -859,15 +861,20 @@ static void rs_rounds(const rs_opts *o, const char *name, const ir_workload *w, 
                     mo.timeout_s = 120.0;
                     mo.cold_cache = cold;
                     mo.const_args = pre ? 1u << 1 : 0;
+                    mo.mem_floor = dram; /* the floor sample for sample beside the kernel */
                     measure_result mr;
                     tlm_error me;
                     const bool ok =
                         measure_cpu(g, kept[k].path[slot], kept[k].entry, &mo, &mr, &me) == 0 &&
                         mr.status == MEASURE_OK;
-                    char key[32];
+                    char key[48];
                     snprintf(key, sizeof key, "%s%s", rs_slot_name[slot],
                              cold ? "_cold" : pre ? "_pre" : "");
                     rs_push(tj, key, ok ? mr.median_s : 0);
+                    if (dram) { /* "<key>_floor_ratio": kernel / floor, paired in the runner */
+                        strcat(key, "_floor_ratio");
+                        rs_push(tj, key, ok ? mr.floor_ratio : 0);
+                    }
                 }
             }
         }

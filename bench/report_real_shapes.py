@@ -25,7 +25,11 @@ rounds also time ours cold (the measure runner's cold_cache: copies of every arg
 1 GiB in all) and the floor cold (its buffers rotated the same way), shown as "cold".
 "paired": the same ratios taken round by round (ours, the faster of default and best in that
 round, over the floor timed beside it), the median over the rounds: the best medians above may
-pair a fast moment of one with a slow one of the other on a shared machine.
+pair a fast moment of one with a slow one of the other on a shared machine. "in the runner": the
+DRAM rows' kernels timed in the rounds with the floor alternated sample by sample in the same
+measure runner, on the same buffers (measure_opts.mem_floor), the median of the samples' ratios
+(per round the faster kernel's), the median over the rounds: a shared VM's memory bandwidth
+drifts by 2x within a minute, and only this pairing keeps both sides of a ratio in one moment.
 
 Usage: report_real_shapes.py [--suite F] [--results F] [--torch F] [--ort F] [--md F] [--png F]
                              [--wall SECONDS]
@@ -158,6 +162,13 @@ def apply_rounds(rows, ours, peers, torch, ort):
                 floors = fl.get(fkey) or []
                 if mine and len(mine) == len(floors):
                     o["paired_floor" + suffix] = median([m / f for m, f in zip(mine, floors)])
+                # the same, the two alternated sample by sample in the measure runner
+                # (opts.mem_floor): per round the faster kernel's ratio, the median over rounds
+                runner = [min(x for x in xs if x) for xs in
+                          zip(*[k[key + suffix + "_floor_ratio"] for key in ("default", "best")
+                                if k.get(key + suffix + "_floor_ratio")]) if any(xs)]
+                if runner:
+                    o["runner_floor" + suffix] = median(runner)
             d, b = o.get("default", {}), o.get("best", {})
             if d.get("median_s") and (not b.get("median_s") or d["median_s"] <= b["median_s"]):
                 o["best"] = dict(d)
@@ -298,6 +309,7 @@ def main():
                 "def_cold_s": src.get("default_cold_s"), "best_cold_s": src.get("best_cold_s"),
                 "def_pre_s": src.get("default_pre_s"), "best_pre_s": src.get("best_pre_s"),
                 "paired": src.get("paired_floor"), "paired_cold": src.get("paired_floor_cold"),
+                "runner": src.get("runner_floor"), "runner_cold": src.get("runner_floor_cold"),
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
                 "best_from": src.get("best_from"), "ok": o.get("random_ok"),
                 "failed": o.get("random_failed"), "wall": o.get("wall_s"),
@@ -543,6 +555,17 @@ def main():
          "it), warm", "≤ 1.3", worst_paired, lambda v: v <= 1.3)
     crit("... paired by round, cold", "≤ 1.3", lambda t: worst_paired(t, True),
          lambda v: v <= 1.3)
+
+    def worst_runner(t, cold=False):
+        xs = [r["t"][t]["runner_cold" if cold else "runner"] for r in recs
+              if t in r["t"] and r["dram"] and r["w"]["op"] in NORM_OPS]
+        xs = [x for x in xs if x]
+        return max(xs) if xs else None
+
+    crit("... paired sample by sample in the measure runner (kernel and floor alternated on "
+         "the same buffers), warm", "≤ 1.3", worst_runner, lambda v: v <= 1.3)
+    crit("... paired sample by sample in the runner, cold", "≤ 1.3",
+         lambda t: worst_runner(t, True), lambda v: v <= 1.3)
     L.append("")
 
     # ---- per-target tables ----
@@ -581,6 +604,9 @@ def main():
                 if o.get("paired") or o.get("paired_cold"):
                     floor_txt += (f"; paired {fmt(o.get('paired'))}, "
                                   f"cold {fmt(o.get('paired_cold'))}")
+                if o.get("runner") or o.get("runner_cold"):
+                    floor_txt += (f"; in the runner {fmt(o.get('runner'))}, "
+                                  f"cold {fmt(o.get('runner_cold'))}")
             L.append(
                 f"| {r['name']} | {shape_text(r['w'])} | {fmt(fl / 1e9, 3)} | {def_txt} | "
                 f"{best_txt} | {fmt(gf(r['torch_s'], fl))} | {fmt(gf(r['ort_s'], fl))} | "

@@ -10,7 +10,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -228,8 +230,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch, void *ctx,
-                  measure__msg *m)
+                  measure__batch_fn floor, void *fctx, measure__msg *m)
 {
     /* The reserve covers the message, the parent's reaction and a sample that runs long. */
     int64_t reserve = h->timeout_ns / 10;
@@ -253,23 +261,48 @@ int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch
 
     double inner_d = ceil(h->min_sample_s / est);
     int64_t inner = inner_d < 1 ? 1 : inner_d > (double)(1 << 24) ? (1 << 24) : (int64_t)inner_d;
-    double *samples = malloc(sizeof(double) * (size_t)(h->repeats > 0 ? h->repeats : 1));
+    size_t cap = (size_t)(h->repeats > 0 ? h->repeats : 1);
+    double *samples = malloc(sizeof(double) * cap * 3);
     if (!samples) return -1;
+    double *fs = samples + cap, *ratio = fs + cap; /* the floor's samples, kernel / floor */
+    /* a sample's allowance: the kernel's, and as much again for the floor (a memory-bound
+     * kernel is no faster than its floor); the floor's first touch of its path before it */
+    const double per = floor ? 2.0 : 1.0;
+    if (floor) {
+        double t = 0;
+        if (floor(fctx, 1, &t)) {
+            free(samples);
+            return -1;
+        }
+    }
     int n = 0;
     for (int s = 0; s < h->repeats; s++) {
-        if (tlm_now_ns() + (int64_t)((double)inner * est * 1e9) > end) break;
+        if (tlm_now_ns() + (int64_t)(per * (double)inner * est * 1e9) > end) break;
         double t = 0;
         int rc = batch(ctx, inner, &t);
         if (rc) {
             free(samples);
             return rc;
         }
-        samples[n++] = t / (double)inner;
+        samples[n] = t / (double)inner;
+        if (floor) {
+            double tf = 0;
+            if (floor(fctx, inner, &tf)) {
+                free(samples);
+                return -1;
+            }
+            fs[n] = tf / (double)inner;
+            ratio[n] = fs[n] > 0 ? samples[n] / fs[n] : 0;
+        }
+        n++;
     }
     if (n > 0) {
-        qsort(samples, (size_t)n, sizeof(double), cmp_double);
-        m->median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+        m->median = median_of(samples, n);
         m->min = samples[0];
+        if (floor) {
+            m->floor_median = median_of(fs, n);
+            m->floor_ratio = median_of(ratio, n);
+        }
     } else {
         m->median = m->min = est;
     }
@@ -322,6 +355,140 @@ static int cpu_batch(void *vctx, int64_t inner, double *seconds)
         if (++c->next == c->k) c->next = 0;
     }
     *seconds = (double)(tlm_now_ns() - t0) * 1e-9;
+    return 0;
+}
+
+/* ---- opts.mem_floor: the bandwidth floor on the kernel's own argument copies ---- */
+
+/* A copy with non-temporal stores (whole 64-byte lines once d is aligned): the floor for
+ * outputs beyond the caches, where memcpy may keep plain stores (and read the lines it
+ * writes). The widest vectors the host has. */
+__attribute__((target("avx512f"))) static void stream_copy512(float *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(d + i) & 63); i++) d[i] = s[i];
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, _mm512_loadu_ps(s + i));
+    for (; i < n; i++) d[i] = s[i];
+}
+
+__attribute__((target("avx"))) static void stream_copy256(float *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(d + i) & 31); i++) d[i] = s[i];
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_loadu_ps(s + i));
+    for (; i < n; i++) d[i] = s[i];
+}
+
+/* The sum of n floats (64-byte aligned) through four vector accumulators: a read at full rate */
+__attribute__((target("avx512f"))) static float read_sum512(const float *s, size_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(s + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(s + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(s + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(s + i + 48));
+    }
+    float r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++) r += s[i];
+    return r;
+}
+
+__attribute__((target("avx"))) static float read_sum256(const float *s, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(s + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(s + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(s + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(s + i + 24));
+    }
+    float v[8];
+    _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float r = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    for (; i < n; i++) r += s[i];
+    return r;
+}
+
+typedef struct {
+    const measure__hdr *h;
+    void **args; /* the kernel's copies (cpu_ctx.args) */
+    int k, next; /* copies, the floor's own rotation through them */
+    bool read;   /* a read of the inputs, not a copy of the output's bytes */
+    bool wide;   /* AVX-512 */
+    bool avx;    /* AVX; without it (no such x86-64 host here) memcpy and a scalar sum */
+    volatile float sink;
+} floor_ctx;
+
+/* The part of n floats thread id of nt takes: whole 64-byte lines from a 64-byte aligned base */
+static void thread_part(size_t n, int id, int nt, size_t *lo, size_t *hi)
+{
+    *lo = n * (size_t)id / (size_t)nt / 16 * 16;
+    *hi = id + 1 == nt ? n : n * (size_t)(id + 1) / (size_t)nt / 16 * 16;
+}
+
+/* One call of the floor on argument copy c: streamed (stream) or through memcpy */
+static void floor_call(floor_ctx *f, int c, bool stream)
+{
+    void *const *a = (void *const *)(f->args + (size_t)c * MEASURE__MAX_ARGS);
+    const int n = f->h->n_args;
+    if (f->read) {
+        float sum = 0;
+        for (int i = 0; i < n - 1; i++) {
+            const float *s = a[i];
+            const size_t m = f->h->arg[i].bytes / 4;
+#pragma omp parallel reduction(+ : sum)
+            {
+                size_t lo, hi;
+                thread_part(m, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+                float p = 0;
+                if (f->wide) p = read_sum512(s + lo, hi - lo);
+                else if (f->avx) p = read_sum256(s + lo, hi - lo);
+                else
+                    for (size_t e = lo; e < hi; e++) p += s[e];
+                sum += p;
+            }
+        }
+        f->sink = sum;
+        return;
+    }
+    /* the output's bytes from input 0, which wraps around when it is the smaller */
+    float *d = a[n - 1];
+    const float *s = a[0];
+    const size_t m = f->h->arg[n - 1].bytes / 4, ms = f->h->arg[0].bytes / 4;
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        thread_part(m, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        for (size_t i = lo; i < hi;) {
+            size_t at = i % ms, len = hi - i < ms - at ? hi - i : ms - at;
+            if (!stream || !f->avx) memcpy(d + i, s + at, len * 4);
+            else if (f->wide) stream_copy512(d + i, s + at, len);
+            else stream_copy256(d + i, s + at, len);
+            i += len;
+        }
+        if (stream) _mm_sfence();
+    }
+}
+
+/* inner calls of the floor: a copy's time is the faster of inner streamed calls and inner
+ * memcpy calls (the faster is the floor: memcpy while the bytes fit the caches) */
+static int floor_batch(void *vctx, int64_t inner, double *seconds)
+{
+    floor_ctx *f = vctx;
+    double best = 0;
+    for (int pass = 0; pass < (f->read ? 1 : 2); pass++) {
+        int64_t t0 = tlm_now_ns();
+        for (int64_t i = 0; i < inner; i++) {
+            floor_call(f, f->next, pass == 0);
+            if (++f->next == f->k) f->next = 0;
+        }
+        double t = (double)(tlm_now_ns() - t0) * 1e-9;
+        if (pass == 0 || t < best) best = t;
+    }
+    *seconds = best;
     return 0;
 }
 
@@ -506,7 +673,14 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     memset(&m, 0, sizeof m);
     m.kind = MEASURE__MSG_TIMED;
     m.t_check = t_check;
-    if (measure__time(h, t_check, cpu_batch, &ctx, &m) != 0) {
+    /* opts.mem_floor: a copy when the kernel writes at least half of what it reads */
+    uint64_t in_bytes = 0;
+    for (int i = 0; i < n - 1; i++) in_bytes += h->arg[i].bytes;
+    floor_ctx fl = {.h = h, .args = cargs, .k = k, .read = 2 * h->arg[n - 1].bytes < in_bytes,
+                    .wide = __builtin_cpu_supports("avx512f"),
+                    .avx = __builtin_cpu_supports("avx")};
+    if (measure__time(h, t_check, cpu_batch, &ctx, h->mem_floor ? floor_batch : NULL, &fl, &m) !=
+        0) {
         measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory timing");
         return 0;
     }
@@ -613,6 +787,7 @@ static int resolve_opts(const measure_opts *in, measure_opts *o, tlm_error *err)
     o->check_prepacked = in->check_prepacked;
     o->const_args = in->const_args;
     o->cold_cache = in->cold_cache;
+    o->mem_floor = in->mem_floor;
     o->use_fork = in->use_fork;
     o->device = in->device;
     return 0;
@@ -690,6 +865,7 @@ int measure__prepare(const ir_subgraph *g, const measure_opts *opts, int kind, s
     proto.check_prepacked = o.check_prepacked;
     proto.const_args = o.const_args;
     proto.cold_cache = o.cold_cache;
+    proto.mem_floor = o.mem_floor;
     proto.warmup = o.warmup;
     proto.repeats = o.repeats;
     proto.min_warmup_s = o.min_warmup_s;
@@ -1093,6 +1269,8 @@ static int run_once(measure__job *j, bool use_fork, bool *started, measure_resul
             res->min_s = m.min;
             res->n_samples = m.n_samples;
             res->inner = m.inner;
+            res->floor_s = m.floor_median;
+            res->floor_ratio = m.floor_ratio;
             res->gflops = m.median > 0 ? j->flops / m.median * 1e-9 : 0;
             if (m.n_samples == 0)
                 snprintf(res->detail, sizeof res->detail, "%s",

@@ -230,7 +230,7 @@ int measure__cuda_child(const measure__hdr *h, uint8_t *base, int pfd)
     memset(&m, 0, sizeof m);
     m.kind = MEASURE__MSG_TIMED;
     m.t_check = t_check;
-    int rc = measure__time(h, t_check, cuda_batch, &cx, &m);
+    int rc = measure__time(h, t_check, cuda_batch, &cx, NULL, NULL, &m);
     if (rc == 1) {
         measure__send(pfd, MEASURE__MSG_FAULT, 0, "%s", cx.why);
         return 0;

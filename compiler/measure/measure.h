@@ -118,6 +118,14 @@ typedef struct measure_opts {
      * packs what it packs */
     uint32_t const_args;
     bool cold_cache;     /* rotate through copies of the arguments (see the contract) */
+    /* CPU, for memory-bound kernels: the bandwidth floor timed beside the kernel. After each
+     * timed sample, as many calls of the floor on the same argument copies, on every thread:
+     * a copy of the output's bytes from input 0 (the faster of a streaming copy and memcpy),
+     * or, for a kernel that reads more than twice what it writes (a reduction), a read of its
+     * inputs. res->floor_s is the floor's median per call and res->floor_ratio the median over
+     * the samples of kernel / floor: the two sides of a ratio are a sample apart, so a machine
+     * whose memory bandwidth drifts (a shared VM's does, by 2x within a minute) moves both */
+    bool mem_floor;
     bool use_fork;       /* CPU: run in a fork() of this process instead of a fresh exec */
     int device;          /* CUDA device ordinal (0) */
 } measure_opts;
@@ -131,6 +139,8 @@ typedef struct measure_result {
     double check_s; /* wall time of the check run (cold: first touch, thread start-up) */
     int n_samples;
     int64_t inner;    /* calls per sample */
+    double floor_s;     /* opts.mem_floor: the floor's median per call; 0 otherwise */
+    double floor_ratio; /* opts.mem_floor: median over the samples of kernel / floor; 0 otherwise */
     uint64_t seed;    /* the seed the inputs were drawn with */
     char detail[256]; /* human-readable: the signal, the loader's message, the worst element */
 } measure_result;

@@ -31,7 +31,7 @@
 #include "compiler/util/util.h"
 
 #define MEASURE__MAGIC 0x544c4d4d /* "TLMM" */
-#define MEASURE__VERSION 2 /* 2: arguments carry their dtype */
+#define MEASURE__VERSION 3 /* 2: arguments carry their dtype; 3: mem_floor */
 #define MEASURE__MAX_ARGS (IR_MAX_TENSORS + 1)
 /* Environment variable that turns a fresh exec of /proc/self/exe into a runner:
  * "v1:<parent pid>:<pipe fd>:<memfd>". */
@@ -110,7 +110,7 @@ typedef struct {
     uint64_t total_size; /* of the memfd */
     int64_t deadline_ns; /* CLOCK_MONOTONIC (system-wide): the parent kills at this time */
     int64_t timeout_ns;  /* the whole allowance, to size the timing reserve */
-    int32_t check_only, cold_cache, check_prepacked;
+    int32_t check_only, cold_cache, check_prepacked, mem_floor;
     uint32_t const_args;
     int32_t warmup, repeats;
     double min_warmup_s, min_sample_s;
@@ -140,6 +140,7 @@ typedef struct {
     int32_t n_samples;
     int64_t inner;
     double t_check, median, min;
+    double floor_median, floor_ratio; /* MSG_TIMED under mem_floor */
     char text[224];
 } measure__msg;
 
@@ -156,10 +157,11 @@ void measure__send_checked(int fd, double t_check);
 
 /* Timing policy (see measure.h): runs `batch(ctx, inner, &seconds)` for warm-up, then for up
  * to h->repeats samples, keeping a reserve before the deadline. Fills m's timing fields.
- * batch returns 0, or a nonzero value that is passed back (the kernel failed). */
+ * batch returns 0, or a nonzero value that is passed back (the kernel failed). floor (NULL:
+ * none) is timed after each sample with as many calls (opts.mem_floor): m's floor fields. */
 typedef int (*measure__batch_fn)(void *ctx, int64_t inner, double *seconds);
 int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch, void *ctx,
-                  measure__msg *m);
+                  measure__batch_fn floor, void *fctx, measure__msg *m);
 /* Number of rotating copies for the cold-cache policy, given the bytes of one set of args. */
 int measure__cold_copies(const measure__hdr *h, uint64_t set_bytes);
 
