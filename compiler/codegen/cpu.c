@@ -2562,6 +2562,23 @@ static int gen_window(cgc *c, const char *entry)
         c->W = W;
         emit_vec_helpers(c);
     }
+    const bool deint8 = SW == 2 && W == 8; /* the plane pack's stride-2 split below */
+    if (deint8) {
+        /* the even and odd floats of 16: two in-lane shuffles and two 64-bit permutes, where
+         * GCC lowers each __builtin_shuffle to three operations */
+        cg_line(b, 0, "static inline void tlm_deint2(const float *x, float *ev, float *od)");
+        cg_line(b, 0, "{");
+        cg_line(b, 0, "#if defined(__AVX2__)");
+        cg_line(b, 1, "const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);");
+        cg_line(b, 1, "const __m256d e = _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88));");
+        cg_line(b, 1, "const __m256d o = _mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd));");
+        cg_line(b, 1, "_mm256_storeu_ps(ev, _mm256_castpd_ps(_mm256_permute4x64_pd(e, 0xd8)));");
+        cg_line(b, 1, "_mm256_storeu_ps(od, _mm256_castpd_ps(_mm256_permute4x64_pd(o, 0xd8)));");
+        cg_line(b, 0, "#else");
+        cg_line(b, 1, "for (int l = 0; l < 8; l++) ev[l] = x[2 * l], od[l] = x[2 * l + 1];");
+        cg_line(b, 0, "#endif");
+        cg_line(b, 0, "}");
+    }
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
     const char *xn = c->nm.tensor[X->tensor];
@@ -2605,14 +2622,17 @@ static int gen_window(cgc *c, const char *entry)
         if (hi[ph] < chi) chi = hi[ph];
     }
     if (clo > chi) clo = chi = 0; /* no common range: per phase only */
-    if (W > 1 && (SW == 1 || (SW == 2 && W == 16)) && chi - clo >= W) {
+    if (W > 1 && (SW == 1 || (SW == 2 && (W == 16 || deint8))) && chi - clo >= W) {
         /* whole vectors, the last one ending at chi (overlapping the one before it: the same
          * values written twice) instead of GCC's vector body and scalar tail; stride 2
          * splits each pair of loaded vectors into its two phases with shuffles, one
-         * two-source permute each on AVX-512 (on AVX2 GCC's lowering takes three, slower than
-         * its own loop: 5x5 stride 2 0.0293 -> 0.0301 ms, so AVX2 keeps that). The plane pack
-         * was 37 % of a 5x5 stride-2 depthwise (72 x 56 x 56, 2 threads, AVX-512: 0.0123 of
-         * 0.0332 ms), most of it the tail's scalar copies; now 0.0340 -> 0.0299 in all. */
+         * two-source permute each on AVX-512. The plane pack was 37 % of a 5x5 stride-2
+         * depthwise (72 x 56 x 56, 2 threads, AVX-512: 0.0123 of 0.0332 ms), most of it the
+         * tail's scalar copies; now 0.0340 -> 0.0299 in all. On AVX2 GCC lowers each
+         * __builtin_shuffle to three operations, slower than its own loop (0.0293 -> 0.0301
+         * ms), and tlm_deint2's two in-lane shuffles and two permutes per pair beat both
+         * (Zen 5, AVX2 code: the same conv 0.0261 -> 0.0240 ms; 34 stride-2 depthwise convs
+         * and pools of the records and zoo 1.05x geomean, 0.97-1.23x) */
         char ev[512] = "", od[512] = "";
         for (int l = 0, n1 = 0, n2 = 0; l < W; l++) {
             n1 += snprintf(ev + n1, sizeof ev - (size_t)n1, "%s%d", l ? ", " : "", 2 * l);
@@ -2623,6 +2643,9 @@ static int gen_window(cgc *c, const char *entry)
                 (long long)(chi - W));
         if (SW == 1) {
             cg_line(b, 5, "*(tlm_vfu *)&q[j] = *(const tlm_vfu *)&xr[j - %lld];", (long long)PW);
+        } else if (deint8) {
+            cg_line(b, 5, "tlm_deint2(&xr[j * 2 - %lld], &q[j], &q[%lld + j]);", (long long)PW,
+                    (long long)WQ);
         } else {
             cg_line(b, 5, "const tlm_vf v0 = *(const tlm_vfu *)&xr[j * 2 - %lld];", (long long)PW);
             cg_line(b, 5, "const tlm_vf v1 = *(const tlm_vfu *)&xr[j * 2 %c %lld];",

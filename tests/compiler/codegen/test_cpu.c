@@ -518,6 +518,26 @@ Test(codegen_cpu, window_sums_split_or_separable)
     }
 }
 
+/* A stride-2 plane pack splits each pair of loaded vectors into the two phases: one
+ * two-source shuffle each on AVX-512, tlm_deint2 (in-lane shuffles and 64-bit permutes) on
+ * AVX2; the kernels themselves are checked in window_sketch_odd_widths_strides_* */
+Test(codegen_cpu, window_stride2_pack_splits_vectors)
+{
+    const char *wl = window_wls[10]; /* 5x5 stride 2, 45 columns */
+    cr_assert(strstr(wl, "\"W\":45") != NULL);
+    const char *tgt[] = {"cpu:avx512", "cpu:avx2"};
+    const char *want[] = {"__builtin_shuffle(v0, v1", "tlm_deint2(&xr["};
+    for (int t = 0; t < 2; t++) {
+        built b = build(wl, tgt[t]);
+        space_sched s;
+        space_default(b.sp, &s);
+        cr_expect(source_has(&b, &s, want[t]), "%s: no %s", tgt[t], want[t]);
+        cr_expect(!source_has(&b, &s, want[1 - t]), "%s: %s", tgt[t], want[1 - t]);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
 Test(codegen_cpu, window_sketch_odd_widths_strides_avx512)
 {
     for (size_t i = 0; i < sizeof window_wls / sizeof window_wls[0]; i++)
