@@ -545,27 +545,22 @@ def main():
     crit("DRAM-sized softmax/norms best time / floor, worst (cold: both from DRAM)", "≤ 1.3",
          lambda t: worst_floor(t, True), lambda v: v <= 1.3)
 
-    def worst_paired(t, cold=False):
-        xs = [r["t"][t]["paired_cold" if cold else "paired"] for r in recs
+    def worst_dram(t, key):
+        """The worst DRAM-sized softmax/norm row's figure `key` (paired ratios)."""
+        xs = [r["t"][t][key] for r in recs
               if t in r["t"] and r["dram"] and r["w"]["op"] in NORM_OPS]
         xs = [x for x in xs if x]
         return max(xs) if xs else None
 
     crit("... the same paired by round (median over the rounds of ours / the floor timed beside "
-         "it), warm", "≤ 1.3", worst_paired, lambda v: v <= 1.3)
-    crit("... paired by round, cold", "≤ 1.3", lambda t: worst_paired(t, True),
+         "it), warm", "≤ 1.3", lambda t: worst_dram(t, "paired"), lambda v: v <= 1.3)
+    crit("... paired by round, cold", "≤ 1.3", lambda t: worst_dram(t, "paired_cold"),
          lambda v: v <= 1.3)
-
-    def worst_runner(t, cold=False):
-        xs = [r["t"][t]["runner_cold" if cold else "runner"] for r in recs
-              if t in r["t"] and r["dram"] and r["w"]["op"] in NORM_OPS]
-        xs = [x for x in xs if x]
-        return max(xs) if xs else None
-
     crit("... paired sample by sample in the measure runner (kernel and floor alternated on "
-         "the same buffers), warm", "≤ 1.3", worst_runner, lambda v: v <= 1.3)
+         "the same buffers), warm", "≤ 1.3", lambda t: worst_dram(t, "runner"),
+         lambda v: v <= 1.3)
     crit("... paired sample by sample in the runner, cold", "≤ 1.3",
-         lambda t: worst_runner(t, True), lambda v: v <= 1.3)
+         lambda t: worst_dram(t, "runner_cold"), lambda v: v <= 1.3)
     L.append("")
 
     # ---- per-target tables ----

@@ -3255,7 +3255,10 @@ static const char rows_vec_norm_out[] =
     "    s->a0 = s->a1 = s->a2 = s->a3 = tlm_vset1(0.0f);\n"
     "    s->i = 0;\n"
     "}\n"
-    "static inline tlm_v tlm_rsum_acc(tlm_v a, tlm_v v, int sq) { return sq ? tlm_vfmadd(v, v, a) : tlm_vadd(a, v); }\n"
+    "static inline tlm_v tlm_rsum_acc(tlm_v a, tlm_v v, int sq)\n"
+    "{\n"
+    "    return sq ? tlm_vfmadd(v, v, a) : tlm_vadd(a, v);\n"
+    "}\n"
     "static inline void tlm_rsum_step(tlm_rsum *s, const float *x, int64_t upto, int sq)\n"
     "{\n"
     "    tlm_v a0 = s->a0, a1 = s->a1, a2 = s->a2, a3 = s->a3; /* in registers, not in *s */\n"
@@ -3572,7 +3575,8 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     }
     /* DRAM-sized norms take each row's sum beside the row before it (tlm_norm_out) */
     const bool carry = stream && (op == RV_LAYER_NORM || op == RV_RMS_NORM);
-    if (carry) cg_line(b, ind, "tlm_carry cy = {NULL, 0.0f}; /* the next row's sum, taken beside */");
+    if (carry)
+        cg_line(b, ind, "tlm_carry cy = {NULL, 0.0f}; /* the next row's sum, taken beside */");
     if (par) cg_line(b, ind, "#pragma omp for schedule(static)%s", stream ? " nowait" : "");
     loop(b, ind++, "rb", (int64_t)R / rb);
     loop(b, ind++, "rr", rb);

@@ -265,9 +265,10 @@ int measure__time(const measure__hdr *h, double t_check, measure__batch_fn batch
     double *samples = malloc(sizeof(double) * cap * 3);
     if (!samples) return -1;
     double *fs = samples + cap, *ratio = fs + cap; /* the floor's samples, kernel / floor */
-    /* a sample's allowance: the kernel's, and as much again for the floor (a memory-bound
-     * kernel is no faster than its floor); the floor's first touch of its path before it */
-    const double per = floor ? 2.0 : 1.0;
+    /* a sample's allowance: the kernel's, and twice as much again for the floor (a copy's
+     * two forms, each no slower than a memory-bound kernel); the floor's first touch of its
+     * path before the samples */
+    const double per = floor ? 3.0 : 1.0;
     if (floor) {
         double t = 0;
         if (floor(fctx, 1, &t)) {
