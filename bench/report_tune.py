@@ -17,7 +17,11 @@ sets the tuned kernels beside TVM MetaSchedule's on the workloads both tuned: ke
 tuning wall time and best so far at equal trials; the plot gets a second panel with both
 searches' best so far against our default.
 
-Usage: report_tune.py [--results F] [--md F] [--png F] [--tvm F ...]
+--results is repeatable, read in order (the last line per key wins), and FILE:NAME,NAME takes
+only those workloads' lines from FILE (its other sittings left out), so one report can gather
+the runs of several sittings.
+
+Usage: report_tune.py [--results F[:NAMES] ...] [--md F] [--png F] [--tvm F ...]
 """
 import argparse
 import datetime
@@ -102,7 +106,9 @@ def dense_curve(points, trials):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--results", default="bench/results/tune.jsonl")
+    ap.add_argument("--results", action="append", default=[],
+                    help="real_shapes --tune results (JSON lines), FILE or FILE:NAME,NAME "
+                         "(those workloads only); repeatable, read in order")
     ap.add_argument("--md", default="bench/results/tune.md")
     ap.add_argument("--png", default="bench/results/tune.png")
     ap.add_argument("--tvm", action="append", default=[],
@@ -113,7 +119,15 @@ def main():
         for r in read_jsonl(path):
             if r.get("kind") == "tvm_ms" and r.get("kernel_ms"):
                 tvm.setdefault((r["name"], r.get("target", "cpu")), []).append(r)
-    rows = read_jsonl(a.results)
+    if not a.results:
+        a.results = ["bench/results/tune.jsonl"]
+    rows = []
+    for spec in a.results:
+        path, _, names = spec.partition(":")
+        keep = set(names.split(",")) if names else None
+        # host lines belong to every workload of their sitting
+        rows += [r for r in read_jsonl(path)
+                 if keep is None or r.get("kind") == "host" or r.get("name") in keep]
     host, ours, peers, torch, ort = None, {}, {}, {}, {}
     for r in rows:
         k = r.get("kind")
@@ -138,7 +152,7 @@ def main():
         out("|" + "---|" * len(cols))
     out("# Measured search (tune) beside the default and the peers\n")
     out(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} by "
-        f"bench/report_tune.py from {a.results} (bench/real_shapes --tune). Every figure of a "
+        f"bench/report_tune.py from {', '.join(a.results)} (bench/real_shapes --tune). Every figure of a "
         "row was measured in the same run, the peers right after ours.\n")
     if host:
         out(f"Host: {host.get('cpu_model')}, {host.get('cores')} cores, ISA "
