@@ -152,8 +152,8 @@ def main():
         out("|" + "---|" * len(cols))
     out("# Measured search (tune) beside the default and the peers\n")
     out(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} by "
-        f"bench/report_tune.py from {', '.join(a.results)} (bench/real_shapes --tune). Every figure of a "
-        "row was measured in the same run, the peers right after ours.\n")
+        f"bench/report_tune.py from {', '.join(a.results)} (bench/real_shapes --tune). "
+        "Every figure of a row was measured in the same run, the peers right after ours.\n")
     if host:
         out(f"Host: {host.get('cpu_model')}, {host.get('cores')} cores, ISA "
             f"{' '.join(host.get('isa', []))}; OpenBLAS core {host.get('openblas_core')}, "
