@@ -453,6 +453,12 @@ static const char *const window_wls[] = {
     "\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}",
     "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":6,\"W\":19,\"KH\":3,"
     "\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}",
+    /* a residual add reads along the columns (the write-back stays on the real points); a
+     * 14-wide row under one AVX-512 vector (its store masked) */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":6,\"W\":30,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":14,\"W\":14,\"KH\":5,"
+    "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"silu\"]}",
 };
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
@@ -534,6 +540,49 @@ Test(codegen_cpu, window_stride2_pack_splits_vectors)
         space_default(b.sp, &s);
         cr_expect(source_has(&b, &s, want[t]), "%s: no %s", tgt[t], want[t]);
         cr_expect(!source_has(&b, &s, want[1 - t]), "%s: %s", tgt[t], want[1 - t]);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
+/* On AVX-512 the window write-back goes through a barrier (GCC otherwise forwards the
+ * accumulators into the epilogue and spills the tile) and, where the epilogue reads nothing
+ * along the columns, stores whole vectors, the last one masked; a residual add keeps the loop
+ * over the real points, and AVX2 keeps GCC's way. The kernels themselves are checked against
+ * the reference by the odd-width tests (the "cpu" target of an AVX-512 host takes this path). */
+Test(codegen_cpu, window_writeback_whole_vectors_on_avx512)
+{
+    static const struct {
+        const char *wl, *tg;
+        bool barrier, vectors, masked;
+    } cases[] = {
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":72,\"H\":56,\"W\":56,\"KH\":5,"
+         "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
+         "cpu:avx512", true, true, true}, /* 28 columns: one vector and 12 masked lanes */
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":14,\"W\":14,\"KH\":5,"
+         "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"silu\"]}",
+         "cpu:avx512", true, false, true}, /* 14 columns: masked only */
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":64,\"W\":64,\"KH\":3,"
+         "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+         "cpu:avx512", true, true, false}, /* 32 columns: whole vectors */
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":6,\"W\":30,\"KH\":3,"
+         "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+         "cpu:avx512", false, false, false},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":72,\"H\":56,\"W\":56,\"KH\":5,"
+         "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
+         "cpu:avx2", false, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        cr_assert_eq(b.sp->sketch, SKETCH_CPU_WINDOW);
+        space_sched s;
+        space_default(b.sp, &s);
+        cr_expect_eq(source_has(&b, &s, "__asm__ volatile(\"\" : \"+m\"(rowbuf));"),
+                     cases[i].barrier, "case %zu: barrier", i);
+        cr_expect_eq(source_has(&b, &s, "*(tlm_vfu *)&o[k] = *(const tlm_vf *)&rowbuf["),
+                     cases[i].vectors, "case %zu: whole vectors", i);
+        cr_expect_eq(source_has(&b, &s, "tlm_vstore_part(&o["), cases[i].masked,
+                     "case %zu: masked last vector", i);
         free(b.g);
         free(b.sp);
     }
