@@ -2600,7 +2600,7 @@ static int gen_window(cgc *c, const char *entry)
         cg_line(b, 0, "#endif");
         cg_line(b, 0, "}");
     }
-    if (W == 16 && OW % W && !epilogue_reads_axis(g, 3)) {
+    if (W == 16 && OW % W && OW < 2 * W && !epilogue_reads_axis(g, 3)) {
         /* the first n floats of v to p (a row's last, partial vector) */
         cg_line(b, 0, "#include <immintrin.h>");
         cg_line(b, 0, "static inline void tlm_vstore_part(float *p, tlm_vf v, int64_t n)");
@@ -2845,21 +2845,21 @@ static int gen_window(cgc *c, const char *entry)
                         (long long)(i * OWc + v * W), (long long)CO, (long long)i, (long long)v);
         }
     cg_line(b, 4, "}");
-    /* write-back: the real rows and columns, through the epilogue. On AVX-512 GCC would
-     * unroll it where R divides the output rows, forward the accumulators into the epilogue's
-     * lanes and, for many tiles, spill the taps' weights and input vectors all through the
-     * tile (5x5 stride 2 at 56x56 + bias + ReLU, 2 vectors x 4 rows: about 200 stack moves;
-     * 7x7 at 28x28 + bias, 2 x 3 rows: about 380). There the barrier keeps rowbuf a buffer
-     * and, where the epilogue reads nothing along the columns (a bias, a scale, pointwise
-     * functions), the epilogue runs in place on the row's whole vectors, each stored whole
-     * or the last one masked, instead of GCC's 16 + 8 + scalar tail. Old vs new alternated,
-     * Zen 5, default tiles: MobileNetV3's 5x5 stride 2 + bias + ReLU 0.0280 -> 0.0160 ms,
-     * 5x5 at 14x14 + bias + SiLU 2.1x, 3x3 at 14x14 + ReLU6 1.3x, 25 depthwise convs and
-     * pools 0.97-2.1x (the 0.97-0.98: 7x7 + bias and pools, where nothing spilled). AVX2
-     * keeps GCC's way: nothing spills at its default tiles, and the buffered rows cost
-     * 0.90-0.98x there (the roundtrip through rowbuf). */
+    /* write-back: the real rows and columns, through the epilogue. On AVX-512, for a row of
+     * at most two vectors, GCC would unroll it whole where R divides the output rows, forward
+     * the accumulators into the epilogue's lanes and, for many tiles, spill the taps' weights
+     * and input vectors all through the tile (5x5 stride 2 at 56x56 + bias + ReLU, 28
+     * columns, 2 vectors x 4 rows: about 200 stack moves; 7x7 at 28x28 + bias, 2 x 3 rows:
+     * about 380). There the barrier keeps rowbuf a buffer and, where the epilogue reads
+     * nothing along the columns (a bias, a scale, pointwise functions), the epilogue runs in
+     * place on the row's whole vectors, each stored whole or the last one masked, instead of
+     * GCC's 16 + 8 + scalar tail. Old vs new alternated, Zen 5, default tiles, rows of 7-28
+     * columns: MobileNetV3's 5x5 stride 2 + bias + ReLU 0.0280 -> 0.0160 ms, 5x5 at 14x14 +
+     * bias + SiLU 2.1x, 3x3 at 14x14 + ReLU6 1.46x; 7x7 + bias, which did not spill, 0.98-1.01.
+     * Longer rows (56, 112 columns) and AVX2 keep GCC's way: nothing spills there, and the
+     * buffered rows cost 0.89-0.96x (MobileNetV2's 3x3 at 112 x 112 cold, 144 x 56 x 56). */
     const int64_t nfull = OW / (W > 1 ? W : 1), tail = OW % (W > 1 ? W : 1);
-    const bool vwb = W == 16 && !epilogue_reads_axis(g, 3);
+    const bool vwb = W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
     const bool epi = a->post_scale != 1.0 || g->anchor + 1 < g->n_stage;
     if (vwb) cg_line(b, 4, "__asm__ volatile(\"\" : \"+m\"(rowbuf));");
     cg_line(b, 4, "for (int64_t i = 0; i < %lld && ohb * %lld + i < %lld; i++) {", (long long)R,

@@ -545,10 +545,10 @@ Test(codegen_cpu, window_stride2_pack_splits_vectors)
     }
 }
 
-/* On AVX-512 the window write-back goes through a barrier (GCC otherwise forwards the
- * accumulators into the epilogue and spills the tile) and, where the epilogue reads nothing
- * along the columns, stores whole vectors, the last one masked; a residual add keeps the loop
- * over the real points, and AVX2 keeps GCC's way. The kernels themselves are checked against
+/* On AVX-512 the write-back of a window row of at most two vectors goes through a barrier
+ * (GCC otherwise forwards the accumulators into the epilogue and spills the tile) and, where
+ * the epilogue reads nothing along the columns, stores whole vectors, the last one masked; a
+ * residual add keeps the loop over the real points, and long rows and AVX2 keep GCC's way. The kernels themselves are checked against
  * the reference by the odd-width tests (the "cpu" target of an AVX-512 host takes this path). */
 Test(codegen_cpu, window_writeback_whole_vectors_on_avx512)
 {
@@ -568,6 +568,9 @@ Test(codegen_cpu, window_writeback_whole_vectors_on_avx512)
         {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":6,\"W\":30,\"KH\":3,"
          "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
          "cpu:avx512", false, false, false},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":144,\"H\":56,\"W\":56,\"KH\":3,"
+         "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}",
+         "cpu:avx512", false, false, false}, /* 56 columns: a long row */
         {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":72,\"H\":56,\"W\":56,\"KH\":5,"
          "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
          "cpu:avx2", false, false, false},
