@@ -2600,7 +2600,9 @@ static int gen_window(cgc *c, const char *entry)
         cg_line(b, 0, "#endif");
         cg_line(b, 0, "}");
     }
-    if (W == 16 && OW % W && OW < 2 * W && !epilogue_reads_axis(g, 3)) {
+    /* the buffered write-back of short AVX-512 rows (below) */
+    const bool vwb = W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
+    if (vwb && OW % W) {
         /* the first n floats of v to p (a row's last, partial vector) */
         cg_line(b, 0, "#include <immintrin.h>");
         cg_line(b, 0, "static inline void tlm_vstore_part(float *p, tlm_vf v, int64_t n)");
@@ -2858,8 +2860,7 @@ static int gen_window(cgc *c, const char *entry)
      * bias + SiLU 2.1x, 3x3 at 14x14 + ReLU6 1.46x; 7x7 + bias, which did not spill, 0.98-1.01.
      * Longer rows (56, 112 columns) and AVX2 keep GCC's way: nothing spills there, and the
      * buffered rows cost 0.89-0.96x (MobileNetV2's 3x3 at 112 x 112 cold, 144 x 56 x 56). */
-    const int64_t nfull = OW / (W > 1 ? W : 1), tail = OW % (W > 1 ? W : 1);
-    const bool vwb = W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
+    const int64_t nfull = vwb ? OW / W : 0, tail = vwb ? OW % W : 0;
     const bool epi = a->post_scale != 1.0 || g->anchor + 1 < g->n_stage;
     if (vwb) cg_line(b, 4, "__asm__ volatile(\"\" : \"+m\"(rowbuf));");
     cg_line(b, 4, "for (int64_t i = 0; i < %lld && ohb * %lld + i < %lld; i++) {", (long long)R,
