@@ -1048,6 +1048,25 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
         int64_t t = n > 0 ? pick_vec(vals, n, lanes, max_vectors) : 1;
         vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
         if (vec_vectors < 1) vec_vectors = 1;
+        /* A windowed conv along F whose output columns take 7 rows (7, 14, 28 wide: see the
+         * rows' rule below) keeps two filter vectors where it would take four on AVX-512:
+         * 7 x 4 accumulators, 4 weight vectors and the broadcast input are 33 registers, and
+         * GCC spills accumulators in the hot loop (about 60 stack moves in ResNet-50's 3x3
+         * kernels); 7 x 2 does not (7 x 3 fits and stays). Old vs new alternated, Zen 5, 2
+         * threads: ResNet-50's 3x3 convs 128 at 28 x 28 1.11x, 256 at 14 x 14 1.02x, 512 at
+         * 7 x 7 1.07x, stride 2 from 56, 28, 14: 1.11x, 1.09x, 1.12x; batch 8 1.00-1.04x.
+         * Pointwise convs (no window) keep 4 vectors: 7 x 2 was 0.97-1.02x there. */
+        if (sp->sketch == SKETCH_CPU_TILE && budget >= 24 && sp->n_reduce > 1 && vx != ns - 1 &&
+            vec_vectors == 4 && n > 0) {
+            int64_t taps = 1, cols = a->extent[ns - 1];
+            for (int r = ns + 1; r < ns + sp->n_reduce; r++) taps *= a->extent[r];
+            if (taps > 1 && cols % 6 != 0 && cols % 7 == 0 && cols <= 28) {
+                max_vectors = 2;
+                t = pick_vec(vals, n, lanes, max_vectors);
+                vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
+                if (vec_vectors < 1) vec_vectors = 1;
+            }
+        }
     }
     /* spatial axes no packable operand depends on: where the accumulator block should grow */
     unsigned reuse_axes = 0;
@@ -1245,11 +1264,11 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         }
                     /* ... or a few rows longer, for a conv's columns under a row of filter
                      * vectors, when that cuts them in at most 4 tiles (7 of 7, 14, 28 instead
-                     * of 4 or 6 with the last tile clamped): the broadcast input is an FMA's
-                     * memory operand, so 7 x 4 accumulators still fit 32 registers. ResNet-50
-                     * along F: 1x1 512 -> 128 at 28 x 28 0.29 -> 0.25 ms, 512 -> 256 0.52 ->
-                     * 0.46; 3x3 at 28 x 28 1.10x, at 14 x 14 1.04-1.18x, at 7 x 7 1.03x. Over
-                     * wider rows it lost (3x3 at 56 x 56 0.93x, the 7x7 stem at 112 0.88x). */
+                     * of 4 or 6 with the last tile clamped). ResNet-50 along F, 7 x 4 against
+                     * 6 x 4: 1x1 512 -> 128 at 28 x 28 0.29 -> 0.25 ms, 512 -> 256 0.52 ->
+                     * 0.46; 3x3 at 28 x 28 1.10x, at 14 x 14 1.04-1.18x, at 7 x 7 1.03x (a 3x3
+                     * now takes 7 x 2: the vector axis' rule above). Over wider rows it lost
+                     * (3x3 at 56 x 56 0.93x, the 7x7 stem at 112 0.88x). */
                     int64_t ext = sl->axis == rows_x && row_len ? row_len : a->extent[sl->axis];
                     int64_t longer = v;
                     for (int k = 0; k < n && sl->axis == rows_x && vx != ns - 1 && budget >= 24 &&

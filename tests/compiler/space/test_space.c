@@ -1368,9 +1368,9 @@ Test(space, reducing_convs_leave_f_when_their_input_leaves_l2)
 }
 
 /* A windowed conv along F whose output row is one register tile (a 7 x 7 map on AVX-512: 7
- * columns of 4 filter vectors) takes the plane's rows into its block while every core keeps
- * two tasks (8 filter tiles: 7 rows on 2 cores, 4 on 8); a block stays one row where the row
- * is two tiles (14 x 14; 7 x 7 on AVX2) or the conv has no window (a 1x1 stride-2
+ * columns of 2 filter vectors) takes the plane's rows into its block while every core keeps
+ * two tasks (16 filter tiles: 7 rows on 2 and 8 cores, 4 on 16); a block stays one row where
+ * the row is two tiles (14 x 14; 7 x 7 on AVX2) or the conv has no window (a 1x1 stride-2
  * downsample onto 5 x 5). */
 #define CONV3(h, s)                                                                          \
     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":512,\"H\":" #h ",\"W\":" #h ",\"F\":512,"  \
@@ -1382,7 +1382,8 @@ Test(space, one_tile_rows_block_the_planes_rows)
         int cores;
         int64_t rows;
     } cases[] = {
-        {CONV3(7, 1), "cpu:avx512", 2, 7},  {CONV3(7, 1), "cpu:avx512", 8, 4},
+        {CONV3(7, 1), "cpu:avx512", 2, 7},  {CONV3(7, 1), "cpu:avx512", 8, 7},
+        {CONV3(7, 1), "cpu:avx512", 16, 4},
         {CONV3(14, 2), "cpu:avx512", 2, 7}, {CONV3(14, 1), "cpu:avx512", 2, 1},
         {CONV3(7, 1), "cpu:avx2", 2, 1},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":1024,\"H\":10,\"W\":10,\"F\":2048,"
@@ -1400,3 +1401,36 @@ Test(space, one_tile_rows_block_the_planes_rows)
     }
 }
 #undef CONV3
+
+/* A windowed conv along F whose output columns take 7 rows keeps two filter vectors on
+ * AVX-512 (7 x 4 accumulators and their weights spill), where a row of three stays and a
+ * pointwise conv, a 56-wide map and AVX2 keep their rule. */
+Test(space, seven_rows_of_filters_keep_two_vectors_on_avx512)
+{
+    static const struct {
+        const char *wl, *tg;
+        int64_t f3, ow3;
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":14,\"W\":14,\"F\":256,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}", "cpu:avx512", 32, 7},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":56,\"W\":56,\"F\":128,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"stride\":[2,2]}", "cpu:avx512", 32, 7},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":28,\"W\":28,\"F\":96,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}", "cpu:avx512", 48, 7},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":2048,\"H\":7,\"W\":7,\"F\":512,"
+         "\"KH\":1,\"KW\":1}}", "cpu:avx512", 64, 7},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":56,\"W\":56,\"F\":64,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}", "cpu:avx512", 64, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_assert_eq(default_of(b.sp, SLOT_VECTORIZE), 3, "case %zu: along F", i);
+        cr_expect_eq(space_tile(b.sp, &d, 1, 3), cases[i].f3, "case %zu: %lld filters", i,
+                     (long long)space_tile(b.sp, &d, 1, 3));
+        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].ow3, "case %zu: %lld columns", i,
+                     (long long)space_tile(b.sp, &d, 3, 3));
+        unbuild(&b);
+    }
+}
