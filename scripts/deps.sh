@@ -69,6 +69,8 @@ missing=""
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v cc >/dev/null 2>&1 || missing="$missing gcc"
 command -v make >/dev/null 2>&1 || missing="$missing make"
+# objdump: a codegen test reads the built kernels' machine code (gcc pulls binutils in too)
+command -v objdump >/dev/null 2>&1 || missing="$missing binutils"
 
 # Fast path (every `make` runs this): one pkg-config call for all modules.
 modules=""
