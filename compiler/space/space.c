@@ -971,6 +971,16 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
+/* The window's taps: the product of the reduction axes after the first (a conv's KH x KW;
+ * 1 for a pointwise conv, a GEMM or a reduction over one axis). */
+static int64_t window_taps(const space *sp)
+{
+    const ir_stage *a = anchor(sp);
+    int64_t taps = 1;
+    for (int r = sp->n_spatial + 1; r < sp->n_spatial + sp->n_reduce; r++) taps *= a->extent[r];
+    return taps;
+}
+
 /* The tasks the tiles decided so far in out cut the output into (a task: the level-3 and
  * level-2 tiles, undecided ones 1), with span times axis ax's to a task. */
 static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, int64_t span)
@@ -1046,8 +1056,6 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
         int64_t e = a->extent[vx];
         int n = cpu_ladder(sp, &first, 1, vx, sp->s_levels - 1, e, CPU_INNER_MAX, vals);
         int64_t t = n > 0 ? pick_vec(vals, n, lanes, max_vectors) : 1;
-        vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
-        if (vec_vectors < 1) vec_vectors = 1;
         /* A windowed conv along F whose output columns take 7 rows (7, 14, 28 wide: see the
          * rows' rule below) keeps two filter vectors where it would take four on AVX-512:
          * 7 x 4 accumulators, 4 weight vectors and the broadcast input are 33 registers, and
@@ -1056,17 +1064,14 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
          * threads: ResNet-50's 3x3 convs 128 at 28 x 28 1.11x, 256 at 14 x 14 1.02x, 512 at
          * 7 x 7 1.07x, stride 2 from 56, 28, 14: 1.11x, 1.09x, 1.12x; batch 8 1.00-1.04x.
          * Pointwise convs (no window) keep 4 vectors: 7 x 2 was 0.97-1.02x there. */
-        if (sp->sketch == SKETCH_CPU_TILE && budget >= 24 && sp->n_reduce > 1 && vx != ns - 1 &&
-            vec_vectors == 4 && n > 0) {
-            int64_t taps = 1, cols = a->extent[ns - 1];
-            for (int r = ns + 1; r < ns + sp->n_reduce; r++) taps *= a->extent[r];
-            if (taps > 1 && cols % 6 != 0 && cols % 7 == 0 && cols <= 28) {
-                max_vectors = 2;
-                t = pick_vec(vals, n, lanes, max_vectors);
-                vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
-                if (vec_vectors < 1) vec_vectors = 1;
-            }
+        int64_t cols = a->extent[ns - 1];
+        if (budget >= 24 && vx != ns - 1 && t / space_cpu_tile_lanes(sp, t, true) == 4 &&
+            window_taps(sp) > 1 && cols % 6 != 0 && cols % 7 == 0 && cols <= 28) {
+            max_vectors = 2;
+            t = pick_vec(vals, n, lanes, max_vectors);
         }
+        vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
+        if (vec_vectors < 1) vec_vectors = 1;
     }
     /* spatial axes no packable operand depends on: where the accumulator block should grow */
     unsigned reuse_axes = 0;
@@ -1298,7 +1303,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         int64_t across = ceil_div(a->extent[rows_x], t3 > 0 ? t3 : 1);
                         cap = 64 / (across < 64 ? across : 64);
                     }
-                    /* ... unless that row is one register tile (a 7 x 7 map, 7 columns of 4
+                    /* ... unless that row is one register tile (a 7 x 7 map, 7 columns of
                      * filter vectors on AVX-512): then the block takes the plane's rows, each
                      * chunk of the weights' panel serving all of them, while every core keeps
                      * two tasks. ResNet-50's 3x3 512 -> 512 at 7 x 7 1.12-1.18x (Zen 5,
@@ -1306,10 +1311,9 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * stride 2 1.06x, batch 8 1.04-1.06x; at 14 x 14 (two tiles a row) more
                      * rows gained nothing, and AVX2's 7-wide rows are two tiles of 4. Not
                      * without a window: the 1x1 stride-2 1024 -> 2048 at 5 x 5 lost 7 % */
-                    int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0, taps = 1;
-                    for (int r = ns + 1; r < ns + sp->n_reduce; r++) taps *= a->extent[r];
+                    int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0;
                     if (cap == 1 && vx != ns - 1 && !row_len && sl->axis == rows_x - 1 &&
-                        taps > 1 && t3r > 0 && a->extent[rows_x] <= t3r)
+                        window_taps(sp) > 1 && t3r > 0 && a->extent[rows_x] <= t3r)
                         for (cap = a->extent[sl->axis];
                              cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores;)
                             cap = ceil_div(cap, 2);
