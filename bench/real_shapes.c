@@ -933,6 +933,11 @@ static void rs_host_line(FILE *out, const rs_opts *o, bool limits)
     if (limits) {
         json_object_set_new(j, "openblas_core", json_string(peer_openblas_corename()));
         json_object_set_new(j, "openblas_pinned", json_boolean(peer_openblas_pinned()));
+        /* real_shapes.sh pins OpenBLAS up where its autodetection falls back to an older core
+         * than this CPU runs (a model its version does not know): what it picked alone */
+        const char *auto_core = getenv("TLM_BENCH_BLAS_AUTODETECTED");
+        if (auto_core && *auto_core)
+            json_object_set_new(j, "openblas_autodetected", json_string(auto_core));
         json_object_set_new(j, "openblas_threads", json_integer(peer_openblas_threads()));
         json_object_set_new(j, "fma_isa", json_string(peer_fma_isa()));
         json_object_set_new(j, "fma_peak_gflops", rs_num(peer_fma_peak_gflops(0)));
@@ -997,6 +1002,10 @@ int main(int argc, char **argv)
             o.fresh = true;
         else if (!strcmp(a, "--list"))
             o.list = true;
+        else if (!strcmp(a, "--blas-core")) { /* the kernels OpenBLAS picks here (real_shapes.sh) */
+            printf("%s\n", peer_openblas_corename());
+            return 0;
+        }
         else
             return rs_usage();
     }
@@ -1048,7 +1057,11 @@ int main(int argc, char **argv)
         fputc('\n', out);
     }
     if (do_peers && !o.list) {
-        if (peer_openblas_pinned())
+        const char *auto_core = getenv("TLM_BENCH_BLAS_AUTODETECTED");
+        if (auto_core && *auto_core)
+            fprintf(stderr, "OpenBLAS pinned up to %s (its autodetection picked %s here)\n",
+                    peer_openblas_corename(), auto_core);
+        else if (peer_openblas_pinned())
             fprintf(stderr,
                     "warning: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set: OpenBLAS may run "
                     "older kernels than this CPU has (core %s)\n",

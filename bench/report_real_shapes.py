@@ -216,7 +216,7 @@ def main():
                 for key, v in r.items():
                     if key.endswith(("_gflops", "_gbs")) and isinstance(v, (int, float)):
                         host_limits[key] = max(v, host_limits.get(key) or 0)
-                    elif key not in host_limits:
+                    else:  # the latest run's (its peers' settings: rows re-measured later)
                         host_limits[key] = v
         elif k == "ours":
             ours[(r["name"], r["target"])] = r
@@ -345,10 +345,15 @@ def main():
     L = []
     L.append("# Real-shapes benchmark: tlmd CPU kernels vs PyTorch, ONNX Runtime, OpenBLAS, oneDNN\n")
     isa = ", ".join(host.get("isa", []))
+    auto_core = host_limits.get("openblas_autodetected")
+    blas_pin = (f" (pinned up by OPENBLAS_CORETYPE: on this CPU, which its version does not know, "
+                f"OpenBLAS's autodetection picked its {auto_core} kernels)" if auto_core
+                else " (pinned by OPENBLAS_CORETYPE/L2_SIZE!)" if host_limits.get("openblas_pinned")
+                else "")
     L.append(f"Host: **{host.get('cpu_model', '?')}**, {host.get('cores', '?')} cores "
              f"({host.get('physical_cores', '?')} physical), ISA {isa}, L3 "
              f"{(l3 or 0) / 2**20:.0f} MiB. OpenBLAS core: **{host_limits.get('openblas_core', '?')}**"
-             f"{' (pinned by OPENBLAS_CORETYPE/L2_SIZE!)' if host_limits.get('openblas_pinned') else ''}"
+             f"{blas_pin}"
              f", {host_limits.get('openblas_threads', '?')} threads. Measured in this run: FMA peak "
              f"{fmt(host_limits.get('fma_peak_gflops'))} GFLOP/s ({host_limits.get('fma_isa', '?')}, "
              f"all cores; {fmt(host_limits.get('fma_peak1_gflops'))} on one), read bandwidth "
