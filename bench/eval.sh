@@ -38,7 +38,9 @@ for t in ${targets//,/ }; do
 done
 # the peer, right after ours on the same machine; OpenBLAS unheld only here
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/peers_torch.py \
+    . bench/lib_blas.sh
+    blas_peer_env "${BUILD:-build}/bench/real_shapes"
+    "${BLAS_ENV[@]}" /usr/bin/python3 bench/peers_torch.py \
         --suite "$suite" --only "$only" --out "$R/eval.torch.jsonl" || true
 else
     echo "eval.sh: no PyTorch for /usr/bin/python3 (bench/setup.sh installs it); no peer column" >&2

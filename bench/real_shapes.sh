@@ -60,23 +60,11 @@ step() { echo "== $*" >&2; }
 # oneDNN, PyTorch eager and ONNX Runtime (helper processes in --serve mode), appended to
 # bench/results/real_shapes.jsonl. The only command that measures OpenBLAS as a peer, so the
 # only one run with the OpenBLAS pins unset.
-# OpenBLAS picks its kernels by CPU model; a model newer than its version knows falls back to
-# an old core (an Intel Xeon of family 6 model 207 with AVX-512: Prescott, SSE3 kernels, a
-# tenth of its sgemm), which would make it a straw peer. There the sweep pins it up to the
-# newest core of its own that this CPU's ISA runs, and the report says so.
-blas=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-core=$("${blas[@]}" "$B/real_shapes" --blas-core 2>/dev/null || echo unknown)
-want=
-if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
-    case "$core" in SkylakeX | Cooperlake | SapphireRapids) ;;
-    *) want=SkylakeX; grep -qw avx512_bf16 /proc/cpuinfo && want=Cooperlake ;; esac
-elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-    case "$core" in Prescott | Core2 | Penryn | Dunnington | Nehalem | Sandybridge | Atom | \
-        Katmai | Coppermine | Northwood | Banias | Unknown | unknown) want=Haswell ;; esac
-fi
-[ -n "$want" ] && blas+=(OPENBLAS_CORETYPE="$want" TLM_BENCH_BLAS_AUTODETECTED="$core")
-step "${blas[*]} $B/real_shapes --budget-min $budget ${fresh[*]} ${sel[*]} ${ours_extra[*]}"
-"${blas[@]}" "$B/real_shapes" --budget-min "$budget" \
+# (pinned up where OpenBLAS's autodetection falls back to an old core: bench/lib_blas.sh)
+. bench/lib_blas.sh
+blas_peer_env "$B/real_shapes"
+step "${BLAS_ENV[*]} $B/real_shapes --budget-min $budget ${fresh[*]} ${sel[*]} ${ours_extra[*]}"
+"${BLAS_ENV[@]}" "$B/real_shapes" --budget-min "$budget" \
     "${fresh[@]}" "${sel[@]}" "${ours_extra[@]}" ||
     echo "real_shapes.sh: some workloads failed (see above); the report shows the rest" >&2
 

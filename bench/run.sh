@@ -7,7 +7,8 @@
 # without --fresh).
 # OpenBLAS is a peer here: this machine's environment pins it to AVX2 kernels through
 # OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; the benchmarks run with both unset so OpenBLAS uses
-# its real kernels (the kernels table prints which one it chose).
+# its real kernels (the kernels table prints which one it chose), pinned up where its
+# autodetection falls back to an old core (bench/lib_blas.sh).
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -16,7 +17,10 @@ case "${REAL_SHAPES:-full}" in
 full | quick | skip) ;;
 *) echo "run.sh: REAL_SHAPES must be full, quick or skip" >&2; exit 2 ;;
 esac
-run() { echo "== $*"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
+make -s "$B/real_shapes" || true # the probe of bench/lib_blas.sh
+. bench/lib_blas.sh
+blas_peer_env "$B/real_shapes"
+run() { echo "== $*"; "${BLAS_ENV[@]}" "$@"; }
 run "$B/kernels" --out bench/results/kernels.md
 [ -x "$B/tlm_decode" ] && run "$B/tlm_decode"
 # the trainer: tokens/s of an optimizer step (bench/tlm_train.c)

@@ -41,7 +41,9 @@ if [ $setup = 1 ]; then
 fi
 make -s "$B/real_shapes" || [ -x "$B/real_shapes" ]
 echo "== real_shapes --tune $trials ${random[*]} --only $only --targets $targets" >&2
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$B/real_shapes" --out "$R/tune.jsonl" \
+. bench/lib_blas.sh
+blas_peer_env "$B/real_shapes"
+"${BLAS_ENV[@]}" "$B/real_shapes" --out "$R/tune.jsonl" \
     --only "$only" --targets "$targets" --random 0 --tune "$trials" ${random[@]+"${random[@]}"} \
     ${fresh[@]+"${fresh[@]}"} ${ort[@]+"${ort[@]}"}
 /usr/bin/python3 bench/report_tune.py --results "$R/tune.jsonl" --md "$R/tune.md" --png "$R/tune.png"
