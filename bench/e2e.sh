@@ -58,9 +58,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# PyTorch's linear layers run on OpenBLAS: the peer with OpenBLAS's own kernels (bench/lib_blas.sh)
-. bench/lib_blas.sh
-blas_peer_env "${BUILD:-build}/bench/real_shapes"
+# PyTorch's linear layers run on OpenBLAS: the peer with OpenBLAS's own kernels (bench/lib_blas.sh,
+# a bash helper; its words have no blanks)
+BLAS_ENV=$(bash -c '. bench/lib_blas.sh && blas_peer_env "$1" && echo "${BLAS_ENV[*]}"' _ \
+    "${BUILD:-build}/bench/real_shapes")
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { $PY -c 'import time; print(time.time())'; }
 
@@ -108,7 +109,7 @@ for spec in $MODELS; do
     t2=$(now)
     stop_daemon
     echo "e2e.sh: $name: PyTorch eager + ONNX export" >&2
-    "${BLAS_ENV[@]}" $PY bench/e2e_peers.py torch "$d" --runs "$RUNS" >"$d/torch.json"
+    $BLAS_ENV $PY bench/e2e_peers.py torch "$d" --runs "$RUNS" >"$d/torch.json"
     echo "e2e.sh: $name: tlm run" >&2
     mkdir -p "$d/ours"
     build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check on \
