@@ -1219,6 +1219,27 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     /* a sliver of a long prime axis (1009 = 1 x 1009) costs more than not
                      * packing; a short axis (a 3x3 kernel's rows) may go down to 1 */
                     if (fit >= 16 || a->extent[sl->axis] < 64) v = fit;
+                    /* A 1-D conv along F (one kernel row, several taps) on Intel: every
+                     * register tile reads the chunk's whole weight panel (channels x taps x
+                     * the tile's filters), which pays in L1 there. Old vs new alternated on a
+                     * Xeon (family 6 model 207, 2 threads): Whisper's 384 -> 384 x 3 stride 2
+                     * at 3000 columns, chunks of 128 channels (96 KB) -> 64 (48 KB) 1.33x
+                     * (96: 72 KB, 0.97x); 512 -> 512 x 3 at 2000 1.14x; 256 -> 256 x 5 stride
+                     * 2 1.04x. The 3x3 convs' 74-92 KB panels halved were 0.97-1.00x; AMD
+                     * (Zen 5 ran Whisper's at 0.98x ONNX Runtime) was not measured: kept. */
+                    const int64_t f3 = space_tile(sp, out, vx, 3);
+                    if (sl->axis == ns && vx != ns - 1 && sp->n_reduce == 3 &&
+                        sp->g->wl.op == IR_OP_CONV2D && a->extent[ns + 1] == 1 &&
+                        a->extent[ns + 2] > 1 && f3 > 0 && sp->tgt.cpu.l1d_bytes > 0 &&
+                        !strcmp(sp->tgt.cpu.vendor, "GenuineIntel")) {
+                        const int64_t panel = a->extent[ns + 2] * f3 * (int64_t)sizeof(float);
+                        int64_t best = -1;
+                        for (int k = 0; k < n && vals[k] <= v; k++)
+                            if (vals[k] * panel <= sp->tgt.cpu.l1d_bytes &&
+                                (e % vals[k] == 0 || best < 0 || e % best != 0))
+                                best = vals[k];
+                        if (best >= 16 && best < v) v = best;
+                    }
                 }
                 else if (sl->level == 3 && last && one_row) {
                     /* one register row (a GEMV, below): a 64-byte line of each matrix row a
