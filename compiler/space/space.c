@@ -1357,6 +1357,26 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         }
                         if (waste * 8 <= tiles) v = best; /* within an eighth of a block */
                     }
+                    /* On Intel, a block whose register tiles store straight to the output (a
+                     * single reduction chunk, here a reduction of at most 64) along rows 4 KiB
+                     * apart or more keeps to 32 rows: each tile's stores touch a page per row,
+                     * and a taller block walks more pages than the store side of the TLB holds
+                     * across its tasks. Alternated on a Xeon (family 6 model 207, 2 threads):
+                     * Whisper's 6 x 1500 x 1500 x 64 scores, 150-row blocks -> 30 rows 1.27-1.40x
+                     * (48 and more rows all slow, 30 and fewer all fast); 2 x 1500 x 2048 x 64
+                     * 1.1-1.2x; K = 128 (1024 x 1500 x 128) 1.01x; an output streamed out with
+                     * non-temporal stores (codegen's rule, as below: SD's 4096 x 4096 x 40)
+                     * 0.98x, so that one keeps its block. AMD was not measured here. */
+                    const int64_t cols = a->extent[ns - 1], outb = 4 * ir_tensor_numel(
+                                                                 &sp->g->tensor[sp->g->output]);
+                    int64_t slim = sp->tgt.cpu.l3_bytes > 0 ? sp->tgt.cpu.l3_bytes / 2 : 4 << 20;
+                    if (slim > (int64_t)cores * (24 << 20)) slim = (int64_t)cores * (24 << 20);
+                    const bool streamed = cols % 16 == 0 && outb > slim;
+                    if (!strcmp(sp->tgt.cpu.vendor, "GenuineIntel") && sl->axis == ns - 2 &&
+                        vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
+                        cols * (int64_t)sizeof(float) >= 4096 && !streamed && t3 > 0 &&
+                        v * t3 > 32)
+                        v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
                     /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded
