@@ -3580,12 +3580,8 @@ static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
  * faster streamed. */
 static bool rows_vec_stream(const cgc *c)
 {
-    const target_cpu_info *t = &c->sp->tgt.cpu;
     int64_t out_bytes = 4 * ir_tensor_numel(&c->g->tensor[c->g->output]);
-    int64_t llc = t->l3_bytes > 0 ? t->l3_bytes : 8 << 20;
-    int64_t lim = llc / 2, per_core = (int64_t)(t->cores > 0 ? t->cores : 1) * (24 << 20);
-    if (per_core < lim) lim = per_core;
-    return out_bytes > lim;
+    return out_bytes > space_cpu_stream_bytes(&c->sp->tgt);
 }
 
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)

@@ -971,6 +971,13 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
+int64_t space_cpu_stream_bytes(const target *t)
+{
+    int64_t llc = t->cpu.l3_bytes > 0 ? t->cpu.l3_bytes : 8 << 20;
+    int64_t lim = llc / 2, per_core = (int64_t)(t->cpu.cores > 0 ? t->cpu.cores : 1) * (24 << 20);
+    return per_core < lim ? per_core : lim;
+}
+
 /* The window's taps: the product of the reduction axes after the first (a conv's KH x KW;
  * 1 for a pointwise conv, a GEMM or a reduction over one axis). */
 static int64_t window_taps(const space *sp)
@@ -1362,16 +1369,15 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * apart or more keeps to 32 rows: each tile's stores touch a page per row,
                      * and a taller block walks more pages than the store side of the TLB holds
                      * across its tasks. Alternated on a Xeon (family 6 model 207, 2 threads):
-                     * Whisper's 6 x 1500 x 1500 x 64 scores, 150-row blocks -> 30 rows 1.27-1.40x
-                     * (48 and more rows all slow, 30 and fewer all fast); 2 x 1500 x 2048 x 64
-                     * 1.1-1.2x; K = 128 (1024 x 1500 x 128) 1.01x; an output streamed out with
-                     * non-temporal stores (codegen's rule, as below: SD's 4096 x 4096 x 40)
-                     * 0.98x, so that one keeps its block. AMD was not measured here. */
-                    const int64_t cols = a->extent[ns - 1], outb = 4 * ir_tensor_numel(
-                                                                 &sp->g->tensor[sp->g->output]);
-                    int64_t slim = sp->tgt.cpu.l3_bytes > 0 ? sp->tgt.cpu.l3_bytes / 2 : 4 << 20;
-                    if (slim > (int64_t)cores * (24 << 20)) slim = (int64_t)cores * (24 << 20);
-                    const bool streamed = cols % 16 == 0 && outb > slim;
+                     * Whisper's 6 x 1500 x 1500 x 64 scores, the block's rows alone varied:
+                     * 48 and more all slow, 30 and fewer all fast (1.27-1.40x); the rule of
+                     * thumb's 150 rows -> 30 1.13-1.15x; 2 x 1500 x 2048 x 64 1.1-1.2x; K = 128
+                     * (1024 x 1500 x 128) 1.01x; an output streamed with non-temporal stores
+                     * (space_cpu_stream_bytes; SD's 4096 x 4096 x 40) 0.98x, so that one keeps
+                     * its block. AMD was not measured here. */
+                    const int64_t cols = a->extent[ns - 1],
+                                  outb = 4 * ir_tensor_numel(&sp->g->tensor[sp->g->output]);
+                    const bool streamed = cols % 16 == 0 && outb > space_cpu_stream_bytes(&sp->tgt);
                     if (!strcmp(sp->tgt.cpu.vendor, "GenuineIntel") && sl->axis == ns - 2 &&
                         vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
                         cols * (int64_t)sizeof(float) >= 4096 && !streamed && t3 > 0 &&

@@ -240,6 +240,9 @@ int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);
  * accumulator registers a register tile may use with those lanes. */
 int space_window_lanes(const space *sp, const space_sched *s, int upto);
 int space_window_budget(const space *sp, int lanes);
+/* Bytes of output past which a CPU kernel stores it with non-temporal stores, where its rows
+ * allow (codegen's streaming rule): half the last-level cache, at most 24 MiB a core. */
+int64_t space_cpu_stream_bytes(const target *t);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
 unsigned space_expr_axes(const space *sp, int id);
 
