@@ -882,6 +882,13 @@ static bool full_width_loads(const space *sp)
     return !strcmp(sp->tgt.cpu.vendor, "AuthenticAMD") && sp->tgt.cpu.family >= 0x1a;
 }
 
+/* An Intel host (its own `cpu` target; named targets carry no vendor): the rules fitted on a
+ * Xeon below (a 1-D conv's weight panel, blocks storing long rows). */
+static bool intel_host(const space *sp)
+{
+    return !strcmp(sp->tgt.cpu.vendor, "GenuineIntel");
+}
+
 /* CPU_WINDOW's rule of thumb: the columns and rows that pad the output least, the widest
  * (columns up to 4 vectors, rows up to 4 — fewer where the budget says so) among those.
  * A depthwise conv on a 32-register (AVX-512) target takes the narrowest columns instead,
@@ -1238,7 +1245,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     if (sl->axis == ns && vx != ns - 1 && sp->n_reduce == 3 &&
                         sp->g->wl.op == IR_OP_CONV2D && a->extent[ns + 1] == 1 &&
                         a->extent[ns + 2] > 1 && f3 > 0 && sp->tgt.cpu.l1d_bytes > 0 &&
-                        !strcmp(sp->tgt.cpu.vendor, "GenuineIntel")) {
+                        intel_host(sp)) {
                         const int64_t panel = a->extent[ns + 2] * f3 * (int64_t)sizeof(float);
                         int64_t best = -1;
                         for (int k = 0; k < n && vals[k] <= v; k++)
@@ -1378,7 +1385,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     const int64_t cols = a->extent[ns - 1],
                                   outb = 4 * ir_tensor_numel(&sp->g->tensor[sp->g->output]);
                     const bool streamed = cols % 16 == 0 && outb > space_cpu_stream_bytes(&sp->tgt);
-                    if (!strcmp(sp->tgt.cpu.vendor, "GenuineIntel") && sl->axis == ns - 2 &&
+                    if (intel_host(sp) && sl->axis == ns - 2 &&
                         vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
                         cols * (int64_t)sizeof(float) >= 4096 && !streamed && t3 > 0 &&
                         v * t3 > 32)
