@@ -890,11 +890,32 @@ static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
  * new input row (c, kh), whose first broadcast waits for its line (perf: 20 % of the samples
  * on the row-start broadcasts of a 3x3 conv along F), and no hardware prefetcher follows the
  * jump to the next channel's plane. At the top of that loop the rows of the outermost axis
- * PF_AHEAD iterations on are requested: one prefetch per 16 floats of the span the tile's
- * points and the innermost loop cover. Measured on sd15_downsample_320 (one thread): 30.0 ->
- * 27.0 ms one channel ahead, 25.8 ms two. Packed operands (sequential), vector loads and
- * broadcasts whose next rows are near are left to the hardware. */
-#define PF_AHEAD 2
+ * some iterations on (prefetch_ahead) are requested: one prefetch per 16 floats of
+ * the span the tile's points and the innermost loop cover. Measured on sd15_downsample_320
+ * (one thread): 30.0 -> 27.0 ms one channel ahead, 25.8 ms two. Packed operands (sequential),
+ * vector loads and broadcasts whose next rows are near are left to the hardware. */
+
+/* How many iterations of the outer reduction axis ahead the rows are requested: enough that
+ * PF_WORK vector FMAs separate a request from its use, at least 2, at most 16 and half the
+ * axis (a stem's 3 channels keep 2, which already reach past them). A 3x3 conv's
+ * channel is 9 x the tile's vectors (e.g. 216 FMAs: 2 iterations, as measured above); a 1x1
+ * conv's is the tile alone (28 FMAs for 7 x 4 vectors), and 2 channels ahead was less than an
+ * L3 access: ResNet-50's stride-2 1x1 downsamples at batch 8, alternated in one process on an
+ * Intel Xeon (AVX-512, 2 threads): 256 -> 512 channels at 56 x 56 9.4-9.9 -> 7.8-8.4 ms (8
+ * iterations ahead; 4 in between, 16 as 8), 512 -> 1024 at 28 x 28 6.3 -> 5.8 ms, the 1x1
+ * 1024 -> 512 at 14 x 14 1.07-1.12x; 3x3 convs (SD's 320 stride 2, ResNet's 512 at 7 x 7)
+ * tied from 2 to 16 ahead. */
+#define PF_WORK 256
+
+static int prefetch_ahead(const cgc *c, int64_t nv)
+{
+    int64_t step = nv > 0 ? nv : 1;
+    for (int i = c->ns + 1; i < c->ns + c->nr; i++) step *= c->T[i][1];
+    int64_t ahead = (PF_WORK + step - 1) / step, most = c->E[c->ns] / 2; /* a stem's 3 */
+    if (ahead > 16) ahead = 16;
+    if (ahead > most) ahead = most;
+    return ahead < 2 ? 2 : (int)ahead;
+}
 
 /* Whether expression `id` is read by the body (a padding copy leaves its select's load
  * behind, unread). */
@@ -943,11 +964,12 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
             if (off < lo) lo = off;
             if (off + reach > hi) hi = off + reach;
         }
-        cg_line(b, ind, "{ /* the rows %d iterations of %s on */", PF_AHEAD, a->axis[ns]);
+        const int ahead = prefetch_ahead(c, nv);
+        cg_line(b, ind, "{ /* the rows %d iterations of %s on */", ahead, a->axis[ns]);
         for (int i = ns; i < ns + nr; i++)
             if (i == ns)
                 cg_line(b, ind + 1, "const int64_t %s = %s0 * %lld + %s1 + %d;", a->axis[i],
-                        a->axis[i], (long long)c->T[i][1], a->axis[i], PF_AHEAD);
+                        a->axis[i], (long long)c->T[i][1], a->axis[i], ahead);
             else if (i < in)
                 cg_line(b, ind + 1, "const int64_t %s = %s0 * %lld + %s1;", a->axis[i], a->axis[i],
                         (long long)c->T[i][1], a->axis[i]);

@@ -876,7 +876,7 @@ static bool source_has(const built *b, const space_sched *s, const char *needle)
 }
 
 /* A register tile whose reduction has several loops (a direct conv along F: c, kh, kw)
- * requests the input rows two channels ahead at the top of each kh iteration; a GEMM (one
+ * requests the input rows some channels ahead at the top of each kh iteration; a GEMM (one
  * reduction loop, its broadcasts sequential) does not. Both checked against the reference,
  * padded (the prefetch reads the padding copy) and strided; inputs past L1 (32 KiB). */
 Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
@@ -909,6 +909,53 @@ Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
     cr_expect(!source_has(&b, &s, "iterations of"), "a GEMM's broadcasts are sequential");
     free(b.g);
     free(b.sp);
+}
+
+/* How many channels ahead the kernel for s requests its input rows (0: no request). */
+static int prefetch_ahead_of(const built *b, const space_sched *s)
+{
+    tlm_error err;
+    cg_kernel k;
+    cr_assert_eq(cg_generate(b->sp, s, NULL, &k, &err), 0, "%s", err.msg);
+    const char *at = strstr(k.source, "the rows ");
+    int ahead = 0;
+    if (at) cr_assert_eq(sscanf(at, "the rows %d iterations", &ahead), 1);
+    cg_kernel_free(&k);
+    return ahead;
+}
+
+/* The distance follows the work of a channel: a 1x1 conv's channel is the register tile
+ * alone, so its rows are requested further ahead than the two channels of a 3x3 conv (each
+ * 9 x the tile), at most half the channels; a stem's 3 channels keep 2. Checked against the
+ * reference, strided and not, on both ISAs. */
+Test(codegen_cpu, broadcast_prefetch_distance_follows_the_work_of_a_channel)
+{
+    static const struct {
+        const char *wl;
+        int lo, hi; /* the distance expected */
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"H\":28,\"W\":28,\"F\":64,"
+         "\"KH\":1,\"KW\":1},\"stride\":[2,2],\"epilogue\":[\"bias_add\"]}", 3, 16},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":14,\"W\":14,\"F\":48,"
+         "\"KH\":1,\"KW\":1}}", 3, 16},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":64,\"W\":64,\"F\":32,"
+         "\"KH\":1,\"KW\":1},\"stride\":[2,2]}", 2, 4},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":64,\"W\":64,\"F\":32,"
+         "\"KH\":7,\"KW\":7},\"stride\":[2,2],\"pad\":[3,3]}", 2, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            space_sched f;
+            space_default_vectorized(b.sp, 3, &f); /* along F: the input broadcast */
+            int ahead = prefetch_ahead_of(&b, &f);
+            cr_expect(ahead >= cases[i].lo && ahead <= cases[i].hi,
+                      "%s on %s: rows requested %d channels ahead, expected %d..%d", cases[i].wl,
+                      ti ? "avx2" : "avx512", ahead, cases[i].lo, cases[i].hi);
+            check_schedule(&b, &f, cases[i].wl);
+            free(b.g);
+            free(b.sp);
+        }
 }
 
 /* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
