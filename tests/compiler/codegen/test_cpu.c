@@ -958,6 +958,47 @@ Test(codegen_cpu, broadcast_prefetch_distance_follows_the_work_of_a_channel)
         }
 }
 
+/* A 1x1 conv along OW loads its input rows as vectors, a plane apart per channel: past what
+ * a hardware stride prefetcher follows, they are requested ahead when a chunk's rows do not
+ * stay in L1 (256 channels x 32 floats), not when they do (16 channels), nor in a conv with
+ * taps (a 3x3 along OW). Checked against the reference on both ISAs. */
+Test(codegen_cpu, vector_rows_requested_ahead_in_pointwise_convs)
+{
+    static const struct {
+        const char *wl, *sched;
+        bool expect;
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":32,\"W\":32,\"F\":20,"
+         "\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\"]}",
+         "vectorize=1 tile.n.3=1 tile.f.3=3 tile.oh.3=1 tile.ow.3=32 tile.n.2=1 tile.f.2=7 tile.oh.2=1 "
+         "tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=256 tile.kh.1=1 "
+         "tile.kw.1=1 parallel=1 unroll=64 pack=0", true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":32,\"W\":32,\"F\":20,"
+         "\"KH\":1,\"KW\":1}}",
+         "vectorize=1 tile.n.3=1 tile.f.3=3 tile.oh.3=1 tile.ow.3=32 tile.n.2=1 tile.f.2=7 tile.oh.2=1 "
+         "tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=16 tile.kh.1=1 "
+         "tile.kw.1=1 parallel=1 unroll=64 pack=0", false},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":256,\"H\":32,\"W\":32,\"F\":20,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+         "vectorize=1 tile.n.3=1 tile.f.3=3 tile.oh.3=1 tile.ow.3=32 tile.n.2=1 tile.f.2=7 tile.oh.2=1 "
+         "tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=256 tile.kh.1=3 "
+         "tile.kw.1=3 parallel=1 unroll=64 pack=0", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            space_sched s;
+            tlm_error err;
+            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
+            bool has = prefetch_ahead_of(&b, &s) > 0;
+            cr_expect_eq(has, cases[i].expect, "%s on %s: rows requested ahead: %d",
+                         cases[i].wl, ti ? "avx2" : "avx512", has);
+            check_schedule(&b, &s, cases[i].wl);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
  * along the last axis) stream it out past the last-level cache when its rows are whole 64-byte
  * lines: checked on a target that says its L3 is 64 KiB. An epilogue applied in place before
