@@ -975,6 +975,9 @@ int main(int argc, char **argv)
         return 1;
     }
     env->hot = hot_new(c->hot_cache_bytes);
+    /* the compile directories a killed process left (its PID gone, ten minutes unchanged) */
+    int swept = tc_tmpdir_sweep(NULL, 600);
+    if (swept) tlmd_log(LOG_INFO, "start", "swept=%d what=\"stale compile directories\"", swept);
 
     if (c->l2.url[0]) {
         rc = l2_new(&c->l2, &env->l2, &err);

@@ -50,19 +50,6 @@ int drv_record_toolchain(const target *t, uint32_t const_args, char *buf, size_t
     return m < 0 || (size_t)(n + m) >= cap ? TLM_ELIMIT : n + m;
 }
 
-/* A private directory under $TMPDIR (or /tmp). */
-static int make_tmpdir(char *dir, size_t cap, tlm_error *err)
-{
-    const char *base = getenv("TMPDIR");
-    if (!base || !base[0]) base = "/tmp";
-    if (snprintf(dir, cap, "%s/tlm-drv-XXXXXX", base) >= (int)cap)
-        return tlm_err_set(err, TLM_EIO, "", "TMPDIR is too long");
-    if (!mkdtemp(dir))
-        return tlm_err_set(err, TLM_EIO, "", "cannot create a temporary directory in %s: %s", base,
-                           strerror(errno));
-    return 0;
-}
-
 static int read_all(const char *path, uint8_t **data, size_t *len, tlm_error *err)
 {
     FILE *f = fopen(path, "rb");
@@ -86,7 +73,7 @@ static int read_all(const char *path, uint8_t **data, size_t *len, tlm_error *er
 static int build_cpu(const space *sp, cg_kernel *k, drv_artifact *a, tlm_error *err)
 {
     char dir[512], so[600];
-    int rc = make_tmpdir(dir, sizeof dir, err);
+    int rc = tc_tmpdir_make("drv", dir, sizeof dir, err);
     if (rc) return rc;
     snprintf(so, sizeof so, "%s/kernel.so", dir);
     cpu_flags(&sp->tgt, a->flags, sizeof a->flags);
@@ -210,7 +197,7 @@ int drv_measure_cpu(const ir_subgraph *g, const drv_artifact *a, const measure_o
     if (!a->binary || strcmp(a->format, "elf-so"))
         return tlm_err_set(err, TLM_EINVAL, "", "drv_measure_cpu: not a CPU artifact");
     char dir[512], so[600];
-    int rc = make_tmpdir(dir, sizeof dir, err);
+    int rc = tc_tmpdir_make("drv", dir, sizeof dir, err);
     if (rc) return rc;
     snprintf(so, sizeof so, "%s/kernel.so", dir);
     FILE *f = fopen(so, "wb");

@@ -351,25 +351,6 @@ static int write_file(const char *path, const char *data, size_t n)
     return close(fd);
 }
 
-/* Removes the temporary directory and whatever the compiler left in it (-save-temps etc.). */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno == EISDIR) {
-                char sub[4096];
-                snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
-                remove_tree(sub);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 /* 1 when `path` is an ELF shared object (ET_DYN): flags like -E or -c make the compiler
  * "succeed" with something else under the output name. */
 static int is_shared_object(const char *path)
@@ -461,14 +442,9 @@ int tc_cc_compile_ex(const char *source, const char *flags, const char *out_so_p
         (opts && opts->compiler && *opts->compiler) ? opts->compiler : g_cc.compiler;
 
     char eb[128];
-    const char *tmpbase = getenv("TMPDIR");
-    if (!tmpbase || !*tmpbase) tmpbase = "/tmp";
     char dir[1024], src_path[1100], so_path[1100];
-    if ((size_t)snprintf(dir, sizeof dir, "%s/tlm-cc-XXXXXX", tmpbase) >= sizeof dir)
-        return tlm_err_set(err, TLM_EINVAL, "TMPDIR", "TMPDIR is too long");
-    if (!mkdtemp(dir))
-        return tlm_err_set(err, TLM_EIO, "TMPDIR", "cannot create a temporary directory in %s: %s",
-                           tmpbase, errstr(errno, eb, sizeof eb));
+    int mk = tc_tmpdir_make("cc", dir, sizeof dir, err);
+    if (mk) return mk;
     snprintf(src_path, sizeof src_path, "%s/kernel.c", dir);
     snprintf(so_path, sizeof so_path, "%s/kernel.so", dir);
 
@@ -534,6 +510,6 @@ done:
     }
     free(r.out);
     words_free(&ws);
-    remove_tree(dir);
+    tc_remove_tree(dir);
     return rc;
 }

@@ -55,6 +55,19 @@ int tc_cc_compile(const char *source, const char *flags, const char *out_so_path
 int tc_cc_compile_ex(const char *source, const char *flags, const char *out_so_path,
                      const tc_cc_opts *opts, char **log_out, tlm_error *err);
 
+/* ---- working directories ------------------------------------------------------------ */
+
+/* Creates a private directory $TMPDIR/tlm-KIND-PID-XXXXXX (or under /tmp) into dir.
+ * Returns 0, TLM_EINVAL (TMPDIR too long) or TLM_EIO. */
+int tc_tmpdir_make(const char *kind, char *dir, size_t cap, tlm_error *err);
+/* Removes a directory and everything in it (links are removed, not followed). */
+void tc_remove_tree(const char *dir);
+/* Removes the working directories ("tlm-cc-", "tlm-drv-") that a dead process left under
+ * base (NULL: $TMPDIR or /tmp): named with a PID that no longer runs and unchanged for
+ * min_age_s seconds, or, named before the PID was in them, for a day. Only real directories
+ * of this user. Returns how many went. */
+int tc_tmpdir_sweep(const char *base, int min_age_s);
+
 /* "cc=/usr/bin/cc; version=cc (Debian 12.2.0-14) 12.2.0; base=-std=gnu11 -shared -fPIC
  * -fopenmp -lm", or with "version=unavailable" when the compiler cannot be run. */
 const char *tc_cc_identity(void);

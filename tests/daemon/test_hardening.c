@@ -7,6 +7,7 @@
  * bounded and no assertion depends on how fast the machine is. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,6 +16,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -787,6 +791,52 @@ Test(hardening, job_ids_unique_across_restarts)
     free(a);
     free(b);
     free(c);
+    teardown(&d);
+}
+
+/* A daemon killed mid-compile leaves its working directory in $TMPDIR; the next one to start
+ * there removes it once its process is gone, and leaves a live process's and a recent one. */
+Test(hardening, start_sweeps_compile_directories_of_dead_processes)
+{
+    tlmd d;
+    setup_dir(&d);
+    pid_t gone = fork();
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    cr_assert_eq(waitpid(gone, NULL, 0), gone);
+    char tmp[600], orphan[700], live[700], young[700], file[800], env[640];
+    snprintf(tmp, sizeof tmp, "%s/tmp", d.dir);
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    snprintf(orphan, sizeof orphan, "%s/tlm-cc-%ld-Orph4n", tmp, (long)gone);
+    snprintf(live, sizeof live, "%s/tlm-drv-%ld-L1veXx", tmp, (long)getpid());
+    snprintf(young, sizeof young, "%s/tlm-cc-%ld-Y0ungX", tmp, (long)gone);
+    const char *dirs[] = {orphan, live, young};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(mkdir(dirs[i], 0700), 0);
+        snprintf(file, sizeof file, "%s/kernel.c", dirs[i]);
+        FILE *f = fopen(file, "w");
+        cr_assert_not_null(f);
+        fputs("int x;\n", f);
+        fclose(f);
+        time_t at = time(NULL) - (i == 2 ? 5 : 3600);
+        struct timespec ts[2] = {{.tv_sec = at}, {.tv_sec = at}};
+        cr_assert_eq(utimensat(AT_FDCWD, dirs[i], ts, 0), 0);
+    }
+    snprintf(env, sizeof env, "TMPDIR=%s", tmp);
+    const char *envs[] = {env, NULL};
+    start_with(&d, NULL, true, NULL, envs);
+    struct stat st;
+    cr_expect(stat(orphan, &st) != 0, "%s is still there", orphan);
+    cr_expect_eq(stat(live, &st), 0, "a live process's directory went");
+    cr_expect_eq(stat(young, &st), 0, "a recent directory went");
+    FILE *lf = fopen(d.log, "r");
+    cr_assert_not_null(lf);
+    char line[4096];
+    bool swept = false;
+    while (fgets(line, sizeof line, lf))
+        swept |= strstr(line, "swept=1") != NULL;
+    fclose(lf);
+    cr_expect(swept, "no sweep in %s", d.log);
     teardown(&d);
 }
 

@@ -1,12 +1,18 @@
-/* Tests for compiler/toolchain: cc → .so, NVRTC → cubin, ptxas parsing, limits, cuda_dl. */
+/* Tests for compiler/toolchain: cc → .so, NVRTC → cubin, ptxas parsing, limits, cuda_dl, the
+ * working directories and their sweep. */
 #include <criterion/criterion.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compiler/toolchain/cuda_dl.h"
@@ -333,6 +339,99 @@ Test(cc, identity_is_stable)
     const char *b = tc_cc_identity();
     cr_assert_eq(a, b);
     cr_assert_str_eq(copy, b);
+}
+
+/* ---- working directories ------------------------------------------------------------ */
+
+TestSuite(tmpdir, .init = make_dir, .fini = remove_dir);
+
+/* A directory named NAME under the test directory, holding a file, last changed AGE_S ago. */
+static void stale_dir(const char *name, int age_s)
+{
+    char d[400], f[500];
+    path_in(d, sizeof d, name);
+    cr_assert_eq(mkdir(d, 0700), 0, "%s", d);
+    snprintf(f, sizeof f, "%s/kernel.c", d);
+    FILE *fp = fopen(f, "w");
+    cr_assert_not_null(fp);
+    fputs("int x;\n", fp);
+    fclose(fp);
+    struct timespec t[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+    cr_assert_eq(utimensat(AT_FDCWD, d, t, 0), 0);
+}
+
+static bool present(const char *name)
+{
+    char d[400];
+    path_in(d, sizeof d, name);
+    struct stat st;
+    return lstat(d, &st) == 0;
+}
+
+/* The name carries the PID; the directory is private. */
+Test(tmpdir, made_with_the_pid_in_its_name)
+{
+    char old[300];
+    const char *t = getenv("TMPDIR");
+    snprintf(old, sizeof old, "%s", t ? t : "");
+    setenv("TMPDIR", g_dir, 1);
+    char dir[512], want[64];
+    tlm_error err = {0};
+    int rc = tc_tmpdir_make("cc", dir, sizeof dir, &err);
+    if (old[0]) setenv("TMPDIR", old, 1);
+    else unsetenv("TMPDIR");
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    snprintf(want, sizeof want, "/tlm-cc-%ld-", (long)getpid());
+    cr_expect(strstr(dir, want) != NULL, "%s", dir);
+    struct stat st;
+    cr_assert_eq(stat(dir, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700);
+    tc_remove_tree(dir);
+    cr_expect(stat(dir, &st) != 0);
+}
+
+/* Only the orphans go: a dead PID's directory unchanged for the age given, or a name without
+ * a PID a day old. A live process's stays (this one's, however old), as do a dead PID's
+ * recent one, a young name without a PID, other names, and a link (neither it nor what it
+ * points to is touched). */
+Test(tmpdir, sweep_takes_only_what_dead_processes_left)
+{
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) _exit(0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    char dead_old[64], dead_young[64], dead_drv[64], live_old[64];
+    snprintf(dead_old, sizeof dead_old, "tlm-cc-%ld-aB3dE9", (long)child);
+    snprintf(dead_young, sizeof dead_young, "tlm-cc-%ld-Zx81Qq", (long)child);
+    snprintf(dead_drv, sizeof dead_drv, "tlm-drv-%ld-0Kq2pL", (long)child);
+    snprintf(live_old, sizeof live_old, "tlm-cc-%ld-Lv1Old", (long)getpid());
+    stale_dir(dead_old, 3600);
+    stale_dir(dead_young, 10);
+    stale_dir(dead_drv, 3600);
+    stale_dir(live_old, 3 * 24 * 3600);
+    stale_dir("tlm-cc-06mfWO", 2 * 24 * 3600); /* before the PID was in the name */
+    stale_dir("tlm-drv-Ab12Cd", 3600);
+    stale_dir("tlm-test-keep-1-abc", 3 * 24 * 3600);
+    stale_dir("target", 3 * 24 * 3600);
+    char target[400], link[400];
+    path_in(target, sizeof target, "target");
+    char link_name[64];
+    snprintf(link_name, sizeof link_name, "tlm-cc-%ld-LnkLnk", (long)child);
+    path_in(link, sizeof link, link_name);
+    cr_assert_eq(symlink(target, link), 0);
+
+    cr_expect_eq(tc_tmpdir_sweep(g_dir, 600), 3);
+    cr_expect(!present(dead_old));
+    cr_expect(!present(dead_drv));
+    cr_expect(!present("tlm-cc-06mfWO"));
+    cr_expect(present(dead_young));
+    cr_expect(present(live_old));
+    cr_expect(present("tlm-drv-Ab12Cd"));
+    cr_expect(present("tlm-test-keep-1-abc"));
+    cr_expect(present(link_name));
+    cr_expect(present("target/kernel.c"));
+    cr_expect_eq(tc_tmpdir_sweep(g_dir, 600), 0, "a second sweep finds nothing");
+    cr_expect_eq(tc_tmpdir_sweep("/nonexistent/tlm-sweep", 600), 0);
 }
 
 Test(log_head, starts_at_first_error_and_joins_lines)
