@@ -25,7 +25,8 @@ rounds also time ours cold (the measure runner's cold_cache: copies of every arg
 1 GiB in all) and the floor cold (its buffers rotated the same way), shown as "cold".
 "paired": the same ratios taken round by round (ours, the faster of default and best in that
 round, over the floor timed beside it), the median over the rounds: the best medians above may
-pair a fast moment of one with a slow one of the other on a shared machine. "in the runner": the
+pair a fast moment of one with a slow one of the other on a shared machine. The dense, 3x3 and
+depthwise criteria are paired the same way (the peer's time over ours in each round). "in the runner": the
 DRAM rows' kernels timed in the rounds with the floor alternated sample by sample in the same
 measure runner, on the same buffers (measure_opts.mem_floor), the median of the samples' ratios
 (per round the faster kernel's), the median over the rounds: a shared VM's memory bandwidth
@@ -169,6 +170,15 @@ def apply_rounds(rows, ours, peers, torch, ort):
                                 if k.get(key + suffix + "_floor_ratio")]) if any(xs)]
                 if runner:
                     o["runner_floor" + suffix] = median(runner)
+            # the peers paired by round the same way: the peer's time over ours in that
+            # round, the median over the rounds (the criteria's "paired" rows)
+            mine = [min(x for x in xs if x) for xs in
+                    zip(*[k[key] for key in ("default", "best") if k.get(key)]) if any(xs)]
+            for pk in ("openblas_s", "dnnl_blocked_s"):
+                ps = fl.get(pk) or []
+                if mine and len(ps) == len(mine) and all(ps):
+                    o.setdefault("paired_peer", {})[pk] = median(
+                        [q / m for m, q in zip(mine, ps)])
             d, b = o.get("default", {}), o.get("best", {})
             if d.get("median_s") and (not b.get("median_s") or d["median_s"] <= b["median_s"]):
                 o["best"] = dict(d)
@@ -310,6 +320,7 @@ def main():
                 "def_pre_s": src.get("default_pre_s"), "best_pre_s": src.get("best_pre_s"),
                 "paired": src.get("paired_floor"), "paired_cold": src.get("paired_floor_cold"),
                 "runner": src.get("runner_floor"), "runner_cold": src.get("runner_floor_cold"),
+                "paired_peer": src.get("paired_peer") or {},
                 "best_s": b.get("median_s"), "best_gf": b.get("gflops"),
                 "best_from": src.get("best_from"), "ok": o.get("random_ok"),
                 "failed": o.get("random_failed"), "wall": o.get("wall_s"),
@@ -536,6 +547,25 @@ def main():
          lambda v: v >= 0.8)
     crit("depthwise best / oneDNN blocked, worst", "≥ 0.8",
          lambda t: worst(t, lambda r: r["w"]["op"] == "depthwise_conv2d", "blocked_s"),
+         lambda v: v >= 0.8)
+
+    def worst_paired(t, pred, peer_key):
+        xs = [r["t"][t]["paired_peer"].get(peer_key) for r in recs if t in r["t"] and pred(r)]
+        xs = [x for x in xs if x]
+        return min(xs) if xs else None
+
+    crit("... the three paired by round (median over the rounds of the peer's time / ours in "
+         "that round): dense / OpenBLAS, worst", "≥ 0.9",
+         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "dense", "openblas_s"),
+         lambda v: v >= 0.9)
+    crit("... paired by round: NCHW 3x3 conv / oneDNN blocked, worst", "≥ 0.8",
+         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "conv2d" and
+                                r["w"]["shape"]["KH"] == 3 and
+                                r["w"].get("layout", "NCHW") == "NCHW", "dnnl_blocked_s"),
+         lambda v: v >= 0.8)
+    crit("... paired by round: depthwise / oneDNN blocked, worst", "≥ 0.8",
+         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "depthwise_conv2d",
+                                "dnnl_blocked_s"),
          lambda v: v >= 0.8)
 
     def worst_floor(t, cold=False):
