@@ -890,9 +890,10 @@ static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
  * new input row (c, kh), whose first broadcast waits for its line (perf: 20 % of the samples
  * on the row-start broadcasts of a 3x3 conv along F), and no hardware prefetcher follows the
  * jump to the next channel's plane. At the top of that loop the rows of the outermost axis
- * some iterations on (prefetch_ahead) are requested: one prefetch per 16 floats of
- * the span the tile's points and the innermost loop cover. Measured on sd15_downsample_320
- * (one thread): 30.0 -> 27.0 ms one channel ahead, 25.8 ms two. Packed operands (sequential),
+ * some iterations on (prefetch_ahead) are requested: one prefetch per 16 floats of the span
+ * the tile's points and the innermost loop cover. Measured on sd15_downsample_320 (one
+ * thread): 30.0 -> 27.0 ms one channel ahead, 25.8 ms two. A 1x1 conv's vector-loaded rows
+ * are requested the same way (emit_broadcast_prefetch); packed operands (sequential), other
  * vector loads and broadcasts whose next rows are near are left to the hardware. */
 
 /* How many iterations of the outer reduction axis ahead the rows are requested: enough that
@@ -907,10 +908,17 @@ static void emit_tile_store(cgc *c, int ind, const int64_t *accst)
  * tied from 2 to 16 ahead. */
 #define PF_WORK 256
 
+/* The steps of the reduction loops inside the outer one (a 3x3 conv's 9 taps per channel). */
+static int64_t channel_taps(const cgc *c)
+{
+    int64_t taps = 1;
+    for (int i = c->ns + 1; i < c->ns + c->nr; i++) taps *= c->T[i][1];
+    return taps;
+}
+
 static int prefetch_ahead(const cgc *c, int64_t nv)
 {
-    int64_t step = nv > 0 ? nv : 1;
-    for (int i = c->ns + 1; i < c->ns + c->nr; i++) step *= c->T[i][1];
+    int64_t step = (nv > 0 ? nv : 1) * channel_taps(c);
     int64_t ahead = (PF_WORK + step - 1) / step, most = c->E[c->ns] / 2; /* a stem's 3 */
     if (ahead > 16) ahead = 16;
     if (ahead > most) ahead = most;
@@ -939,6 +947,7 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
     int ns = c->ns, nr = c->nr, in = ns + nr - 1;
+    const int64_t taps = channel_taps(c);
     for (int id = 0; id < a->n_expr; id++) {
         const ir_expr *e = &a->expr[id];
         if (e->kind != IR_E_LOAD || pack_index(c, id) >= 0 || !expr_used(a, a->body, id)) continue;
@@ -952,8 +961,7 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
          * (96-240 channels) 1.08-1.15x; with taps (a grouped 3x3 along OW, Whisper's 1-D
          * conv1) the requests cost 4-10 % on AVX2, and over rows that stay in L1 (16-32
          * channels) 0.96-1.0x */
-        int64_t jump = flat_coef(c->g, e, ns), along = flat_coef(c->g, e, c->x), taps = 1;
-        for (int i = ns + 1; i < ns + nr; i++) taps *= c->T[i][1];
+        int64_t jump = flat_coef(c->g, e, ns), along = flat_coef(c->g, e, c->x);
         bool vec = along == 1 && taps == 1 && 4 * llabs((long long)jump) >= 2048;
         if ((along != 0 && !vec) || llabs((long long)jump) < 64 ||
             4 * ir_tensor_numel(&c->g->tensor[e->tensor]) <= (32 << 10))
