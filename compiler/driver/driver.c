@@ -79,8 +79,7 @@ static int build_cpu(const space *sp, cg_kernel *k, drv_artifact *a, tlm_error *
     cpu_flags(&sp->tgt, a->flags, sizeof a->flags);
     rc = tc_cc_compile(k->source, a->flags, so, NULL, err);
     if (rc == 0) rc = read_all(so, &a->binary, &a->binary_size, err);
-    unlink(so);
-    rmdir(dir);
+    tc_remove_tree(dir);
     if (rc) return rc;
     snprintf(a->entry, sizeof a->entry, "%s", k->entry);
     a->format = "elf-so";
@@ -207,7 +206,6 @@ int drv_measure_cpu(const ir_subgraph *g, const drv_artifact *a, const measure_o
         rc = tlm_err_set(err, TLM_EIO, "", "cannot write %s", so);
     else
         rc = measure_cpu(g, so, a->entry, opts, res, err);
-    unlink(so);
-    rmdir(dir);
+    tc_remove_tree(dir);
     return rc;
 }

@@ -1384,11 +1384,10 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * its block. AMD was not measured here. */
                     const int64_t cols = a->extent[ns - 1],
                                   outb = 4 * ir_tensor_numel(&sp->g->tensor[sp->g->output]);
-                    const bool streamed = cols % 16 == 0 && outb > space_cpu_stream_bytes(&sp->tgt);
                     if (intel_host(sp) && sl->axis == ns - 2 &&
                         vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
-                        cols * (int64_t)sizeof(float) >= 4096 && !streamed && t3 > 0 &&
-                        v * t3 > 32)
+                        cols * (int64_t)sizeof(float) >= 4096 && t3 > 0 && v * t3 > 32 &&
+                        !(cols % 16 == 0 && outb > space_cpu_stream_bytes(&sp->tgt)))
                         v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
