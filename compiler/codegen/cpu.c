@@ -125,6 +125,7 @@ typedef struct {
     bool edge;  /* emitting the edge register tile: spatial indices are clamped */
     bool raw_x; /* ... except the vector axis' (a masked load bounds its lanes itself) */
     bool interior; /* emitting the interior register tile: padding selects always hold */
+    bool window; /* the reduction window is unrolled whole (window_unroll) */
     int64_t t3_full[IR_MAX_AXES]; /* register tile sizes while the last tile of an axis is
                                    * emitted shorter (T[][3] then holds its size) */
     bool lbase[IR_MAX_EXPR]; /* broadcast loads read through a base pointer Lb<id> per step */
@@ -1062,8 +1063,12 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
      * input columns, a GEMM's 6 rows of A: 6 to 9 pointer increments per step beside 24
      * FMAs); with 32 registers one base pointer measured 4-5 % faster on a 3x3 conv, but
      * with 16 GCC then schedules the broadcasts early and spills accumulators (the same conv
-     * on AVX2 6 % slower), so there the per-point form stays */
-    const bool bases = c->sp->tgt.cpu.vector_registers > 16;
+     * on AVX2 6 % slower; 2 x 6 tiles of 3x3 convs 6-10 % slower even with their window
+     * unrolled), so there the per-point form stays, but for a tile of at most 10 accumulators
+     * with its window in straight code (yolov5s 64 -> 64 at 80 x 80, 2 x 5: window alone
+     * 1.09-1.15x, with one base 1.20-1.37x; at stride 2 a tie with the window alone) */
+    const int regs = c->sp->tgt.cpu.vector_registers;
+    const bool bases = regs > 16 || (c->window && nv + 6 <= regs);
     for (int id = 0; id < a->n_expr; id++) {
         const ir_expr *e = &a->expr[id];
         c->lbase[id] = false;
@@ -1093,7 +1098,6 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
      * ms), and so do 16-register targets, where pins both won and lost (AVX2 3x3 convs along
      * F: 128 -> 128 at 40 x 40 3.50 -> 3.16 ms, but 128 -> 256 stride 2 at 80 x 80 with silu
      * 4.70 -> 6.43). */
-    const int regs = c->sp->tgt.cpu.vector_registers;
     bool pinned = false;
     if (c->W > 1 && a->reduce != IR_RED_MAX && regs > 16 && 2 * (nv + 3) > regs) {
         cg_buf held = c->b;
@@ -1155,6 +1159,27 @@ static int64_t unroll_steps(const cgc *c, int unroll, int64_t nv)
     return u;
 }
 
+/* The trip of the reduction loop around the innermost one where GCC is to unroll it whole as
+ * well, or 1: a conv's kernel rows around its unrolled columns, the window in straight code.
+ * On 16-register targets, where a step's FMAs share the core's issue with its loop and
+ * address instructions (on AVX2 a 3x3 conv's 2 x 5 tile: 3 row loops of 30 FMAs each with
+ * 6 pointer increments and a branch; yolov5s 64 -> 64 at 80 x 80, alternating rounds on a
+ * Xeon, 1.07-1.15x, 1.04-1.08x at stride 2, SD 1.5's 320 -> 320 1.00-1.04x; stems and
+ * depthwise ties). With 32 registers the tiles are larger and the window is no gain (AVX-512,
+ * the same convs: 0.98-1.03x), so it stays rolled there. Bounded by twice the schedule's
+ * unroll budget in FMAs: a 7 x 7 stem's window stays a loop. */
+static int64_t window_unroll(const cgc *c, int unroll, int64_t nv, int64_t u)
+{
+    const int inn = c->ns + c->nr - 1;
+    if (c->sp->tgt.cpu.vector_registers > 16 || c->W <= 1 || c->nr < 2 || u != 1 ||
+        c->rtail[inn] || c->rtail[inn - 1] || unroll <= 0 || nv <= 0)
+        return 1;
+    const int64_t trip = c->T[inn][1], outer = c->T[inn - 1][1];
+    const int64_t p = unroll / nv < 1 ? 1 : unroll / nv; /* the innermost loop's unroll */
+    if (p < trip || outer <= 1 || outer * trip * nv > 2 * (int64_t)unroll) return 1;
+    return outer;
+}
+
 /* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
  * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
@@ -1189,11 +1214,6 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
             cg_printf(b, ", 1, 3);\n");
         }
     }
-    int rind = ind;
-    for (int i = ns; i < ns + nr - 1; i++) {
-        loop_chunk(c, ind++, i);
-        if (i == ns + nr - 2 && c->W > 1 && !c->edge) emit_broadcast_prefetch(c, ind);
-    }
     /* the innermost reduction loop, unrolled in the source: GCC's unroll pragma left the
      * GEMM loops rolled (one k step of 12 FMAs, 6 broadcasts and 2 loads beside 5 loop
      * instructions; 4 steps per iteration: tinyllama's GEMM on one thread, median of 10
@@ -1202,6 +1222,14 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     const char *kn = a->axis[inn];
     const int64_t trip = c->T[inn][1];
     int64_t u = unroll_steps(c, unroll, nv);
+    const int64_t whole = window_unroll(c, unroll, nv, u);
+    c->window = whole > 1;
+    int rind = ind;
+    for (int i = ns; i < ns + nr - 1; i++) {
+        if (i == ns + nr - 2 && whole > 1) cg_line(b, ind, "#pragma GCC unroll %lld", (long long)whole);
+        loop_chunk(c, ind++, i);
+        if (i == ns + nr - 2 && c->W > 1 && !c->edge) emit_broadcast_prefetch(c, ind);
+    }
     char bound[48];
     if (c->rtail[inn]) snprintf(bound, sizeof bound, "%s1_n", kn);
     else snprintf(bound, sizeof bound, "%lld", (long long)trip);

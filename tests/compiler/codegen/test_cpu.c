@@ -999,6 +999,60 @@ Test(codegen_cpu, vector_rows_requested_ahead_in_pointwise_convs)
         }
 }
 
+/* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
+ * is unrolled whole, and a tile of at most 10 accumulators reads its broadcast input through
+ * one base pointer; with 32 registers the rows stay a loop (and every tile has its base). A
+ * window of 7 x 7 taps exceeds the unroll budget of a 2 x 4 tile (whole tiles along OW: a
+ * remainder tile of one column would have its window unrolled). Each kernel checked against
+ * the reference, padded, with odd extents. */
+Test(codegen_cpu, conv_window_in_straight_code_on_avx2)
+{
+    static const char *const wl3 = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":13,\"H\":11,"
+                                   "\"W\":17,\"F\":40,\"KH\":3,\"KW\":3},\"pad\":[1,1],"
+                                   "\"epilogue\":[\"bias_add\",\"silu\"]}";
+    static const char *const wl7 = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":11,"
+                                   "\"W\":16,\"F\":16,\"KH\":7,\"KW\":7},\"pad\":[3,3]}";
+    static const struct {
+        const char *wl, *sched;
+        bool window, base; /* on AVX2 */
+    } cases[] = {
+        {wl3, "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=5 tile.n.2=1 tile.f.2=1 "
+              "tile.oh.2=1 tile.ow.2=2 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=13 "
+              "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1", true, true},
+        {wl3, "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=6 tile.n.2=1 tile.f.2=1 "
+              "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=13 "
+              "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1", true, false},
+        {wl7, "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=4 tile.n.2=1 tile.f.2=1 "
+              "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=5 "
+              "tile.kh.1=7 tile.kw.1=7 parallel=1 unroll=64 pack=1", false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            space_sched s;
+            tlm_error err;
+            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
+            char rows[64];
+            snprintf(rows, sizeof rows, "#pragma GCC unroll %d\n", i < 2 ? 3 : 7);
+            bool window = false, base = source_has(&b, &s, "const float *const Lb");
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            for (const char *p = k.source; (p = strstr(p, rows)) != NULL; p += strlen(rows)) {
+                const char *q = p + strlen(rows);
+                while (*q == ' ') q++;
+                window |= strncmp(q, "for (int64_t kh1 ", 17) == 0;
+            }
+            cg_kernel_free(&k);
+            cr_expect_eq(window, ti && cases[i].window, "case %zu on %s: window unrolled: %d", i,
+                         ti ? "avx2" : "avx512", window);
+            cr_expect_eq(base, !ti || cases[i].base, "case %zu on %s: base pointer: %d", i,
+                         ti ? "avx2" : "avx512", base);
+            check_schedule(&b, &s, cases[i].wl);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
  * along the last axis) stream it out past the last-level cache when its rows are whole 64-byte
  * lines: checked on a target that says its L3 is 64 KiB. An epilogue applied in place before
