@@ -77,7 +77,8 @@ static bool window_family(const ir_subgraph *g)
             DW = w->dilation[1] > 0 ? w->dilation[1] : 1;
     if (SW > 16) return false;
     int64_t OWc = OW + 63, hp = (OH + 7 - 1) * SH + (KH - 1) * DH + 1;
-    int64_t floats = hp * SW * (OWc + (KW - 1) * DW / SW + 1) + 8 * OWc;
+    /* the rows rounded up to whole vectors, and the offset that aligns them (codegen) */
+    int64_t floats = hp * SW * (OWc + (KW - 1) * DW / SW + 1 + 15) + 15 + 8 * OWc;
     return floats <= CPU_WINDOW_FLOATS_MAX;
 }
 

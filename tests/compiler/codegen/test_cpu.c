@@ -999,6 +999,40 @@ Test(codegen_cpu, vector_rows_requested_ahead_in_pointwise_convs)
         }
 }
 
+/* The window kernels' packed plane: each phase row a whole number of vectors and the first
+ * column the pack writes on a vector boundary (a 5x5 stride-2 depthwise padded by 2: rows of
+ * 35 columns from column 1, 40 on AVX2 and 48 on AVX-512, Q 7 and 15 floats into its
+ * buffer); checked against the reference there and on odd extents. */
+Test(codegen_cpu, window_plane_rows_start_on_vectors)
+{
+    static const char *const wl = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,"
+                                  "\"H\":56,\"W\":56,\"KH\":5,\"KW\":5},\"stride\":[2,2],"
+                                  "\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}";
+    static const char *const odd = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,"
+                                   "\"H\":13,\"W\":29,\"KH\":3,\"KW\":3},\"stride\":[2,2],"
+                                   "\"pad\":[1,1]}";
+    for (int ti = 0; ti < 2; ti++) {
+        built b = build(wl, ti ? "cpu:avx2" : "cpu");
+        space_sched s;
+        tlm_error err;
+        cr_assert_eq(space_parse(b.sp, "vectorize=1 tile.ow.3=32 tile.oh.3=2 parallel=1", &s, &err),
+                     0, "%s", err.msg);
+        cr_expect(source_has(&b, &s, ti ? "float *const Q = Qb + 7;" : "float *const Q = Qb + 15;"));
+        cr_expect(source_has(&b, &s, ti ? "Q + r * 80;" : "Q + r * 96;"));
+        check_schedule(&b, &s, wl);
+        free(b.g);
+        free(b.sp);
+        b = build(odd, ti ? "cpu:avx2" : "cpu");
+        uint64_t rng = 77;
+        for (int k = 0; k < 6; k++) {
+            space_sample(b.sp, &rng, &s);
+            check_schedule(&b, &s, odd);
+        }
+        free(b.g);
+        free(b.sp);
+    }
+}
+
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
  * is unrolled whole, and a tile of at most 10 accumulators reads its broadcast input through
  * one base pointer; with 32 registers the rows stay a loop (and every tile has its base). A
