@@ -1255,6 +1255,28 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                                 best = vals[k];
                         if (best >= 16 && best < v) v = best;
                     }
+                    /* A 2-D window along F on a 16-register target, which runs the window in
+                     * straight code (codegen's window_unroll): the chunk's weight panel in
+                     * half of L1 (AVX2 on a Xeon, 3x3 convs, 2 x 5-6 register tiles, panels
+                     * of 36-92 KB cut to 18-23: old vs new defaults alternated, SD 1.5's 320
+                     * -> 320 1.13x and at stride 2 1.08x, YOLOv5s 128 -> 256 stride 2 1.05x,
+                     * its 64 -> 64 and a dilated 64 -> 64 1.01x; chunks of 32 against 64
+                     * and more, 1.00-1.10x over the five. The same cut on AVX-512 tied,
+                     * 0.99-1.02x; AMD not measured) */
+                    if (sl->axis == ns && vx != ns - 1 && sp->n_reduce == 3 &&
+                        sp->g->wl.op == IR_OP_CONV2D && sp->tgt.cpu.vector_registers <= 16 &&
+                        a->extent[ns + 1] > 1 && a->extent[ns + 2] > 1 &&
+                        a->extent[ns + 1] <= 16 && a->extent[ns + 2] <= 16 && f3 > 0 &&
+                        sp->tgt.cpu.l1d_bytes > 0) {
+                        const int64_t panel =
+                            a->extent[ns + 1] * a->extent[ns + 2] * f3 * (int64_t)sizeof(float);
+                        int64_t best = -1;
+                        for (int k = 0; k < n && vals[k] <= v; k++)
+                            if (vals[k] * panel <= sp->tgt.cpu.l1d_bytes / 2 &&
+                                (e % vals[k] == 0 || best < 0 || e % best != 0))
+                                best = vals[k];
+                        if (best >= 16 && best < v) v = best;
+                    }
                 }
                 else if (sl->level == 3 && last && one_row) {
                     /* one register row (a GEMV, below): a 64-byte line of each matrix row a

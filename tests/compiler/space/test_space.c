@@ -1129,6 +1129,42 @@ Test(space, one_d_conv_chunks_keep_the_weight_panel_in_l1_on_intel)
     }
 }
 
+/* On a 16-register target a 2-D window along F keeps the chunk's weight panel (channels x
+ * taps x the register tile's filters) within half of L1: a 3x3 conv 320 -> 320 takes 40
+ * channels (23 KiB with 16 filters) and 64 -> 64 takes 32 where the rule of thumb took 160
+ * and 64; with 32 KiB of L1 16; on AVX-512 and for a 1-D conv without a vendor the chunks
+ * stay. */
+Test(space, window_chunks_keep_the_weight_panel_in_half_of_l1_on_16_registers)
+{
+#define W3(c, h)                                                                                   \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #h ",\"W\":" #h ",\"F\":" #c    \
+    ",\"KH\":3,\"KW\":3},\"pad\":[1,1]}"
+    static const struct {
+        const char *wl, *target;
+        int64_t l1d, chunk;
+    } cases[] = {
+        {W3(320, 64), "cpu:avx2", 48 * 1024, 40},
+        {W3(64, 80), "cpu:avx2", 48 * 1024, 32},
+        {W3(64, 80), "cpu:avx2", 32 * 1024, 16},
+        {W3(320, 64), "cpu:avx512", 48 * 1024, 40},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":1,\"W\":3000,\"F\":384,"
+         "\"KH\":1,\"KW\":3},\"stride\":[1,2],\"pad\":[0,1]}",
+         "cpu:avx2", 48 * 1024, 192},
+    };
+#undef W3
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        target t = parsed(cases[i].target);
+        t.cpu.l1d_bytes = cases[i].l1d;
+        built b = build_on(cases[i].wl, &t);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), 3, "case %zu: vectors along F", i);
+        cr_expect_eq(space_tile(b.sp, &d, 4, 1), cases[i].chunk, "case %zu: chunk %lld", i,
+                     (long long)space_tile(b.sp, &d, 4, 1));
+        unbuild(&b);
+    }
+}
+
 /* On Intel a block whose register tiles store straight to the output (one reduction chunk of
  * at most 64) along rows of 4 KiB or more keeps to 32 rows (Whisper's 1500 x 1500 x 64 scores:
  * 30, 1.13-1.15x on a Xeon); AMD and vendorless targets keep their taller blocks, and so do
