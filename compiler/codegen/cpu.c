@@ -1226,7 +1226,8 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     c->window = whole > 1;
     int rind = ind;
     for (int i = ns; i < ns + nr - 1; i++) {
-        if (i == ns + nr - 2 && whole > 1) cg_line(b, ind, "#pragma GCC unroll %lld", (long long)whole);
+        if (i == ns + nr - 2 && whole > 1)
+            cg_line(b, ind, "#pragma GCC unroll %lld", (long long)whole);
         loop_chunk(c, ind++, i);
         if (i == ns + nr - 2 && c->W > 1 && !c->edge) emit_broadcast_prefetch(c, ind);
     }

@@ -662,6 +662,18 @@ static int64_t pick_le(const int64_t *vals, int n, int64_t want)
     return best;
 }
 
+/* The largest reduction chunk of vals up to v whose weight panel (chunk x panel bytes) is at
+ * most limit bytes, a divisor of the extent e where one fits; -1 where none fits */
+static int64_t chunk_within(const int64_t *vals, int n, int64_t v, int64_t e, int64_t panel,
+                            int64_t limit)
+{
+    int64_t best = -1;
+    for (int k = 0; k < n && vals[k] <= v; k++)
+        if (vals[k] * panel <= limit && (e % vals[k] == 0 || best < 0 || e % best != 0))
+            best = vals[k];
+    return best;
+}
+
 /* The vector axis' register tile: the most vector lanes (power-of-two factor, up to `lanes`),
  * then the largest tile up to max_vectors vectors. */
 static int64_t pick_vec(const int64_t *vals, int n, int lanes, int max_vectors)
@@ -1248,11 +1260,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         a->extent[ns + 2] > 1 && f3 > 0 && sp->tgt.cpu.l1d_bytes > 0 &&
                         intel_host(sp)) {
                         const int64_t panel = a->extent[ns + 2] * f3 * (int64_t)sizeof(float);
-                        int64_t best = -1;
-                        for (int k = 0; k < n && vals[k] <= v; k++)
-                            if (vals[k] * panel <= sp->tgt.cpu.l1d_bytes &&
-                                (e % vals[k] == 0 || best < 0 || e % best != 0))
-                                best = vals[k];
+                        const int64_t best =
+                            chunk_within(vals, n, v, e, panel, sp->tgt.cpu.l1d_bytes);
                         if (best >= 16 && best < v) v = best;
                     }
                     /* A 2-D window along F on a 16-register target, which runs the window in
@@ -1270,11 +1279,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         sp->tgt.cpu.l1d_bytes > 0) {
                         const int64_t panel =
                             a->extent[ns + 1] * a->extent[ns + 2] * f3 * (int64_t)sizeof(float);
-                        int64_t best = -1;
-                        for (int k = 0; k < n && vals[k] <= v; k++)
-                            if (vals[k] * panel <= sp->tgt.cpu.l1d_bytes / 2 &&
-                                (e % vals[k] == 0 || best < 0 || e % best != 0))
-                                best = vals[k];
+                        const int64_t best =
+                            chunk_within(vals, n, v, e, panel, sp->tgt.cpu.l1d_bytes / 2);
                         if (best >= 16 && best < v) v = best;
                     }
                 }

@@ -1017,7 +1017,8 @@ Test(codegen_cpu, window_plane_rows_start_on_vectors)
         tlm_error err;
         cr_assert_eq(space_parse(b.sp, "vectorize=1 tile.ow.3=32 tile.oh.3=2 parallel=1", &s, &err),
                      0, "%s", err.msg);
-        cr_expect(source_has(&b, &s, ti ? "float *const Q = Qb + 7;" : "float *const Q = Qb + 15;"));
+        cr_expect(source_has(&b, &s,
+                             ti ? "float *const Q = Qb + 7;" : "float *const Q = Qb + 15;"));
         cr_expect(source_has(&b, &s, ti ? "Q + r * 80;" : "Q + r * 96;"));
         check_schedule(&b, &s, wl);
         free(b.g);
