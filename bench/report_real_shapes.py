@@ -539,15 +539,23 @@ def main():
         xs = [x for x in xs if x]
         return min(xs) if xs else None
 
+    # the rows each peer criterion takes, best medians and paired alike
+    def is_dense(r):
+        return r["w"]["op"] == "dense"
+
+    def is_nchw_3x3(r):
+        return (r["w"]["op"] == "conv2d" and r["w"]["shape"]["KH"] == 3
+                and r["w"].get("layout", "NCHW") == "NCHW")
+
+    def is_depthwise(r):
+        return r["w"]["op"] == "depthwise_conv2d"
+
     crit("dense best / OpenBLAS, worst workload", "≥ 0.9",
-         lambda t: worst(t, lambda r: r["w"]["op"] == "dense", "plain_s"), lambda v: v >= 0.9)
+         lambda t: worst(t, is_dense, "plain_s"), lambda v: v >= 0.9)
     crit("NCHW 3x3 conv best / oneDNN blocked, worst", "≥ 0.8",
-         lambda t: worst(t, lambda r: r["w"]["op"] == "conv2d" and r["w"]["shape"]["KH"] == 3
-                         and r["w"].get("layout", "NCHW") == "NCHW", "blocked_s"),
-         lambda v: v >= 0.8)
+         lambda t: worst(t, is_nchw_3x3, "blocked_s"), lambda v: v >= 0.8)
     crit("depthwise best / oneDNN blocked, worst", "≥ 0.8",
-         lambda t: worst(t, lambda r: r["w"]["op"] == "depthwise_conv2d", "blocked_s"),
-         lambda v: v >= 0.8)
+         lambda t: worst(t, is_depthwise, "blocked_s"), lambda v: v >= 0.8)
 
     def worst_paired(t, pred, peer_key):
         xs = [r["t"][t]["paired_peer"].get(peer_key) for r in recs if t in r["t"] and pred(r)]
@@ -556,17 +564,11 @@ def main():
 
     crit("... the three paired by round (median over the rounds of the peer's time / ours in "
          "that round): dense / OpenBLAS, worst", "≥ 0.9",
-         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "dense", "openblas_s"),
-         lambda v: v >= 0.9)
+         lambda t: worst_paired(t, is_dense, "openblas_s"), lambda v: v >= 0.9)
     crit("... paired by round: NCHW 3x3 conv / oneDNN blocked, worst", "≥ 0.8",
-         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "conv2d" and
-                                r["w"]["shape"]["KH"] == 3 and
-                                r["w"].get("layout", "NCHW") == "NCHW", "dnnl_blocked_s"),
-         lambda v: v >= 0.8)
+         lambda t: worst_paired(t, is_nchw_3x3, "dnnl_blocked_s"), lambda v: v >= 0.8)
     crit("... paired by round: depthwise / oneDNN blocked, worst", "≥ 0.8",
-         lambda t: worst_paired(t, lambda r: r["w"]["op"] == "depthwise_conv2d",
-                                "dnnl_blocked_s"),
-         lambda v: v >= 0.8)
+         lambda t: worst_paired(t, is_depthwise, "dnnl_blocked_s"), lambda v: v >= 0.8)
 
     def worst_floor(t, cold=False):
         xs = [cold_ratio(r["t"][t]["best_cold_s"], view(r, t)) if cold

@@ -125,7 +125,6 @@ typedef struct {
     bool edge;  /* emitting the edge register tile: spatial indices are clamped */
     bool raw_x; /* ... except the vector axis' (a masked load bounds its lanes itself) */
     bool interior; /* emitting the interior register tile: padding selects always hold */
-    bool window; /* the reduction window is unrolled whole (window_unroll) */
     int64_t t3_full[IR_MAX_AXES]; /* register tile sizes while the last tile of an axis is
                                    * emitted shorter (T[][3] then holds its size) */
     bool lbase[IR_MAX_EXPR]; /* broadcast loads read through a base pointer Lb<id> per step */
@@ -1050,7 +1049,7 @@ static void emit_step_stmts(cgc *c, int ind, int64_t nv, const int64_t *accst)
 
 /* One step of the register tile's reduction loops: each accumulator's update (the reduction
  * axes' indices from their chunk's r0 and r1). */
-static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst)
+static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst, bool window)
 {
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
@@ -1068,7 +1067,7 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
      * with its window in straight code (yolov5s 64 -> 64 at 80 x 80, 2 x 5: window alone
      * 1.09-1.15x, with one base 1.20-1.37x; at stride 2 a tie with the window alone) */
     const int regs = c->sp->tgt.cpu.vector_registers;
-    const bool bases = regs > 16 || (c->window && nv + 6 <= regs);
+    const bool bases = regs > 16 || (window && nv + 6 <= regs);
     for (int id = 0; id < a->n_expr; id++) {
         const ir_expr *e = &a->expr[id];
         c->lbase[id] = false;
@@ -1223,7 +1222,6 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
     const int64_t trip = c->T[inn][1];
     int64_t u = unroll_steps(c, unroll, nv);
     const int64_t whole = window_unroll(c, unroll, nv, u);
-    c->window = whole > 1;
     int rind = ind;
     for (int i = ns; i < ns + nr - 1; i++) {
         if (i == ns + nr - 2 && whole > 1)
@@ -1242,7 +1240,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         for (int64_t q = 0; q < u; q++) {
             cg_line(b, ind++, "{");
             cg_line(b, ind, "const int64_t %s1 = %s1u + %lld;", kn, kn, (long long)q);
-            emit_regtile_steps(c, ind, nv, accst);
+            emit_regtile_steps(c, ind, nv, accst, whole > 1);
             cg_line(b, --ind, "}");
         }
         cg_line(b, --ind, "}");
@@ -1257,7 +1255,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
             }
             loop_chunk(c, ind++, inn);
         }
-        emit_regtile_steps(c, ind, nv, accst);
+        emit_regtile_steps(c, ind, nv, accst, whole > 1);
         cg_line(b, --ind, "}");
     }
     while (ind > rind) cg_line(b, --ind, "}");

@@ -1,9 +1,9 @@
 /* Private working directories for compiles, and the sweep of those a dead process left.
  *
- * A compile writes its source and shared object in $TMPDIR/tlm-KIND-PID-XXXXXX and removes
- * the directory when done. A process killed in between (a daemon's crash loop, a test that
- * kills tlmd mid-compile) leaves it behind; the PID in the name lets the next daemon tell the
- * orphans from a live neighbour's work. */
+ * A compile writes its source and shared object in $TMPDIR/tlm-KIND-PID-RAND (RAND: mkdtemp's
+ * six random characters) and removes the directory when done. A process killed in between (a
+ * daemon's crash loop, a test that kills tlmd mid-compile) leaves it behind; the PID in the name
+ * lets the next daemon tell the orphans from a live neighbour's work. */
 #include "compiler/toolchain/toolchain.h"
 
 #include <dirent.h>
@@ -26,6 +26,7 @@ static const char *tmp_base(void)
 int tc_tmpdir_make(const char *kind, char *dir, size_t cap, tlm_error *err)
 {
     const char *base = tmp_base();
+    /* the six X are mkdtemp's template, replaced by random characters */
     int n = snprintf(dir, cap, "%s/tlm-%s-%ld-XXXXXX", base, kind, (long)getpid());
     if (n < 0 || (size_t)n >= cap)
         return tlm_err_set(err, TLM_EINVAL, "TMPDIR", "TMPDIR is too long");
@@ -55,7 +56,7 @@ void tc_remove_tree(const char *dir)
     rmdir(dir);
 }
 
-/* The PID in "PID-XXXXXX" (0: a name from before the PID was in it, "XXXXXX" alone). */
+/* The PID in "PID-RAND" (0: a name from before the PID was in it, RAND alone). */
 static long name_pid(const char *rest)
 {
     char *end;

@@ -57,7 +57,8 @@ int tc_cc_compile_ex(const char *source, const char *flags, const char *out_so_p
 
 /* ---- working directories ------------------------------------------------------------ */
 
-/* Creates a private directory $TMPDIR/tlm-KIND-PID-XXXXXX (or under /tmp) into dir.
+/* Creates a private directory $TMPDIR/tlm-KIND-PID-RAND (or under /tmp; RAND: mkdtemp's six
+ * random characters) into dir.
  * Returns 0, TLM_EINVAL (TMPDIR too long) or TLM_EIO. */
 int tc_tmpdir_make(const char *kind, char *dir, size_t cap, tlm_error *err);
 /* Removes a directory and everything in it (links are removed, not followed). */
