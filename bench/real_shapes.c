@@ -420,7 +420,7 @@ static int rs_bench_ours(const rs_opts *o, const char *name, const ir_workload *
             else
                 fprintf(stderr, "[%s %s] --ours-from schedule refused: %s\n", name, tname, pe.msg);
         }
-    } else if (sp->sketch == SKETCH_CPU_TILE && dj.n_cands) {
+    } else if ((sp->sketch == SKETCH_CPU_TILE || sp->sketch == SKETCH_CPU_WINDOW) && dj.n_cands) {
         const space_sched *d = &dj.cands[0].sched;
         int64_t vals[SPACE_MAX_VALUES];
         space_sched none;

@@ -2609,6 +2609,256 @@ static bool epilogue_reads_axis(const ir_subgraph *g, int x)
     return false;
 }
 
+/* A CPU_WINDOW kernel's geometry: the input load and the weights' (-1: a pool), the padding's
+ * fill, max or sum, the input's rows and columns with each axis' stride, dilation and padding,
+ * the output's extents and the window's */
+typedef struct {
+    const ir_expr *X;
+    int lw;
+    double fill;
+    bool maxr;
+    int64_t H, Wd, SH, DH, PH, SW, DW, PW, N, C, OH, OW, KH, KW;
+} win_geom;
+
+/* CPU_WINDOW with its vectors along blocks of L channels (WINDOW_VEC_CHANNELS, space.h). Per
+ * task (n, block of L channels):
+ *   P[r][j][l] = the padded input of channel cb * L + l at row r, column j
+ * packed by L x L transposes of L rows of L columns (one per channel), and Wp[kh][kw][l] the
+ * taps' weights, so tap (kh, kw) of output (oh, ow) is P[oh * SH + kh * DH][ow * SW + kw * DW]
+ * times Wp[kh][kw], one aligned vector each: no broadcasts, and no padded vector lanes along
+ * OW (a 14-wide plane fills 8 or 16 lanes with its channels, not 14 of 16 columns). A
+ * register tile (R rows x CO columns) runs the taps, a weight vector feeding its R x CO FMAs;
+ * each output row then goes back to NCHW by the transpose, through the epilogue. The last
+ * tile along each axis starts at the extent less its size (recomputing a few points). AVX2
+ * code on a Xeon, ConvNeXt-T's 7x7 at 14 x 14, 384 channels, 2 threads, alternated: 0.085
+ * ms along OW (5 rows x 2 vectors), 0.063 ms here (1 row x 14 columns); at 56 x 56, 96
+ * channels 0.397 -> 0.320 ms. */
+static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const ir_stage *a = c->a;
+    const space *sp = c->sp;
+    const int L = space_window_lanes(sp, c->s, sp->n_slot);
+    const int64_t C = gm->C, H = gm->H, Wd = gm->Wd, OH = gm->OH, OW = gm->OW;
+    const int64_t KH = gm->KH, KW = gm->KW, SH = gm->SH, SW = gm->SW, DH = gm->DH, DW = gm->DW;
+    const int64_t CO = space_tile(sp, c->s, 3, 3), R = space_tile(sp, c->s, 2, 3);
+    const int64_t CB = (C + L - 1) / L, OHB = (OH + R - 1) / R, OWB = (OW + CO - 1) / CO;
+    const int64_t HP = (OH - 1) * SH + (KH - 1) * DH + 1, WP = (OW - 1) * SW + (KW - 1) * DW + 1;
+    const int64_t OWp = (OW + L - 1) / L * L;
+    /* the input's rows and columns inside the packed plane */
+    const int64_t ihi = H < HP - gm->PH ? H : HP - gm->PH;
+    const int64_t jhi = Wd < WP - gm->PW ? Wd : WP - gm->PW;
+    const bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
+    const bool ctail = C % L != 0;
+    char fl[64];
+    cg_float_literal(gm->fill, fl, sizeof fl);
+    c->W = L;
+    emit_vec_helpers(c);
+    /* r[k] <- column k of the L x L block whose rows are r[0..L): on AVX2 three in-lane
+     * stages (unpack, 64-bit shuffle, 128-bit permute: one instruction each), else log2(L)
+     * interleaves of r[i] with r[i + L / 2] (two-source permutes on AVX-512) */
+    cg_line(b, 0, "static inline void tlm_tr(tlm_vf *r)");
+    cg_line(b, 0, "{");
+    if (L == 8) {
+        /* u[0..3] end up holding columns (0, 4), (2, 6), (1, 5), (3, 7) of rows 0-3; u[4..7]
+         * those of rows 4-7 */
+        static const char *const tr8[] = {
+            "tlm_vf t[8], u[8];",
+            "for (int i = 0; i < 8; i += 2) {",
+            "    t[i] = __builtin_shuffle(r[i], r[i + 1], (tlm_wi){0, 8, 1, 9, 4, 12, 5, 13});",
+            "    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], "
+            "(tlm_wi){2, 10, 3, 11, 6, 14, 7, 15});",
+            "}",
+            "for (int i = 0; i < 8; i += 4)",
+            "    for (int j = 0; j < 2; j++) {",
+            "        u[i + j] = __builtin_shuffle(t[i + j], t[i + j + 2], "
+            "(tlm_wi){0, 1, 8, 9, 4, 5, 12, 13});",
+            "        u[i + j + 2] = __builtin_shuffle(t[i + j], t[i + j + 2], "
+            "(tlm_wi){2, 3, 10, 11, 6, 7, 14, 15});",
+            "    }",
+            "static const int o[4] = {0, 2, 1, 3};",
+            "for (int i = 0; i < 4; i++) {",
+            "    r[i] = __builtin_shuffle(u[o[i]], u[o[i] + 4], "
+            "(tlm_wi){0, 1, 2, 3, 8, 9, 10, 11});",
+            "    r[i + 4] = __builtin_shuffle(u[o[i]], u[o[i] + 4], "
+            "(tlm_wi){4, 5, 6, 7, 12, 13, 14, 15});",
+            "}",
+        };
+        for (size_t i = 0; i < sizeof tr8 / sizeof tr8[0]; i++) cg_line(b, 1, "%s", tr8[i]);
+    } else {
+        char lo[256] = "", hi[256] = "";
+        for (int k = 0, n1 = 0, n2 = 0; k < L / 2; k++) {
+            n1 += snprintf(lo + n1, sizeof lo - (size_t)n1, "%s%d, %d", k ? ", " : "", k, k + L);
+            n2 += snprintf(hi + n2, sizeof hi - (size_t)n2, "%s%d, %d", k ? ", " : "", k + L / 2,
+                           k + L / 2 + L);
+        }
+        cg_line(b, 1, "tlm_vf t[%d];", L);
+        cg_line(b, 1, "for (int s = 0; s < %d; s++) {", L == 16 ? 4 : 3);
+        cg_line(b, 2, "for (int i = 0; i < %d; i++) {", L / 2);
+        cg_line(b, 3, "t[2 * i] = __builtin_shuffle(r[i], r[i + %d], (tlm_wi){%s});", L / 2, lo);
+        cg_line(b, 3, "t[2 * i + 1] = __builtin_shuffle(r[i], r[i + %d], (tlm_wi){%s});", L / 2,
+                hi);
+        cg_line(b, 2, "}");
+        cg_line(b, 2, "for (int i = 0; i < %d; i++) r[i] = t[i];", L);
+        cg_line(b, 1, "}");
+    }
+    cg_line(b, 0, "}");
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    const char *xn = c->nm.tensor[gm->X->tensor];
+    const char *wn = gm->lw >= 0 ? c->nm.tensor[a->expr[gm->lw].tensor] : NULL;
+    const char *ax_n = a->axis[0], *ax_c = a->axis[1], *ax_oh = a->axis[2], *ax_ow = a->axis[3];
+    /* per thread (the space bounds them: window_channels_ok): the packed plane, the block's
+     * weights, the tiles' rows (ow, channel) and one row transposed (channel, ow) */
+    if (par) cg_line(b, 1, "#pragma omp parallel");
+    cg_line(b, 1, "{");
+    cg_line(b, 2, "float P[%lld] __attribute__((aligned(64)));", (long long)(HP * WP * L));
+    if (wn) cg_line(b, 2, "float Wp[%lld] __attribute__((aligned(64)));", (long long)(KH * KW * L));
+    cg_line(b, 2, "float T[%lld] __attribute__((aligned(64)));", (long long)(R * OWp * L));
+    cg_line(b, 2, "float TT[%lld] __attribute__((aligned(64)));",
+            (long long)(L * (OW < L ? OWp : L)));
+    /* the padding is the same in every block: written once; the columns of T past OW (read
+     * by the last transpose, never stored) defined */
+    cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) P[j] = %s;", (long long)(HP * WP * L), fl);
+    cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
+    if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
+    cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(gm->N * CB));
+    cg_line(b, 3, "const int64_t %s = task / %lld, cb = task %% %lld;", ax_n, (long long)CB,
+            (long long)CB);
+    /* channel k of the block: the last channel where the block runs past C */
+    char chan[96];
+    if (ctail)
+        snprintf(chan, sizeof chan, "tlm_imin(cb * %d + k, %lld)", L, (long long)(C - 1));
+    else
+        snprintf(chan, sizeof chan, "(cb * %d + k)", L);
+    cg_line(b, 3, "const float *const xp = %s + %s * %lld;", xn, ax_n, (long long)(C * H * Wd));
+    if (wn) {
+        cg_line(b, 3, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, 4, "for (int64_t t = 0; t < %lld; t++) Wp[t * %d + k] = %s[%s * %lld + t];",
+                (long long)(KH * KW), L, wn, chan, (long long)(KH * KW));
+    }
+    /* the plane: L columns of L channels per transpose, the last block of a row overlapping
+     * the one before it; rows narrower than L point by point */
+    cg_line(b, 3, "for (int64_t ih = 0; ih < %lld; ih++) {", (long long)ihi);
+    cg_line(b, 4, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
+            (long long)WP, (long long)gm->PW, L);
+    if (jhi >= L) {
+        cg_line(b, 4, "for (int64_t j0 = 0;; j0 += %d) {", L);
+        cg_line(b, 5, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(jhi - L),
+                (long long)(jhi - L));
+        cg_line(b, 5, "tlm_vf r[%d];", L);
+        cg_line(b, 5, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, 6, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + ih * %lld + j];", chan,
+                (long long)(H * Wd), (long long)Wd);
+        cg_line(b, 5, "tlm_tr(r);");
+        cg_line(b, 5, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&p[(j + k) * %d] = r[k];", L, L);
+        cg_line(b, 5, "if (j == %lld) break;", (long long)(jhi - L));
+        cg_line(b, 4, "}");
+    } else if (jhi > 0) {
+        cg_line(b, 4, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, 5, "for (int64_t j = 0; j < %lld; j++)", (long long)jhi);
+        cg_line(b, 6, "p[j * %d + k] = xp[%s * %lld + ih * %lld + j];", L, chan,
+                (long long)(H * Wd), (long long)Wd);
+    }
+    cg_line(b, 3, "}");
+    /* the register tiles, a row of them at a time, then the row's epilogue */
+    cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+    cg_line(b, 4, "const int64_t oh0 = ohb * %lld < %lld ? ohb * %lld : %lld;", (long long)R,
+            (long long)(OH - R), (long long)R, (long long)(OH - R));
+    cg_line(b, 4, "for (int64_t owb = 0; owb < %lld; owb++) {", (long long)OWB);
+    cg_line(b, 5, "const int64_t ow0 = owb * %lld < %lld ? owb * %lld : %lld;", (long long)CO,
+            (long long)(OW - CO), (long long)CO, (long long)(OW - CO));
+    cg_line(b, 5, "const float *pr = P + (oh0 * %lld + ow0 * %lld) * %d;", (long long)(SH * WP),
+            (long long)SW, L);
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t u = 0; u < CO; u++)
+            cg_line(b, 5, "tlm_vf a%lld_%lld = (tlm_vf){} + %s;", (long long)i, (long long)u,
+                    gm->maxr ? "-INFINITY" : "0.0f");
+    if (wn) cg_line(b, 5, "const float *wr = Wp;");
+    /* the window's rows in a loop, its columns in straight code: each tap's weight vector
+     * feeds the tile's FMAs, each FMA loading its input vector */
+    cg_line(b, 5, "#pragma GCC unroll 1");
+    cg_line(b, 5, "for (int64_t kh = 0; kh < %lld; kh++) {", (long long)KH);
+    for (int64_t kw = 0; kw < KW; kw++) {
+        if (wn) cg_line(b, 6, "const tlm_vf w%lld = *(const tlm_vf *)&wr[%lld];", (long long)kw,
+                        (long long)(kw * L));
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t u = 0; u < CO; u++) {
+                long long off = (long long)((i * SH * WP + u * SW + kw * DW) * L);
+                if (gm->maxr)
+                    cg_line(b, 6, "a%lld_%lld = tlm_v_max(a%lld_%lld, *(const tlm_vf *)&pr[%lld]);",
+                            (long long)i, (long long)u, (long long)i, (long long)u, off);
+                else if (wn)
+                    cg_line(b, 6, "a%lld_%lld += w%lld * *(const tlm_vf *)&pr[%lld];", (long long)i,
+                            (long long)u, (long long)kw, off);
+                else
+                    cg_line(b, 6, "a%lld_%lld += *(const tlm_vf *)&pr[%lld];", (long long)i,
+                            (long long)u, off);
+            }
+    }
+    cg_line(b, 6, "pr += %lld;", (long long)(DH * WP * L));
+    if (wn) cg_line(b, 6, "wr += %lld;", (long long)(KW * L));
+    cg_line(b, 5, "}");
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t u = 0; u < CO; u++)
+            cg_line(b, 5, "*(tlm_vf *)&T[(%lld + ow0) * %d] = a%lld_%lld;",
+                    (long long)(i * OWp + u), L, (long long)i, (long long)u);
+    cg_line(b, 4, "}");
+    /* each row back to (channel, ow) by L x L transposes, the last block of a row
+     * overlapping the one before it, each channel's L columns of a block through the
+     * epilogue as one vector (GCC's vector body and scalar tail per channel and row for the
+     * whole row otherwise; the 7x7 above ran the same, 0.072 ms, either way); rows narrower
+     * than L transposed whole, then through the epilogue */
+    const bool whole = OW < L;
+    const int64_t jlast = whole ? 0 : OW - L, tw = whole ? OWp : L;
+    cg_names nm = c->nm;
+    for (int i = 0; i < 4; i++) nm.axis[i] = a->axis[i];
+    cg_line(b, 4, "for (int64_t i = 0; i < %lld; i++) {", (long long)R);
+    cg_line(b, 5, "const int64_t %s = oh0 + i;", ax_oh);
+    if (whole) {
+        cg_line(b, 5, "for (int64_t j = 0; j < %lld; j += %d) {", (long long)OWp, L);
+    } else {
+        cg_line(b, 5, "for (int64_t j0 = 0;; j0 += %d) {", L);
+        cg_line(b, 6, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)jlast,
+                (long long)jlast);
+    }
+    cg_line(b, 6, "tlm_vf r[%d];", L);
+    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++)", L);
+    cg_line(b, 7, "r[k] = *(const tlm_vf *)&T[(i * %lld + j + k) * %d];", (long long)OWp, L);
+    cg_line(b, 6, "tlm_tr(r);");
+    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %lld + %s] = r[k];", L,
+            (long long)tw, whole ? "j" : "0");
+    if (whole) cg_line(b, 5, "}");
+    int ind = whole ? 5 : 6;
+    cg_line(b, ind, "for (int64_t k = 0; k < %d; k++) {", L);
+    if (ctail) cg_line(b, ind + 1, "if (cb * %d + k >= %lld) break;", L, (long long)C);
+    cg_line(b, ind + 1, "const int64_t %s = cb * %d + k;", ax_c, L);
+    cg_line(b, ind + 1, "#pragma omp simd");
+    if (whole)
+        cg_line(b, ind + 1, "for (int64_t %s = 0; %s < %lld; %s++) {", ax_ow, ax_ow, (long long)OW,
+                ax_ow);
+    else
+        cg_line(b, ind + 1, "for (int64_t %s = j; %s < j + %d; %s++) {", ax_ow, ax_ow, L, ax_ow);
+    cg_printf(b, "%*sfloat v = TT[k * %lld + %s%s]", (ind + 2) * 4, "", (long long)tw, ax_ow,
+              whole ? "" : " - j");
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    emit_epilogue_store(b, g, ind + 2, &nm, NULL);
+    cg_line(b, ind + 1, "}");
+    cg_line(b, ind, "}");
+    if (!whole) {
+        cg_line(b, 6, "if (j == %lld) break;", (long long)jlast);
+        cg_line(b, 5, "}");
+    }
+    cg_line(b, 4, "}");
+    cg_line(b, 3, "}");
+    cg_line(b, 2, "}");
+    cg_line(b, 1, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
 /* Depthwise conv / max pool / avg pool in NCHW (space.h CPU_WINDOW). Per (n, c) plane:
  *   Q[r][ph][j] = the zero (-inf) padded input row r at column j * SW + ph
  * so tap (kh, kw) of output (oh, ow) is Q[oh * SH + kh * DH][(kw * DW) % SW][ow + kw * DW / SW],
@@ -2639,6 +2889,11 @@ static int gen_window(cgc *c, const char *entry)
     int64_t N = a->extent[0], C = a->extent[1], OH = a->extent[2], OW = a->extent[3];
     int64_t KH = a->extent[4], KW = a->extent[5];
     bool maxr = a->reduce == IR_RED_MAX;
+    if (space_window_channels(sp, c->s, sp->n_slot)) {
+        const win_geom gm = {X,  lw, fill, maxr, H, Wd, SH, DH, PH,
+                             SW, DW, PW,   N,    C, OH, OW, KH, KW};
+        return gen_window_channels(c, entry, &gm);
+    }
     int W = space_window_lanes(sp, c->s, sp->n_slot);
     int64_t CO = space_tile(sp, c->s, 3, 3), R = space_tile(sp, c->s, 2, 3);
     int64_t NV = CO / W, OHB = (OH + R - 1) / R, OWB = (OW + CO - 1) / CO;

@@ -75,6 +75,13 @@
  *             slots: VECTORIZE {0,1} (vectors of the target's lanes along OW), TILE ow level 3
  *             (register tile columns: 1..4 vectors, or 1..8 scalars), TILE oh level 3
  *             (register rows: 1..8; rows x vectors within the register budget), PARALLEL {0,1}.
+ *             With 8- or 16-lane vectors VECTORIZE may also be 2 (WINDOW_VEC_CHANNELS): one
+ *             task per block of `lanes` channels, the plane packed channel-interleaved (a
+ *             point's channels one vector, transposed in 8x8 / 16x16 blocks), each tap a
+ *             weight vector times a loaded input vector, no broadcasts and no padded columns;
+ *             the output rows transposed back. TILE ow then counts output columns (1..), TILE
+ *             oh rows (1..8), rows x columns within the registers less two; the last tile of
+ *             each axis starts at the extent less its size, overlapping the one before it.
  *             Levels 1 and 2 are not slots (1); level 0 is the rounded-up quotient.
  *   GPU_TILE  spatial axes split 5 ways (block | vthread | thread | inner1 | inner2, levels
  *             0..4), reductions 3 ways (levels 0..2): SSSRRSRS:
@@ -203,8 +210,9 @@ int space_check(const space *sp, const space_sched *s, tlm_error *err);
 /* Uniform choice among legal values at each slot; rng is a xorshift64* state (non-zero). */
 void space_sample(const space *sp, uint64_t *rng, space_sched *out);
 void space_default(const space *sp, space_sched *out);
-/* The default with VECTORIZE = vectorize where that is legal (CPU_TILE with a reduction; the
- * model's choice otherwise, and for vectorize < 1): the rule of thumb along another axis. */
+/* The default with VECTORIZE = vectorize where that is legal (CPU_TILE with a reduction,
+ * CPU_WINDOW along OW or channels; the model's choice otherwise, and for vectorize < 1): the
+ * rule of thumb along another axis. */
 void space_default_vectorized(const space *sp, int64_t vectorize, space_sched *out);
 /* The rule of thumb completing given->v[0..n) (legal decisions of the first n slots): each
  * later slot as the default would choose it after those (under another vector axis than the
@@ -240,6 +248,10 @@ int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);
  * accumulator registers a register tile may use with those lanes. */
 int space_window_lanes(const space *sp, const space_sched *s, int upto);
 int space_window_budget(const space *sp, int lanes);
+/* CPU_WINDOW's VECTORIZE value for vectors along blocks of channels (space.h's sketch notes) */
+#define WINDOW_VEC_CHANNELS 2
+/* Whether slots [0, upto) of s put CPU_WINDOW's vectors along channels. */
+bool space_window_channels(const space *sp, const space_sched *s, int upto);
 /* Bytes of output past which a CPU kernel stores it with non-temporal stores, where its rows
  * allow (codegen's streaming rule): half the last-level cache, at most 24 MiB a core. */
 int64_t space_cpu_stream_bytes(const target *t);

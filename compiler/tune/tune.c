@@ -487,7 +487,8 @@ static int round_run(tstate *t, int budget, tlm_error *err)
         /* structured variants of the rule of thumb: along every other vector axis, and
          * with packing toggled (what the default's model is least sure about) */
         int base = pick.n;
-        if (!rc && j->sp->sketch == SKETCH_CPU_TILE && j->sp->n_slot &&
+        if (!rc && (j->sp->sketch == SKETCH_CPU_TILE || j->sp->sketch == SKETCH_CPU_WINDOW) &&
+            j->sp->n_slot &&
             j->sp->slot[0].kind == SLOT_VECTORIZE) {
             space_sched none;
             memset(&none, 0, sizeof none);

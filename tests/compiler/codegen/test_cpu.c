@@ -395,15 +395,17 @@ static void check_window_all(const char *wl, const char *tg)
     space_sched s;
     memset(&s, 0, sizeof s);
     s.n = b.sp->n_slot;
-    /* scalar and vector code x every column count x the fewest and the most rows (parallel
-     * alternating) */
+    /* scalar code, vectors along OW and (where offered) along channels x every column count
+     * (along channels, where the columns run to the register budget: 1, 2, the middle and the
+     * two widest) x the fewest and the most rows (parallel alternating) */
     int nv = space_legal_values(b.sp, 0, &s, vals), checked = 0;
-    int64_t vv[2] = {vals[0], vals[nv - 1]};
-    for (int i = 0; i < 2; i++) {
-        s.v[0] = vv[i];
+    for (int i = 0; i < nv; i++) {
+        s.v[0] = vals[i];
         int64_t cv[SPACE_MAX_VALUES];
         int nc = space_legal_values(b.sp, 1, &s, cv);
+        bool ch = vals[i] == WINDOW_VEC_CHANNELS;
         for (int ci = 0; ci < nc; ci++) {
+            if (ch && ci > 1 && ci != nc / 2 && ci < nc - 2) continue;
             s.v[1] = cv[ci];
             int64_t rv[SPACE_MAX_VALUES];
             int nr = space_legal_values(b.sp, 2, &s, rv);
@@ -460,6 +462,14 @@ static const char *const window_wls[] = {
     "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
     "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":14,\"W\":14,\"KH\":5,"
     "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"silu\"]}",
+    /* along channels: 20 channels (two blocks and a short one of 8 lanes, one and a short
+     * one of 16), two images, input rows packed by transposes (19 >= 16 columns), output rows
+     * of 19 in blocks whose last overlaps the one before it, a residual add through them; a
+     * 16-channel 3x3 stride-2 avg pool, its 9-column rows transposed whole under 16 lanes */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":20,\"H\":6,\"W\":19,\"KH\":5,"
+    "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+    "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":17,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
 };
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
@@ -538,7 +548,7 @@ Test(codegen_cpu, window_stride2_pack_splits_vectors)
     for (int t = 0; t < 2; t++) {
         built b = build(wl, tgt[t]);
         space_sched s;
-        space_default(b.sp, &s);
+        space_default_vectorized(b.sp, 1, &s); /* along OW (AVX2's default is along channels) */
         cr_expect(source_has(&b, &s, want[t]), "%s: no %s", tgt[t], want[t]);
         cr_expect(!source_has(&b, &s, want[1 - t]), "%s: %s", tgt[t], want[1 - t]);
         free(b.g);

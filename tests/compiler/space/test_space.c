@@ -175,9 +175,19 @@ static void check_structure(const space *sp, const space_sched *s, const char *w
         /* register tile: columns of whole vectors (the last holding a real column), rows
          * within the extent, accumulators within the ISA's budget */
         int64_t vec = space_get(sp, s, SLOT_VECTORIZE, -1);
-        cr_assert(vec == 0 || vec == 1, "%s", what);
+        cr_assert(vec == 0 || vec == 1 || vec == WINDOW_VEC_CHANNELS, "%s", what);
         int lanes = vec ? sp->tgt.cpu.vector_lanes : 1;
         int64_t cols = space_tile(sp, s, 3, 3), rows = space_tile(sp, s, 2, 3);
+        if (vec == WINDOW_VEC_CHANNELS) {
+            /* along channels (8 or 16 lanes): columns and rows within the extents, one
+             * accumulator each, within the registers less the weight and a spare */
+            cr_assert(lanes == 8 || lanes == 16, "%s: %d lanes", what, lanes);
+            cr_assert(cols >= 1 && cols <= a->extent[3], "%s", what);
+            cr_assert(rows >= 1 && rows <= 8 && rows <= a->extent[2], "%s", what);
+            cr_assert_leq(rows * cols, sp->tgt.cpu.vector_registers - 2, "%s: accumulators",
+                          what);
+            return;
+        }
         cr_assert(cols >= lanes && cols % lanes == 0 && cols / lanes <= (vec ? 4 : 8), "%s", what);
         cr_assert_lt(cols - lanes, a->extent[3], "%s: a column vector of padding only", what);
         cr_assert(rows >= 1 && rows <= 8 && rows <= a->extent[2], "%s", what);
@@ -1038,9 +1048,7 @@ Test(space, window_rows_cover_the_fma_latency)
                  ",\"W\":" #h ",\"KH\":7,\"KW\":7},\"pad\":[3,3]}"
     static const default_tiles cases[] = {
         {DW(14, 384), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 7}},
-        {DW(14, 384), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 5}},
         {DW(56, 96), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 8}},
-        {DW(56, 96), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {32, 2}},
         {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
          "\"KW\":7},\"stride\":[1,1],\"pad\":[3,3]}",
          "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
@@ -1050,6 +1058,51 @@ Test(space, window_rows_cover_the_fma_latency)
     };
 #undef DW
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* A depthwise conv of 25 taps or more on a 16-register target, or where OW fills at most
+ * half a vector, puts its vectors along blocks of channels: one row of as many columns as the
+ * registers allow and recompute least (7x7 at 14 and 56 on AVX2: 14 columns; at 7 x 7 on
+ * AVX-512: 7). 3x3 windows, pools and wider rows on AVX-512 stay along OW, where
+ * the rule along OW still gives the AVX2 7x7 its 2 vectors x 5 rows (14 wide) and 4 x 2 (56). */
+Test(space, wide_depthwise_windows_put_vectors_along_channels)
+{
+#define DW(h, c, k, p)                                                                         \
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #h ",\"W\":" #h         \
+    ",\"KH\":" #k ",\"KW\":" #k "},\"pad\":[" #p "," #p "]}"
+    static const struct {
+        const char *wl, *tg;
+        int64_t vec, cols, rows, ow_cols, ow_rows; /* the default; the rule along OW */
+    } cases[] = {
+        {DW(14, 384, 7, 3), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 16, 5},
+        {DW(56, 96, 7, 3), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 32, 2},
+        {DW(28, 120, 5, 2), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 32, 2},
+        {DW(7, 768, 7, 3), "cpu:avx512", WINDOW_VEC_CHANNELS, 7, 1, 16, 7},
+        {DW(14, 384, 7, 3), "cpu:avx512", 1, 16, 7, 16, 7},
+        {DW(56, 144, 3, 1), "cpu:avx2", 1, 32, 2, 32, 2},
+        {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":14,\"W\":14,\"KH\":5,"
+         "\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}",
+         "cpu:avx2", 1, 16, 5, 16, 5},
+    };
+#undef DW
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        cr_assert_eq(b.sp->sketch, SKETCH_CPU_WINDOW, "case %zu", i);
+        space_sched d, o;
+        space_default(b.sp, &d);
+        space_default_vectorized(b.sp, 1, &o);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, -1), cases[i].vec, "case %zu", i);
+        cr_expect(space_tile(b.sp, &d, 3, 3) == cases[i].cols &&
+                      space_tile(b.sp, &d, 2, 3) == cases[i].rows,
+                  "case %zu on %s: %lld x %lld", i, cases[i].tg,
+                  (long long)space_tile(b.sp, &d, 3, 3), (long long)space_tile(b.sp, &d, 2, 3));
+        cr_expect_eq(space_get(b.sp, &o, SLOT_VECTORIZE, -1), 1, "case %zu", i);
+        cr_expect(space_tile(b.sp, &o, 3, 3) == cases[i].ow_cols &&
+                      space_tile(b.sp, &o, 2, 3) == cases[i].ow_rows,
+                  "case %zu on %s along OW: %lld x %lld", i, cases[i].tg,
+                  (long long)space_tile(b.sp, &o, 3, 3), (long long)space_tile(b.sp, &o, 2, 3));
+        unbuild(&b);
+    }
 }
 
 /* The space of wl on target tg as a host of that vendor and family would see it. */
