@@ -2718,10 +2718,11 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     cg_line(b, 2, "float T[%lld] __attribute__((aligned(64)));", (long long)(R * OWp * L));
     cg_line(b, 2, "float TT[%lld] __attribute__((aligned(64)));",
             (long long)(L * (OW < L ? OWp : L)));
-    /* the padding is the same in every block: written once; the columns of T past OW (read
-     * by the last transpose, never stored) defined */
+    /* the padding is the same in every block: written once; under rows narrower than L, the
+     * columns of T past OW (transposed, never stored) defined */
     cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) P[j] = %s;", (long long)(HP * WP * L), fl);
-    cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
+    if (OW < L)
+        cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
     if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
     cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(gm->N * CB));
     cg_line(b, 3, "const int64_t %s = task / %lld, cb = task %% %lld;", ax_n, (long long)CB,
@@ -2851,11 +2852,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 6, "if (j == %lld) break;", (long long)jlast);
         cg_line(b, 5, "}");
     }
-    cg_line(b, 4, "}");
-    cg_line(b, 3, "}");
-    cg_line(b, 2, "}");
-    cg_line(b, 1, "}");
-    cg_line(b, 0, "}");
+    for (int i = 4; i >= 0; i--) cg_line(b, i, "}"); /* rows, tiles, task, thread, function */
     return 0;
 }
 
