@@ -2718,9 +2718,17 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     cg_line(b, 2, "float T[%lld] __attribute__((aligned(64)));", (long long)(R * OWp * L));
     cg_line(b, 2, "float TT[%lld] __attribute__((aligned(64)));",
             (long long)(L * (OW < L ? OWp : L)));
-    /* the padding is the same in every block: written once; under rows narrower than L, the
-     * columns of T past OW (transposed, never stored) defined */
-    cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) P[j] = %s;", (long long)(HP * WP * L), fl);
+    /* the padding is the same in every block: written once, and only it (the rows outside
+     * the input, the columns either side of it); under rows narrower than L, the columns of
+     * T past OW (transposed, never stored) defined */
+    cg_line(b, 2, "for (int64_t r = 0; r < %lld; r++) {", (long long)HP);
+    cg_line(b, 3, "float *const p = P + r * %lld;", (long long)(WP * L));
+    cg_line(b, 3, "const int64_t lo = r < %lld || r >= %lld ? %lld : %lld;", (long long)gm->PH,
+            (long long)(gm->PH + ihi), (long long)(WP * L), (long long)(gm->PW * L));
+    cg_line(b, 3, "for (int64_t j = 0; j < lo; j++) p[j] = %s;", fl);
+    cg_line(b, 3, "for (int64_t j = %lld; j < %lld; j++) p[j] = %s;",
+            (long long)((gm->PW + jhi) * L), (long long)(WP * L), fl);
+    cg_line(b, 2, "}");
     if (OW < L)
         cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
     if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
