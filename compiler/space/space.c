@@ -1031,17 +1031,21 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
  * (OW / channels): 7x7 at 7, 14, 28, 56 1.18x, 1.12x, 1.04x, 1.24x; 5x5 at 7, 14 1.06x,
  * 1.02x, 5x5 stride 2 at 56 1.20x; 3x3 at 56, 28, 14, 7 0.83x, 0.75x, 0.97x, 0.91x, stride
  * 2 at 28 1.01x; a 5x5 max pool 0.65x. AVX-512 code: 7x7 at 7 1.32x, 5x5 at 7 1.18x; 7x7 at
- * 28, 56 1.15x, 1.03x but at 14 0.89x (a 14-wide row packs point by point under 16 lanes),
- * 5x5 at 14 0.79x, 5x5 stride 2 0.60x, 3x3 0.39-0.78x. */
+ * 28 1.07-1.15x (so a 7x7 window whose input rows fill a vector, packed by transposes, and
+ * whose output rows take under two), at 56 1.03x (left along OW: Zen 5 takes 4 vectors x 4
+ * rows there, unmeasured along channels), at 14 0.89x (a 14-wide row packs point by point
+ * under 16 lanes); 5x5 at 14 0.79x, 5x5 stride 2 0.60x, 3x3 0.39-0.78x. */
 static int64_t window_default_vec(const space *sp, int64_t want, const int64_t *vals, int n)
 {
     for (int k = 0; k < n && want >= 1; k++) /* the caller's vector axis, when it is legal */
         if (vals[k] == want) return want;
     const ir_stage *a = anchor(sp);
     bool dw = sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D;
-    bool narrow = sp->tgt.cpu.vector_registers <= 16 || 2 * a->extent[3] <= vec_lanes(sp);
-    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw && a->extent[4] * a->extent[5] >= 25 &&
-              narrow;
+    int64_t taps = a->extent[4] * a->extent[5], W = sp->g->wl.shape[3]; /* N C H W KH KW */
+    int L = vec_lanes(sp);
+    bool fits = sp->tgt.cpu.vector_registers <= 16 || 2 * a->extent[3] <= L ||
+                (taps >= 49 && W >= L && a->extent[3] < 2 * L);
+    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw && taps >= 25 && fits;
     return ch ? WINDOW_VEC_CHANNELS : 1;
 }
 

@@ -1061,9 +1061,9 @@ Test(space, window_rows_cover_the_fma_latency)
 }
 
 /* A depthwise conv of 25 taps or more on a 16-register target, or where OW fills at most
- * half a vector, puts its vectors along blocks of channels: one row of as many columns as the
- * registers allow and recompute least (7x7 at 14 and 56 on AVX2: 14 columns; at 7 x 7 on
- * AVX-512: 7). 3x3 windows, pools and wider rows on AVX-512 stay along OW, where
+ * half a vector, or of 49 taps whose input rows fill a vector and output rows take under two,
+ * puts its vectors along blocks of channels: one row of as many columns as the registers allow and recompute least (7x7 at
+ * 14 and 56 on AVX2: 14 columns; at 7 x 7 on AVX-512: 7; at 28 x 28: 28). 3x3 windows, pools and wider rows on AVX-512 stay along OW, where
  * the rule along OW still gives the AVX2 7x7 its 2 vectors x 5 rows (14 wide) and 4 x 2 (56). */
 Test(space, wide_depthwise_windows_put_vectors_along_channels)
 {
@@ -1079,6 +1079,9 @@ Test(space, wide_depthwise_windows_put_vectors_along_channels)
         {DW(28, 120, 5, 2), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 32, 2},
         {DW(7, 768, 7, 3), "cpu:avx512", WINDOW_VEC_CHANNELS, 7, 1, 16, 7},
         {DW(14, 384, 7, 3), "cpu:avx512", 1, 16, 7, 16, 7},
+        {DW(28, 192, 7, 3), "cpu:avx512", WINDOW_VEC_CHANNELS, 28, 1, 16, 7},
+        {DW(28, 192, 5, 2), "cpu:avx512", 1, 16, 7, 16, 7},
+        {DW(56, 96, 7, 3), "cpu:avx512", 1, 16, 8, 16, 8},
         {DW(56, 144, 3, 1), "cpu:avx2", 1, 32, 2, 32, 2},
         {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":14,\"W\":14,\"KH\":5,"
          "\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}",
