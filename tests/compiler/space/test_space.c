@@ -1062,9 +1062,10 @@ Test(space, window_rows_cover_the_fma_latency)
 
 /* A depthwise conv of 25 taps or more on a 16-register target, or where OW fills at most
  * half a vector, or of 49 taps whose input rows fill a vector and output rows take under two,
- * puts its vectors along blocks of channels: one row of as many columns as the registers allow and recompute least (7x7 at
- * 14 and 56 on AVX2: 14 columns; at 7 x 7 on AVX-512: 7; at 28 x 28: 28). 3x3 windows, pools and wider rows on AVX-512 stay along OW, where
- * the rule along OW still gives the AVX2 7x7 its 2 vectors x 5 rows (14 wide) and 4 x 2 (56). */
+ * puts its vectors along blocks of channels: one row of as many columns as the registers allow
+ * and recompute least (7x7 at 14 and 56 on AVX2: 14 columns; on AVX-512 at 7 x 7: 7, at
+ * 28 x 28: 28). 3x3 windows, pools, 5x5 and wider rows on AVX-512 stay along OW, where the
+ * rule along OW still gives the AVX2 7x7 its 2 vectors x 5 rows (14 wide) and 4 x 2 (56). */
 Test(space, wide_depthwise_windows_put_vectors_along_channels)
 {
 #define DW(h, c, k, p)                                                                         \
