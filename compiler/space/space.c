@@ -60,6 +60,17 @@ static bool rows_family(const ir_workload *w)
     }
 }
 
+/* A CPU_WINDOW workload's strides and dilations (st[0], st[1], dl[0], dl[1]): a pool's stride
+ * defaults to its window, a dilation to 1 */
+static void window_steps(const ir_subgraph *g, int64_t st[2], int64_t dl[2])
+{
+    const ir_workload *w = &g->wl;
+    for (int d = 0; d < 2; d++) {
+        st[d] = w->stride[d] > 0 ? w->stride[d] : g->stage[0].extent[4 + d];
+        dl[d] = w->dilation[d] > 0 ? w->dilation[d] : 1;
+    }
+}
+
 /* Depthwise convs and windowed pools in NCHW on a CPU: the CPU_WINDOW sketch (space.h). */
 static bool window_family(const ir_subgraph *g)
 {
@@ -72,9 +83,9 @@ static bool window_family(const ir_subgraph *g)
     /* the packed plane and the row buffer of the largest tiles fit a thread's stack */
     const ir_stage *a = &g->stage[0];
     int64_t OH = a->extent[2], OW = a->extent[3], KH = a->extent[4], KW = a->extent[5];
-    int64_t SH = w->stride[0] > 0 ? w->stride[0] : KH, SW = w->stride[1] > 0 ? w->stride[1] : KW;
-    int64_t DH = w->dilation[0] > 0 ? w->dilation[0] : 1,
-            DW = w->dilation[1] > 0 ? w->dilation[1] : 1;
+    int64_t st[2], dl[2];
+    window_steps(g, st, dl);
+    const int64_t SH = st[0], SW = st[1], DH = dl[0], DW = dl[1];
     if (SW > 16) return false;
     int64_t OWc = OW + 63, hp = (OH + 7 - 1) * SH + (KH - 1) * DH + 1;
     /* the rows rounded up to whole vectors, and the offset that aligns them (codegen) */
@@ -492,16 +503,14 @@ static int window_channel_budget(const space *sp)
  * channel's plane and are not stored). */
 static bool window_channels_ok(const space *sp)
 {
-    const ir_subgraph *g = sp->g;
     const ir_stage *a = anchor(sp);
     int L = vec_lanes(sp);
     if ((L != 8 && L != 16) || sp->sketch != SKETCH_CPU_WINDOW) return false;
-    const ir_workload *w = &g->wl;
     int64_t OH = a->extent[2], OW = a->extent[3], KH = a->extent[4], KW = a->extent[5];
-    int64_t SH = w->stride[0] > 0 ? w->stride[0] : KH, SW = w->stride[1] > 0 ? w->stride[1] : KW;
-    int64_t DH = w->dilation[0] > 0 ? w->dilation[0] : 1,
-            DW = w->dilation[1] > 0 ? w->dilation[1] : 1;
-    int64_t HP = (OH - 1) * SH + (KH - 1) * DH + 1, WP = (OW - 1) * SW + (KW - 1) * DW + 1;
+    int64_t st[2], dl[2];
+    window_steps(sp->g, st, dl);
+    int64_t HP = (OH - 1) * st[0] + (KH - 1) * dl[0] + 1;
+    int64_t WP = (OW - 1) * st[1] + (KW - 1) * dl[1] + 1;
     int64_t OWp = (OW + L - 1) / L * L;
     int64_t floats = (HP * WP + KH * KW + 9 * OWp) * L;
     return floats <= CPU_WINDOW_FLOATS_MAX;

@@ -1149,6 +1149,19 @@ Test(space, depthwise_columns_follow_the_hosts_load_width)
     }
 }
 
+/* Case i: wl's default on t puts its vectors along F and takes reduction chunks of `chunk`
+ * channels */
+static void expect_chunk_along_f(const char *wl, const target *t, size_t i, int64_t chunk)
+{
+    built b = build_on(wl, t);
+    space_sched d;
+    space_default(b.sp, &d);
+    cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), 3, "case %zu: vectors along F", i);
+    cr_expect_eq(space_tile(b.sp, &d, 4, 1), chunk, "case %zu: chunk %lld", i,
+                 (long long)space_tile(b.sp, &d, 4, 1));
+    unbuild(&b);
+}
+
 /* A 1-D conv along F (one kernel row) on Intel keeps the chunk's weight panel (channels x taps
  * x the register tile's filters) within L1: Whisper's 384 -> 384 x 3 stride 2 takes chunks of
  * 64 channels (48 KiB with 64 filters) where the rule of thumb otherwise takes 128 (96 KiB;
@@ -1176,13 +1189,7 @@ Test(space, one_d_conv_chunks_keep_the_weight_panel_in_l1_on_intel)
         snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
         t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
         t.cpu.l1d_bytes = 48 * 1024;
-        built b = build_on(cases[i].wl, &t);
-        space_sched d;
-        space_default(b.sp, &d);
-        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), 3, "case %zu: vectors along F", i);
-        cr_expect_eq(space_tile(b.sp, &d, 4, 1), cases[i].chunk, "case %zu: chunk %lld", i,
-                     (long long)space_tile(b.sp, &d, 4, 1));
-        unbuild(&b);
+        expect_chunk_along_f(cases[i].wl, &t, i, cases[i].chunk);
     }
 }
 
@@ -1212,13 +1219,7 @@ Test(space, window_chunks_keep_the_weight_panel_in_half_of_l1_on_16_registers)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         target t = parsed(cases[i].target);
         t.cpu.l1d_bytes = cases[i].l1d;
-        built b = build_on(cases[i].wl, &t);
-        space_sched d;
-        space_default(b.sp, &d);
-        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), 3, "case %zu: vectors along F", i);
-        cr_expect_eq(space_tile(b.sp, &d, 4, 1), cases[i].chunk, "case %zu: chunk %lld", i,
-                     (long long)space_tile(b.sp, &d, 4, 1));
-        unbuild(&b);
+        expect_chunk_along_f(cases[i].wl, &t, i, cases[i].chunk);
     }
 }
 
