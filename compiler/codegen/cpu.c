@@ -1556,6 +1556,12 @@ static void emit_block_index(cgc *c, unsigned mask, int lo, int hi, bool with_s1
     }
 }
 
+/* The target's L2 a core, 1 MiB where the target does not say. */
+static int64_t target_l2(const cgc *c)
+{
+    return c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
+}
+
 /* Which operands are packed (SLOT_PACK: those along the vector axis), their buffers'
  * layout, and which are packed once per call (see pack_glob). */
 static void plan_packs(cgc *c)
@@ -1607,7 +1613,7 @@ static void plan_packs(cgc *c)
      * task even when it costs a float per 3 FMAs: packed once, they were read back from L3
      * slower (a 577 x 1152 x 384 GEMM's B, 1.8 MB: 2.4 -> 2.2 ms per task; a 1x1 conv's
      * 1.3 MB input: 1.78 -> 1.50 ms). */
-    int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
+    int64_t l2 = target_l2(c);
     double fma = 1, packed = 0;
     for (int xx = 0; xx < ns; xx++) fma *= (double)(c->T[xx][1] * c->T[xx][2] * c->T[xx][3]);
     for (int xx = ns; xx < ns + nr; xx++) fma *= (double)c->E[xx];
@@ -1666,7 +1672,7 @@ static void plan_keep(cgc *c, int fused_levels)
 
 /* The operands a task reads, for order_traffic: per distinct loaded tensor, the task axes
  * its index moves with (dep, a mask) and the bytes one task's block of it spans (per dim:
- * the distinct indices, the last dim as the contiguous range its lines cover). */
+ * the distinct indices; along the last, the contiguous range they span). */
 typedef struct {
     int n;
     unsigned dep[IR_MAX_TENSORS];
@@ -1777,8 +1783,8 @@ static double order_traffic(const cgc *c, const task_operands *o, const int *ord
  * L3 once per block of filters; filters fastest read it once. Alternated, filters fastest
  * against the plane fastest: ResNet-50's 1x1 stride-2 downsample (256 to 512 channels at
  * 56 x 56) 1.08x at batch 1 and 1.10-1.23x at batch 8 on AVX-512; on AVX2 its 1x1s at
- * 56 x 56 and 28 x 28 1.06-1.39x, MobileNetV2's and EfficientNet-B0's 144-to-24 projection
- * 1.10-1.18x. The model is a coarse one, so it is kept to where it held:
+ * 56 x 56 1.13-1.39x, at 28 x 28 0.97-1.08x, MobileNetV2's and EfficientNet-B0's 144-to-24
+ * projection 1.06-1.18x. The model is a coarse one, so it is kept to where it held:
  *  - no tensor's blocks overlap between tasks (a window's halo rows): over 3x3 convs its
  *    picks went both ways (sd15, YOLOv5 and ResNet-50's 3x3s 0.88-1.15x);
  *  - the tensors outgrow the cache together (below, nothing is read twice from L3: small
@@ -1795,27 +1801,24 @@ static void task_order(const cgc *c, int *ord)
         for (int i = c->ns - 1; i >= 0; i--)
             if (((m >> i) & 1u) == (unsigned)pass) ord[n++] = i;
     int par = (int)space_get(c->sp, c->s, SLOT_PARALLEL, 0);
-    if (c->keep_pi >= 0 || par != 1 || c->stream || c->nr == 0 || c->ns > 6) return;
+    if (c->keep_pi >= 0 || par != 1 || c->stream || c->nr == 0) return;
     task_operands o;
     task_operands_of(c, &o);
-    const double cap = 0.75 * (double)(c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes
-                                                                     : (1 << 20));
+    const double cap = 0.75 * (double)target_l2(c);
     if (o.overlap || o.whole <= cap) return;
     double best = 0.5 * order_traffic(c, &o, ord, cap);
-    /* candidates: one task axis moved to the fastest place, the others kept in order (an
-     * axis moved inside another it was outside of put images inside output columns:
-     * ResNet-50's 1x1 at 14 x 14, batch 8, filters, images, then columns: 0.86x) */
+    const size_t bytes = (size_t)c->ns * sizeof *ord;
     int cand[IR_MAX_AXES], pick[IR_MAX_AXES];
-    memcpy(pick, ord, sizeof pick);
-    for (int q = 1; q < c->ns; q++) {
+    memcpy(pick, ord, bytes);
+    for (int q = 1; q < c->ns; q++) { /* ord[q] moved to the fastest place */
         if (c->T[ord[q]][0] < 2) continue;
         cand[0] = ord[q];
         for (int r = 0, m2 = 1; r < c->ns; r++)
             if (r != q) cand[m2++] = ord[r];
         double v = order_traffic(c, &o, cand, cap);
-        if (v < best) best = v, memcpy(pick, cand, sizeof pick);
+        if (v < best) best = v, memcpy(pick, cand, bytes);
     }
-    memcpy(ord, pick, sizeof pick);
+    memcpy(ord, pick, bytes);
 }
 
 /* The call buffers (global packs, padded copies) live in slots kept across calls: slot k of
