@@ -1917,6 +1917,22 @@ Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
     }
 }
 
+/* The first axis the task index decodes (the fastest), e.g. "f" or "ow", into name. */
+static void first_task_axis(const built *b, const space_sched *s, char *name, size_t cap)
+{
+    tlm_error err;
+    cg_kernel kn;
+    cr_assert_eq(cg_generate(b->sp, s, NULL, &kn, &err), 0, "%s", err.msg);
+    const char *r = strstr(kn.source, "int64_t rem = task;");
+    r = r ? strstr(r, "const int64_t ") : NULL;
+    cr_assert(r != NULL, "no task decode");
+    r += strlen("const int64_t ");
+    size_t n = 0;
+    while (r[n] && r[n] != ' ' && n + 1 < cap) n++;
+    snprintf(name, cap, "%.*s", (int)(n - 1), r); /* less the level digit */
+    cg_kernel_free(&kn);
+}
+
 /* A B panel packed per task is kept by each thread across the tasks that read it: the task
  * index runs the row blocks fastest, the panel is repacked only when the column block
  * changes, and the kernel still matches the reference with ragged row blocks, a K split in
@@ -1954,36 +1970,14 @@ Test(codegen_cpu, packed_panel_kept_across_tasks)
                          !kept);
             /* the row blocks (i) decoded first (fastest) when the panel is kept (otherwise
              * task_order's traffic rule decides) */
-            tlm_error err;
-            cg_kernel kn;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &kn, &err), 0, "%s", err.msg);
-            const char *r = strstr(kn.source, "int64_t rem = task;");
-            r = r ? strstr(r, "const int64_t ") : NULL;
-            cr_assert(r != NULL, "%s [%s]: no task decode", tg, txt);
-            r += strlen("const int64_t ");
-            if (kept) cr_expect_eq(r[0], 'i', "%s [%s]: first decoded %.2s", tg, txt, r);
-            cg_kernel_free(&kn);
+            char first[16];
+            first_task_axis(&b, &s, first, sizeof first);
+            if (kept) cr_expect_eq(first[0], 'i', "%s [%s]: first decoded %s", tg, txt, first);
             check_schedule(&b, &s, wl);
             free(b.g);
             free(b.sp);
         }
     }
-}
-
-/* The first axis the task index decodes (the fastest), e.g. "f" or "ow", into name. */
-static void first_task_axis(const built *b, const space_sched *s, char *name, size_t cap)
-{
-    tlm_error err;
-    cg_kernel kn;
-    cr_assert_eq(cg_generate(b->sp, s, NULL, &kn, &err), 0, "%s", err.msg);
-    const char *r = strstr(kn.source, "int64_t rem = task;");
-    r = r ? strstr(r, "const int64_t ") : NULL;
-    cr_assert(r != NULL, "no task decode");
-    r += strlen("const int64_t ");
-    size_t n = 0;
-    while (r[n] && r[n] != ' ' && n + 1 < cap) n++;
-    snprintf(name, cap, "%.*s", (int)(n - 1), r); /* less the level digit */
-    cg_kernel_free(&kn);
 }
 
 /* A 1x1 stride-2 conv whose input (64 x 56 x 56: 800 KB) outgrows a 256 KiB L2 beside its
