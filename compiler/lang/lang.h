@@ -42,8 +42,10 @@
  * 5 the CPU sketch cpu_window (depthwise conv and windowed pools in NCHW: vectorize, the
  * register tile's ow columns and oh rows, parallel) replaces cpu_tile for those workloads;
  * 6 every slot's value follows a forced hint, the rule of thumb's value given the decisions
- * before it, so a model learns where to depart from the rule rather than the rule itself. */
-#define LANG_VERSION 6
+ * before it, so a model learns where to depart from the rule rather than the rule itself;
+ * 7 on targets with 32 vector registers the register tile along the vector axis may be up to
+ * 8 vectors (128 floats in 16 lanes, was 64), so that a 77-wide output row is one tile of 5. */
+#define LANG_VERSION 7
 #define LANG_SMALL 4096 /* values below this are one token */
 #define LANG_DIGITS 6   /* base-64 digits after [NUM]: values < 2^36 */
 #define LANG_MAX_SENTENCE 1024

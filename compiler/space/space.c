@@ -335,6 +335,16 @@ int64_t space_pad_limit(int64_t e)
     return e + (e < 64 ? (e + 3) / 4 : 3 * e / 20);
 }
 
+/* The register tile's cap along an axis: CPU_INNER_MAX, and along the vector axis of a
+ * target with 32 vector registers 8 vectors (128 floats in 16 lanes), so that a row of 5-7
+ * vectors (pick_vec_row) can be one tile. */
+static int64_t cpu_inner_cap(const space *sp, int vx, int axis)
+{
+    int64_t row = 8 * (int64_t)vec_lanes(sp);
+    return axis == vx && sp->tgt.cpu.vector_registers > 16 && row > CPU_INNER_MAX ? row
+                                                                                 : CPU_INNER_MAX;
+}
+
 /* Tile factors of a CPU spatial axis at `level`, where `rem` is left of the axis: the
  * divisors of rem, plus a ladder of values that need not divide it (1..8 for register rows,
  * powers of two, multiples of the vector lanes, rem split in 2..16 near-equal parts above
@@ -568,7 +578,8 @@ int space_legal_values(const space *sp, int slot, const space_sched *partial, in
         bool spatial = sl->axis < sp->n_spatial;
         /* the register tile: at most CPU_INNER_MAX, and on the vector axis possibly past what
          * is left (a padded last vector row, space_pad_limit bounds it) */
-        if (cpu && spatial && sl->level == 3) cap = CPU_INNER_MAX;
+        if (cpu && spatial && sl->level == 3)
+            cap = cpu_inner_cap(sp, space_cpu_vec_axis(sp, partial, slot), sl->axis);
         int64_t cand[SPACE_MAX_VALUES];
         int nc = cpu && spatial ? cpu_ladder(sp, partial, slot, sl->axis, sl->level, rem, cap, cand)
                  : cpu          ? cpu_red_ladder(rem, cap, cand)
@@ -742,6 +753,32 @@ static int64_t pick_vec(const int64_t *vals, int n, int lanes, int max_vectors)
         if (w > bw || (w == bw && v > best)) best = v, bw = w;
     }
     return best;
+}
+
+/* The vector axis' register row in the default: pick_vec's, except where the padding leaves
+ * it a single vector of an output row that needs more (77 columns in 16 lanes: 32, 48 and 64
+ * pad it past space_pad_limit's 15 %) and each broadcast would feed one FMA: with 32
+ * registers the whole padded row then, 5 to 7 vectors (cpu_inner_cap), under 3-4 register
+ * rows. Only for a GEMM's output rows (dense, batch_matmul: along the last axis), where it
+ * was measured (AVX-512, 2 threads, old / new alternated): SD 1.5's cross-attention scores
+ * (8 x 4096 x 77, K = 40; 8 rows x 16 columns against 4 x 80) 1.25-1.34x, CLIP's text
+ * attention scores (12 x 77 x 77 x 64) 1.14-1.15x, a 32 x 77 x 77 x 128 one 1.10-1.12x, a
+ * 1024 x 100 x 512 dense (3 x 112) 1.08-1.15x, 4096 x 77 x 256 1.00x. Convs lost: a 1x1's 80
+ * filters as 5 vectors under 4 output columns (EfficientNet-B0's 240 -> 80 and 480 -> 80 at
+ * 14 x 14) 0.77x and 0.88-0.91x; 1x1s at 10 x 10 (their 100 positions one axis, read in
+ * place: 3 x 112 against 8 x 16) 0.58-0.83x. */
+static int64_t pick_vec_row(const space *sp, const int64_t *vals, int n, int max_vectors,
+                            int64_t e, bool along)
+{
+    int lanes = vec_lanes(sp);
+    int64_t t = pick_vec(vals, n, lanes, max_vectors), vecs = ceil_div(e, lanes);
+    ir_op op = sp->g->wl.op;
+    if (!along || (op != IR_OP_DENSE && op != IR_OP_BATCH_MATMUL) ||
+        sp->tgt.cpu.vector_registers <= 16 || t != lanes || vecs <= max_vectors || vecs > 7)
+        return t;
+    for (int k = 0; k < n; k++)
+        if (vals[k] == vecs * lanes) return vals[k];
+    return t;
 }
 
 /* Flat stride of spatial axis x in load node e (0: the load does not move along x). */
@@ -1173,8 +1210,9 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
             vx = ns - (int)vectorize;
         }
         int64_t e = a->extent[vx];
-        int n = cpu_ladder(sp, &first, 1, vx, sp->s_levels - 1, e, CPU_INNER_MAX, vals);
-        int64_t t = n > 0 ? pick_vec(vals, n, lanes, max_vectors) : 1;
+        int n = cpu_ladder(sp, &first, 1, vx, sp->s_levels - 1, e, cpu_inner_cap(sp, vx, vx),
+                           vals);
+        int64_t t = n > 0 ? pick_vec_row(sp, vals, n, max_vectors, e, vx == ns - 1) : 1;
         /* A windowed conv along F whose output columns take 7 rows (7, 14, 28 wide: see the
          * rows' rule below) keeps two filter vectors where it would take four on AVX-512:
          * 7 x 4 accumulators, 4 weight vectors and the broadcast input are 33 registers, and
@@ -1396,7 +1434,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                                                                        : 1;
                     v = pick_vec(vals, n, lanes, gemv_vectors);
                 }
-                else if (sl->level == 3 && last) v = pick_vec(vals, n, lanes, max_vectors);
+                else if (sl->level == 3 && last)
+                    v = pick_vec_row(sp, vals, n, max_vectors, a->extent[vx], vx == ns - 1);
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
                      * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */

@@ -30,7 +30,8 @@
  *             loop order  s0 (fused, parallel) | s1 | r0 | s2 | r1 | s3
  *             where s2 x s3 is the accumulator block kept in a local buffer (the vector
  *             axis innermost) and s3 the register tile (fully unrolled; its vector axis in
- *             vectors of the target's lanes, every other axis in register rows).
+ *             vectors of the target's lanes, every other axis in register rows; at most 64
+ *             along an axis, 8 vectors along the vector axis with 32 registers: 128 floats).
  *             slots: VECTORIZE first (it sets how the register tile counts registers:
  *             space_cpu_tile_lanes): 0 scalar, 1 the last spatial axis, v the v-th innermost
  *             (any spatial axis of extent >= CPU_VEC_AXIS_MIN when there is a reduction:

@@ -694,6 +694,47 @@ Test(codegen_cpu, avx512_default_tiles_keep_their_registers)
     }
 }
 
+/* An output row of 77 (CLIP's tokens) or 100 columns in 16 lanes: 32, 48 and 64 pad it past
+ * 15 %, so the AVX-512 rule of thumb takes it whole, 5 or 7 vectors under 4 or 3 register
+ * rows (space.c pick_vec_row), not one vector under 8 rows whose broadcasts each feed one
+ * FMA. The accumulators stay in registers (no FMA reads the stack), and the kernel agrees
+ * with the reference where this host runs AVX-512 code (compiled only elsewhere). */
+Test(codegen_cpu, whole_output_rows_of_five_to_seven_vectors)
+{
+    static const struct {
+        const char *wl;
+        int64_t cols, rows;
+    } cases[] = {
+        {"{\"op\":\"batch_matmul\",\"shape\":{\"B\":2,\"M\":37,\"N\":77,\"K\":40},"
+         "\"transpose_b\":true}",
+         80, 4},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":29,\"N\":100,\"K\":64},"
+         "\"epilogue\":[\"bias_add\",\"gelu\"]}",
+         112, 3},
+    };
+    __builtin_cpu_init();
+    bool runs = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, "cpu:avx512");
+        space_sched s;
+        space_default(b.sp, &s);
+        char text[1024];
+        space_print(b.sp, &s, text, sizeof text);
+        int vx = b.sp->n_spatial - 1;
+        cr_expect_eq(space_tile(b.sp, &s, vx, 3), cases[i].cols, "%s [%s]: the whole row",
+                     cases[i].wl, text);
+        cr_expect_eq(space_tile(b.sp, &s, vx - 1, 3), cases[i].rows, "%s [%s]: register rows",
+                     cases[i].wl, text);
+        int fma_mem, stores;
+        zmm_stack_traffic(&b, &s, &fma_mem, &stores);
+        cr_expect_eq(fma_mem, 0, "%s [%s]: %d FMAs read the stack", cases[i].wl, text, fma_mem);
+        if (runs) check_schedule(&b, &s, cases[i].wl);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
 Test(codegen_cpu, window_sketch_odd_widths_strides_avx512)
 {
     for (size_t i = 0; i < sizeof window_wls / sizeof window_wls[0]; i++)

@@ -917,6 +917,59 @@ Test(space, one_vector_rows_take_a_second_row)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* With 32 vector registers an output row the padding leaves no 2-4 vector tile (77 or 100
+ * columns in 16 lanes: 32, 48 and 64 pad them past 15 %) is one register tile, 5 or 7 vectors
+ * under 4 or 3 rows, instead of one vector under 8 rows (pick_vec_row); the register tile may
+ * go past CPU_INNER_MAX to 8 vectors along the vector axis only there. AVX2 (16 registers), a
+ * row of 13 vectors (197) and convs, where it lost (80 filters along F; a 1x1's 100 positions
+ * at 10 x 10 along the last axis), keep the rule before it. */
+Test(space, output_rows_of_five_to_seven_vectors_are_one_tile_on_32_registers)
+{
+#define XATTN "{\"op\":\"batch_matmul\",\"shape\":{\"B\":8,\"M\":4096,\"N\":77,\"K\":40}," \
+              "\"transpose_b\":true}"
+    /* axes: bmm b 0, i 1, j 2; dense i 0, j 1; conv n 0, f 1, oh 2, ow 3 */
+    static const default_tiles cases[] = {
+        {XATTN, "cpu:avx512", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {4, 80}},
+        {XATTN, "cpu:avx2", SKETCH_CPU_TILE, {1, 2}, {3, 3}, {6, 16}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":1024,\"N\":100,\"K\":512}}", "cpu:avx512",
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {3, 112}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":197,\"K\":64}}", "cpu:avx512",
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {6, 32}},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":240,\"H\":14,\"W\":14,\"F\":80,"
+         "\"KH\":1,\"KW\":1}}",
+         "cpu:avx512", SKETCH_CPU_TILE, {1, 3}, {3, 3}, {16, 8}},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":10,\"W\":10,\"F\":576,"
+         "\"KH\":1,\"KW\":1}}",
+         "cpu:avx512", SKETCH_CPU_TILE, {1, 3}, {3, 3}, {8, 16}},
+    };
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+    /* the vector axis' register tile: up to 8 vectors with 32 registers, 64 floats with 16 */
+    static const char *const tgs[] = {"cpu:avx512", "cpu:avx2"};
+    for (int t = 0; t < 2; t++) {
+        built b = build("{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":4096,\"K\":64}}",
+                        tgs[t]);
+        space_sched p;
+        memset(&p, 0, sizeof p);
+        int64_t *vals = malloc(sizeof(int64_t) * SPACE_MAX_VALUES), top = 0;
+        cr_assert_not_null(vals);
+        for (int i = 0; i < b.sp->n_slot; i++) {
+            const space_slot *sl = &b.sp->slot[i];
+            if (sl->kind == SLOT_TILE && sl->axis == 1 && sl->level == 3) {
+                int n = space_legal_values(b.sp, i, &p, vals);
+                for (int k = 0; k < n; k++) top = vals[k] > top ? vals[k] : top;
+                break;
+            }
+            p.v[i] = 1; /* vectors along j (vectorize=1) under one register row */
+            p.n = i + 1;
+        }
+        cr_expect_eq(top, t == 0 ? 128 : 64, "%s: the widest register row %lld", tgs[t],
+                     (long long)top);
+        free(vals);
+        unbuild(&b);
+    }
+#undef XATTN
+}
+
 /* A pointwise conv along F (its positions one axis, ir/build.c) tiles them as over the output
  * rows they came from: EfficientNet's 1152 -> 192 at 7 x 7 takes 7 x 7 tiles a block (not 9
  * tiles of 6, one block a filter tile); at 56 x 56 a block is a row's 10 tiles of 6 (8, the
