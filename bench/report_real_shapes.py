@@ -118,6 +118,23 @@ def fastest(first, more):
     return min(xs) if xs else first
 
 
+def builds_line(ours, host):
+    """The builds our rows were measured with: one, or, where some workloads were measured again
+    after a change (bench/real_shapes.sh --only), each build with the workloads it measured
+    (the larger share first) and the latest run's time."""
+    by = {}
+    for (name, _t), o in ours.items():
+        by.setdefault(o.get("build", "?"), set()).add(name)
+    when = datetime.datetime.fromtimestamp(host.get("time", 0)).strftime("%Y-%m-%d %H:%M")
+    if len(by) <= 1:
+        return f"Build {host.get('build', '?')}; {when}"
+    parts = sorted(by.items(), key=lambda kv: -len(kv[1]))
+    head = f"Build {parts[0][0]} ({len(parts[0][1])} workloads)"
+    rest = "; ".join(f"build {b} ({', '.join(sorted(ns))}, measured again after a change)"
+                     for b, ns in parts[1:])
+    return f"{head}; {rest}; latest run {when}"
+
+
 def apply_rounds(rows, ours, peers, torch, ort):
     """Folds the "rounds" records (real_shapes.c rs_rounds: our kept kernels and the peers
     re-measured alternately, R times, after the first pass) into the first-pass records: each
@@ -420,8 +437,7 @@ def main():
                 if n_rounds else "") +
              f". Ratios are speedups: peer time / our time (> 1 = ours faster). "
              f"Suite: `bench/suites/real_shapes.json`, {len(recs)} of {len(suite)} workloads "
-             f"measured. Build {host.get('build', '?')}; "
-             f"{datetime.datetime.fromtimestamp(host.get('time', 0)).strftime('%Y-%m-%d %H:%M')}.\n")
+             f"measured. {builds_line(ours, host)}.\n")
 
     L.append("## Summary (geomeans over the workloads with both figures)\n")
     L.append("| target | default / PyTorch | best / PyTorch | default / ORT | best / ORT | "
@@ -668,7 +684,11 @@ def main():
         L.append(f"| `{t}` | {len(rs)} | {wall:.0f} | {comp:.0f} | {tried} of {asked} | {failed} | "
                  f"{slow['name'] if slow else '–'} ({(slow['t'][t]['wall'] or 0) if slow else 0:.0f} s) |")
     if args.wall:
-        L.append(f"\nWhole run (bench/real_shapes.sh, ours + peers + report): {args.wall:.0f} s.")
+        n_builds = len({o.get("build") for o in ours.values()})
+        L.append(f"\nWhole run (bench/real_shapes.sh, ours + peers + report): {args.wall:.0f} s."
+                 if n_builds <= 1 else
+                 f"\nThe latest run (bench/real_shapes.sh on the workloads measured again): "
+                 f"{args.wall:.0f} s; the cost table counts every row's own first pass.")
     L.append("\nBest schedules per workload and target are in `bench/results/real_shapes.jsonl` "
              "(`best_schedule`); plot: `bench/results/real_shapes.png`.\n")
 
