@@ -825,15 +825,24 @@ Test(space, reduction_chunks_need_not_divide)
     cr_expect_eq(space_check(b.sp, &s, &err), 0, "%s: %s", err.field, err.msg);
     unbuild(&b);
     /* divisors win when they are good (320: 160, 2048: 256); a chunk whose last piece would
-     * be a sliver is not taken (257 = 256 + 1 keeps one chunk); AVX2 follows the same rule */
+     * be a sliver is not taken (257 = 256 + 1 keeps one chunk); AVX2 follows the same rule.
+     * With 32 registers a dense layer's chunks go up to 512 (320 whole, 3072: 512), as far as
+     * its packed panel fits (1009 above: 256 under 128 columns); a batched GEMM's stay at 256
+     * (300: 150) */
     static const struct {
         const char *wl, *tg;
         int64_t chunk;
     } cases[] = {
-        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":320}}", "cpu", 160},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":320}}", "cpu:avx2", 160},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":320}}", "cpu:avx512", 320},
         {"{\"op\":\"dense\",\"shape\":{\"M\":512,\"N\":2048,\"K\":2048}}", "cpu:avx2", 256},
         {"{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":64,\"K\":257}}", "cpu", 257},
         {"{\"op\":\"dense\",\"shape\":{\"M\":577,\"N\":1152,\"K\":577}}", "cpu:avx2", 256},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":3072}}", "cpu:avx512", 512},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":197,\"N\":768,\"K\":3072}}", "cpu:avx2", 256},
+        {"{\"op\":\"batch_matmul\",\"shape\":{\"B\":12,\"M\":64,\"N\":300,\"K\":300},"
+         "\"transpose_b\":true}",
+         "cpu:avx512", 150},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         b = build(cases[i].wl, cases[i].tg);
