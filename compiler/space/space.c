@@ -767,13 +767,13 @@ static int64_t pick_vec(const int64_t *vals, int n, int lanes, int max_vectors)
  * filters as 5 vectors under 4 output columns (EfficientNet-B0's 240 -> 80 and 480 -> 80 at
  * 14 x 14) 0.77x and 0.88-0.91x; 1x1s at 10 x 10 (their 100 positions one axis, read in
  * place: 3 x 112 against 8 x 16) 0.58-0.83x. */
-static int64_t pick_vec_row(const space *sp, const int64_t *vals, int n, int max_vectors,
-                            int64_t e, bool along)
+static int64_t pick_vec_row(const space *sp, const int64_t *vals, int n, int max_vectors, int vx)
 {
     int lanes = vec_lanes(sp);
-    int64_t t = pick_vec(vals, n, lanes, max_vectors), vecs = ceil_div(e, lanes);
+    int64_t t = pick_vec(vals, n, lanes, max_vectors);
+    int64_t vecs = ceil_div(anchor(sp)->extent[vx], lanes);
     ir_op op = sp->g->wl.op;
-    if (!along || (op != IR_OP_DENSE && op != IR_OP_BATCH_MATMUL) ||
+    if (vx != sp->n_spatial - 1 || (op != IR_OP_DENSE && op != IR_OP_BATCH_MATMUL) ||
         sp->tgt.cpu.vector_registers <= 16 || t != lanes || vecs <= max_vectors || vecs > 7)
         return t;
     for (int k = 0; k < n; k++)
@@ -1212,7 +1212,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
         int64_t e = a->extent[vx];
         int n = cpu_ladder(sp, &first, 1, vx, sp->s_levels - 1, e, cpu_inner_cap(sp, vx, vx),
                            vals);
-        int64_t t = n > 0 ? pick_vec_row(sp, vals, n, max_vectors, e, vx == ns - 1) : 1;
+        int64_t t = n > 0 ? pick_vec_row(sp, vals, n, max_vectors, vx) : 1;
         /* A windowed conv along F whose output columns take 7 rows (7, 14, 28 wide: see the
          * rows' rule below) keeps two filter vectors where it would take four on AVX-512:
          * 7 x 4 accumulators, 4 weight vectors and the broadcast input are 33 registers, and
@@ -1445,7 +1445,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     v = pick_vec(vals, n, lanes, gemv_vectors);
                 }
                 else if (sl->level == 3 && last)
-                    v = pick_vec_row(sp, vals, n, max_vectors, a->extent[vx], vx == ns - 1);
+                    v = pick_vec_row(sp, vals, n, max_vectors, vx);
                 else if (sl->level == 3) {
                     /* register rows along an axis the vector operand does not depend on: one
                      * vector load feeds every row (B of a GEMM: rows of A; conv: filters) */
