@@ -1485,6 +1485,82 @@ Test(codegen_cpu, softmax_accurate_per_element)
 
 static void scratch_fill(float *x, int64_t n, uint64_t seed);
 
+/* layer_norm takes a row's moments in one pass, shifted by the mean of its first vector
+ * (tlm_row_shift): on rows far from 0 relative to their spread (offsets 1000 and -3000, spread
+ * 0.05, where the unshifted E[x^2] - E[x]^2 has no correct digit left) every output is within
+ * 2e-3 of the double-precision two-pass layer_norm of the same float inputs, plus what the
+ * rounding of a float mean of 1000 or 3000 moves it (a few 1e-3 here); a row whose first
+ * element is an outlier (100 spreads off) and a constant row (variance 0: output = beta) too.
+ * An odd length (tails on both ISAs) and a 4096-float row, plain and streamed (the moments
+ * carried beside the row before), both ISAs. */
+Test(codegen_cpu, layer_norm_moments_far_from_zero)
+{
+    enum { R = 16 }; /* 49 KB and more: streamed under small_l3 */
+    static const int cs[] = {771, 4096};
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    for (int ci = 0; ci < 2; ci++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int st = 0; st < 2; st++) {
+                const int C = cs[ci];
+                char wl[96];
+                snprintf(wl, sizeof wl, "{\"op\":\"layer_norm\",\"shape\":{\"R\":%d,\"C\":%d}}",
+                         R, C);
+                built b = build(wl, tgs[ti]);
+                if (st) small_l3(&b);
+                cg_kernel k;
+                default_kernel(&b, "tlm_layer_norm_row(x", &k);
+                cr_assert_eq(rows_streamed(k.source), st == 1);
+                char so[128], tag[48];
+                void *h;
+                snprintf(tag, sizeof tag, "lnfar%d-%d-%d", ci, ti, st);
+                packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
+                const size_t bytes = (sizeof(float) * R * C + 63) / 64 * 64;
+                float *x = aligned_alloc(64, bytes), *y = aligned_alloc(64, bytes);
+                float *g = malloc(sizeof(float) * C), *be = malloc(sizeof(float) * C);
+                cr_assert(x && y && g && be);
+                scratch_fill(x, (int64_t)R * C, 11);
+                scratch_fill(g, C, 12);
+                scratch_fill(be, C, 13);
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < C; c++) {
+                        const float off = r % 2 ? -3000.0f : 1000.0f;
+                        x[r * C + c] = r == 4 ? 7.25f : off + 0.05f * x[r * C + c];
+                    }
+                x[0] += 5.0f; /* row 0's first element 100 spreads off */
+                fn((void *const[]){x, g, be, y});
+                int bad = 0;
+                for (int r = 0; r < R; r++) {
+                    double m = 0, v = 0;
+                    for (int c = 0; c < C; c++) m += x[r * C + c];
+                    m /= C;
+                    for (int c = 0; c < C; c++) v += (x[r * C + c] - m) * (x[r * C + c] - m);
+                    v /= C;
+                    const double s = 1.0 / sqrt(v + (double)(float)1e-5);
+                    for (int c = 0; c < C; c++) {
+                        const double want = (x[r * C + c] - m) * s * g[c] + be[c];
+                        const double got = y[r * C + c];
+                        /* and the float mean's own rounding, which any float kernel has */
+                        const double ulp = ldexp(1.0, ilogb(fabs(m) + 1.0) - 23);
+                        const double tol = 2e-3 + 2.0 * ulp * s * fabs(g[c]);
+                        if (!(fabs(got - want) <= tol) && bad++ < 5)
+                            cr_expect(0, "%s %s%s: y[%d][%d] = %.7g, want %.7g", wl, tgs[ti],
+                                      st ? " streamed" : "", r, c, got, want);
+                    }
+                }
+                cr_expect_eq(bad, 0, "%s %s%s: %d outputs off", wl, tgs[ti], st ? " streamed" : "",
+                             bad);
+                free(x);
+                free(y);
+                free(g);
+                free(be);
+                dlclose(h);
+                unlink(so);
+                cg_kernel_free(&k);
+                free(b.g);
+                free(b.sp);
+            }
+}
+
 /* Streamed (DRAM-sized) norms take each row's sum beside the previous row's last pass
  * (tlm_norm_out), in the same chunks and order as the pass of its own that a thread's first
  * row takes: so the output does not depend on how the rows are split among threads (1, 2 or 3
