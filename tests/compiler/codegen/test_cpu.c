@@ -1427,6 +1427,34 @@ static void default_kernel(const built *b, const char *needle, cg_kernel *k)
     cr_assert(strstr(k->source, needle) != NULL, "not the vectorised kernel: no %s", needle);
 }
 
+/* A rows op's default kernel (needle: its row function) on tg, streamed (small_l3) or not as
+ * asked, built and loaded: its packed entry; rows_loaded_free undoes it all. */
+typedef struct {
+    built b;
+    cg_kernel k;
+    void *h;
+    char so[128];
+} rows_loaded;
+
+static packed_fn rows_load_default(const char *wl, const char *tg, bool streamed,
+                                   const char *needle, const char *tag, rows_loaded *r)
+{
+    r->b = build(wl, tg);
+    if (streamed) small_l3(&r->b);
+    default_kernel(&r->b, needle, &r->k);
+    cr_assert_eq(rows_streamed(r->k.source), streamed, "%s on %s", wl, tg);
+    return load_packed(&r->k, &r->b.t, tag, &r->h, r->so, sizeof r->so);
+}
+
+static void rows_loaded_free(rows_loaded *r)
+{
+    dlclose(r->h);
+    unlink(r->so);
+    cg_kernel_free(&r->k);
+    free(r->b.g);
+    free(r->b.sp);
+}
+
 /* The vectorised softmax (tlm_vexp_neg: one ln2 constant and a degree-5 polynomial) is
  * accurate element by element, not only relative to the row's largest value as the harness
  * checks: each output within 1e-6 of the double-precision softmax relatively (1e-30
@@ -1441,15 +1469,10 @@ Test(codegen_cpu, softmax_accurate_per_element)
         for (int st = 0; st < 2; st++) {
             char wl[96];
             snprintf(wl, sizeof wl, "{\"op\":\"softmax\",\"shape\":{\"R\":%d,\"C\":%d}}", R, C);
-            built b = build(wl, tgs[ti]);
-            if (st) small_l3(&b);
-            cg_kernel k;
-            default_kernel(&b, "tlm_softmax_row(x", &k);
-            cr_assert_eq(rows_streamed(k.source), st == 1);
-            char so[128], tag[32];
-            void *h;
+            char tag[32];
             snprintf(tag, sizeof tag, "softmax%d-%d", ti, st);
-            packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
+            rows_loaded rl;
+            packed_fn fn = rows_load_default(wl, tgs[ti], st, "tlm_softmax_row(x", tag, &rl);
             const size_t bytes = (sizeof(float) * R * C + 63) / 64 * 64;
             float *x = aligned_alloc(64, bytes), *y = aligned_alloc(64, bytes);
             cr_assert(x && y);
@@ -1475,11 +1498,7 @@ Test(codegen_cpu, softmax_accurate_per_element)
             cr_expect_eq(bad, 0, "%s%s: %d outputs off", tgs[ti], st ? " streamed" : "", bad);
             free(x);
             free(y);
-            dlclose(h);
-            unlink(so);
-            cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            rows_loaded_free(&rl);
         }
 }
 
@@ -1505,15 +1524,11 @@ Test(codegen_cpu, layer_norm_moments_far_from_zero)
                 char wl[96];
                 snprintf(wl, sizeof wl, "{\"op\":\"layer_norm\",\"shape\":{\"R\":%d,\"C\":%d}}",
                          R, C);
-                built b = build(wl, tgs[ti]);
-                if (st) small_l3(&b);
-                cg_kernel k;
-                default_kernel(&b, "tlm_layer_norm_row(x", &k);
-                cr_assert_eq(rows_streamed(k.source), st == 1);
-                char so[128], tag[48];
-                void *h;
+                char tag[48];
                 snprintf(tag, sizeof tag, "lnfar%d-%d-%d", ci, ti, st);
-                packed_fn fn = load_packed(&k, &b.t, tag, &h, so, sizeof so);
+                rows_loaded rl;
+                packed_fn fn =
+                    rows_load_default(wl, tgs[ti], st, "tlm_layer_norm_row(x", tag, &rl);
                 const size_t bytes = (sizeof(float) * R * C + 63) / 64 * 64;
                 float *x = aligned_alloc(64, bytes), *y = aligned_alloc(64, bytes);
                 float *g = malloc(sizeof(float) * C), *be = malloc(sizeof(float) * C);
@@ -1553,11 +1568,7 @@ Test(codegen_cpu, layer_norm_moments_far_from_zero)
                 free(y);
                 free(g);
                 free(be);
-                dlclose(h);
-                unlink(so);
-                cg_kernel_free(&k);
-                free(b.g);
-                free(b.sp);
+                rows_loaded_free(&rl);
             }
 }
 
