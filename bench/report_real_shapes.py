@@ -15,8 +15,9 @@ best of N, per target (--png; needs matplotlib, Debian python3-matplotlib).
 Ratios are speedups, peer time / our time (> 1: ours is faster), from medians of the same run.
 Memory-bound workloads (row ops, elementwise, pools, transposes, and anything under 4 flops
 per byte) also show time / floor, floor = the time, measured in the same run on buffers of the
-same sizes, of copying the output's bytes (the faster of memcpy and a streaming-store copy) when
-the op writes as much as it reads, else of reading the input's bytes (peer_mem_floor_s); records
+same sizes, of copying the output's bytes (the fastest of memcpy and two streaming-store
+copies, one prefetching its source into L2) when the op writes as much as it reads, else of
+reading the input's bytes (peer_mem_floor_s); records
 without it fall back to minimal bytes (ir_subgraph_bytes) / the measured read bandwidth. The
 floor is timed warm (same buffers every call, as our kernels' default timing) in the first pass
 and again in every round, beside our kernels, and the best of those medians is taken, as for
@@ -387,7 +388,8 @@ def main():
              f"all cores; {fmt(host_limits.get('fma_peak1_gflops'))} on one), read bandwidth "
              f"{fmt(bw)} GB/s, copy bandwidth {fmt(host_limits.get('copy_bw_gbs'))} GB/s (best of "
              f"{n_limits} measurements). Memory-bound rows' floor (time/floor columns): the "
-             f"copy of the output's bytes (faster of memcpy and a streaming copy; a read of the "
+             f"copy of the output's bytes (fastest of memcpy, a streaming copy and one "
+             f"prefetching its source; a read of the "
              f"input's bytes for reductions) on buffers of the workload's own sizes, timed warm "
              f"beside our kernels (first pass and every round; best median, as for ours), so a "
              f"cached operand is compared with a cached copy. DRAM-sized softmax and norms are "
