@@ -1186,6 +1186,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
     /* BLIS-like micro-tiles: AVX2 (16 ymm, budget 12) 6 rows x 2 vectors, AVX-512 (32 zmm,
      * budget 28) 6 rows x 4 vectors */
     int64_t vec_vectors = 1, nonlast = 1, vectorize = 1;
+    bool rows8 = false; /* a conv's register rows: 8 columns (see the vector axis' rule) */
     bool gemv = false; /* a single register row: the matrix is streamed */
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
@@ -1220,11 +1221,20 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
          * kernels); 7 x 2 does not (7 x 3 fits and stays). Old vs new alternated, Zen 5, 2
          * threads: ResNet-50's 3x3 convs 128 at 28 x 28 1.11x, 256 at 14 x 14 1.02x, 512 at
          * 7 x 7 1.07x, stride 2 from 56, 28, 14: 1.11x, 1.09x, 1.12x; batch 8 1.00-1.04x.
-         * Pointwise convs (no window) keep 4 vectors: 7 x 2 was 0.97-1.02x there. */
+         * Pointwise convs (no window) keep 4 vectors: 7 x 2 was 0.97-1.02x there.
+         * So do rows of 8, 16 or 32 columns, which 6 x 4 pads by an eighth or more (4 x 4 on
+         * 8 columns) and 8 x 2 covers exactly (rows8, below: 4 x 2 on 8 columns was 0.94x of
+         * 8 x 2). Alternated on
+         * a Xeon (family 6 model 207, 2 threads, AVX-512): Stable Diffusion's 3x3 convs 640
+         * at 32 x 32 1.10-1.18x, 1280 at 16 x 16 1.05-1.13x, 1280 at 8 x 8 1.18-1.30x, the
+         * stride-2 320 from 64 x 64 1.08-1.12x; 64 and 40 columns (6 x 4 or 5 x 4 pad less)
+         * were no faster as 8 x 2. */
         int64_t cols = a->extent[ns - 1];
         if (budget >= 24 && vx != ns - 1 && t / space_cpu_tile_lanes(sp, t, true) == 4 &&
-            window_taps(sp) > 1 && cols % 6 != 0 && cols % 7 == 0 && cols <= 28) {
+            window_taps(sp) > 1 && cols % 6 != 0 &&
+            ((cols % 7 == 0 && cols <= 28) || (cols % 8 == 0 && cols <= 32))) {
             max_vectors = 2;
+            rows8 = cols % 8 == 0;
             t = pick_vec(vals, n, lanes, max_vectors);
         }
         vec_vectors = t / space_cpu_tile_lanes(sp, t, true);
@@ -1487,6 +1497,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                             vals[k] * tile_vectors <= budget && ext <= 4 * vals[k])
                             longer = vals[k];
                     v = longer;
+                    for (int k = 0; k < n && rows8 && sl->axis == rows_x; k++)
+                        if (vals[k] == 8) v = 8;
                     nonlast *= v;
                 }
                 else if (sl->level == 2 && !last) {

@@ -1665,3 +1665,34 @@ Test(space, seven_rows_of_filters_keep_two_vectors_on_avx512)
         unbuild(&b);
     }
 }
+
+/* A windowed conv along F whose output rows are 8, 16 or 32 columns (6 x 4 pads them by an
+ * eighth or more, 4 x 4 under 8) takes 8 x 2 on AVX-512: whole tiles, a row of one tile taking
+ * the plane's rows in its block; 40 and 64 columns and AVX2 keep their rule. */
+Test(space, rows_of_eight_columns_take_eight_by_two_on_avx512)
+{
+#define SD3(c, hw, s)                                                                       \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #c \
+    ",\"KH\":3,\"KW\":3},\"stride\":[" #s "," #s "],\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}"
+    static const struct {
+        const char *wl, *tg;
+        int64_t f3, ow3;
+    } cases[] = {
+        {SD3(640, 32, 1), "cpu:avx512", 32, 8},  {SD3(1280, 16, 1), "cpu:avx512", 32, 8},
+        {SD3(1280, 8, 1), "cpu:avx512", 32, 8},  {SD3(320, 64, 2), "cpu:avx512", 32, 8},
+        {SD3(320, 64, 1), "cpu:avx512", 64, 6},  {SD3(256, 80, 2), "cpu:avx512", 64, 5},
+        {SD3(640, 32, 1), "cpu:avx2", 16, 6},
+    };
+#undef SD3
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_assert_eq(default_of(b.sp, SLOT_VECTORIZE), 3, "case %zu: along F", i);
+        cr_expect_eq(space_tile(b.sp, &d, 1, 3), cases[i].f3, "case %zu: %lld filters", i,
+                     (long long)space_tile(b.sp, &d, 1, 3));
+        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].ow3, "case %zu: %lld columns", i,
+                     (long long)space_tile(b.sp, &d, 3, 3));
+        unbuild(&b);
+    }
+}
