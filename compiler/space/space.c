@@ -1187,6 +1187,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
      * budget 28) 6 rows x 4 vectors */
     int64_t vec_vectors = 1, nonlast = 1, vectorize = 1;
     bool rows8 = false; /* a conv's register rows: 8 columns (see the vector axis' rule) */
+    bool rows_block = false; /* a conv's block took several output rows (level 2) */
     bool gemv = false; /* a single register row: the matrix is streamed */
     int budget = sp->tgt.cpu.vector_registers > 16 ? 28 : 12;
     int max_vectors = budget >= 24 ? 4 : 2;
@@ -1528,12 +1529,39 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * stride 2 1.06x, batch 8 1.04-1.06x; at 14 x 14 (two tiles a row) more
                      * rows gained nothing, and AVX2's 7-wide rows are two tiles of 4. Not
                      * without a window: the 1x1 stride-2 1024 -> 2048 at 5 x 5 lost 7 % */
+                    /* ... or whose weights outgrow L2, where a task of one output row reads
+                     * its filter block's weights from L3 or DRAM for that row alone: a block
+                     * of the plane's rows reads each chunk of them once. Old vs new defaults
+                     * alternated on a Xeon (family 6 model 207, 2 MiB L2, 2 threads), AVX-512
+                     * / AVX2: Stable Diffusion's 3x3 1280 -> 1280 at 16 x 16 1.46-1.52x /
+                     * 1.11-1.12x, at 8 x 8 (AVX-512 one tile a row already) - / 1.38-1.51x,
+                     * 640 at 32 x 32 1.07-1.25x / 1.02-1.05x, 320 at 64 x 64 0.99-1.01x /
+                     * 1.01x, stride 2 from 64, 32 and 16: 1.06-1.08x / 1.03-1.05x, 1.19-1.36x
+                     * both, - / 1.56-1.64x; 512 at 14 x 14 1.23x / 1.13-1.15x (on Zen 5, with
+                     * the rule above only, more rows gained nothing there: not measured
+                     * again), 256 at 14 x 14 1.06x / 1.08-1.09x, ResNet-50's 512 at 7 x 7 on
+                     * AVX2 1.16-1.22x; batch 8 0.99-1.01x; a 5x5 192 -> 256 at 28 x 28
+                     * 1.01-1.08x */
                     int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0;
+                    const int64_t l2 = sp->tgt.cpu.l2_bytes > 0 ? sp->tgt.cpu.l2_bytes : 1 << 20;
+                    const bool big_w = sp->n_reduce == 3 && sp->g->wl.op == IR_OP_CONV2D &&
+                                       a->extent[vx] * a->extent[ns] * window_taps(sp) *
+                                               (int64_t)sizeof(float) > l2;
                     if (cap == 1 && vx != ns - 1 && !row_len && sl->axis == rows_x - 1 &&
-                        window_taps(sp) > 1 && t3r > 0 && a->extent[rows_x] <= t3r)
-                        for (cap = a->extent[sl->axis];
-                             cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores;)
+                        window_taps(sp) > 1 && t3r > 0 && (a->extent[rows_x] <= t3r || big_w)) {
+                        /* whole output rows in the block, as many as its accumulators hold
+                         * (CPU_ACC_BUF_MAX) */
+                        const int64_t per_row = ceil_div(a->extent[rows_x], t3r);
+                        const int64_t f3 = space_tile(sp, out, vx, 3);
+                        const int64_t f2 = space_tile(sp, out, vx, 2);
+                        const int64_t row_floats =
+                            per_row * t3r * (f3 > 0 ? f3 : 1) * (f2 > 0 ? f2 : 1);
+                        cap = a->extent[sl->axis];
+                        if (cap > CPU_ACC_BUF_MAX / row_floats) cap = CPU_ACC_BUF_MAX / row_floats;
+                        while (cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores)
                             cap = ceil_div(cap, 2);
+                        rows_block = cap > 1;
+                    }
                     v = pick_le(vals, n, cap);
                     /* ... and even blocks: a smaller block (down to half) that cuts the tiles
                      * into equal pieces beats a ragged last block, whose short tasks leave a
@@ -1609,7 +1637,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     v = 1;
                 }
                 else if (sl->level == 2) v = pick_le(vals, n, 2);
-                else if (sl->level == 1 && vx != ns - 1 && rows_x >= 0 &&
+                else if (sl->level == 1 && vx != ns - 1 && rows_x >= 0 && !rows_block &&
                          (sl->axis == rows_x ? row_len && out_h >= 16
                                              : sl->axis < rows_x && a->extent[sl->axis] >= 16) &&
                          ((reuse_axes >> sl->axis) & 1u)) {

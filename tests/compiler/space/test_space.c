@@ -1600,9 +1600,10 @@ Test(space, reducing_convs_leave_f_when_their_input_leaves_l2)
 
 /* A windowed conv along F whose output row is one register tile (a 7 x 7 map on AVX-512: 7
  * columns of 2 filter vectors) takes the plane's rows into its block while every core keeps
- * two tasks (16 filter tiles: 7 rows on 2 and 8 cores, 4 on 16); a block stays one row where
- * the row is two tiles (14 x 14; 7 x 7 on AVX2) or the conv has no window (a 1x1 stride-2
- * downsample onto 5 x 5). */
+ * two tasks (16 filter tiles: 7 rows on 2 and 8 cores, 4 on 16); so does one whose row is two
+ * tiles (14 x 14; 7 x 7 on AVX2) when its weights outgrow L2 (512 x 512 x 3 x 3: 9.4 MB, the
+ * test's L2 1 MiB); a block stays one row where they fit (128 channels: 0.6 MB) or the conv
+ * has no window (a 1x1 stride-2 downsample onto 5 x 5). */
 #define CONV3(h, s)                                                                          \
     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":512,\"H\":" #h ",\"W\":" #h ",\"F\":512,"  \
     "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"stride\":[" #s "," #s "]}"
@@ -1615,8 +1616,12 @@ Test(space, one_tile_rows_block_the_planes_rows)
     } cases[] = {
         {CONV3(7, 1), "cpu:avx512", 2, 7},  {CONV3(7, 1), "cpu:avx512", 8, 7},
         {CONV3(7, 1), "cpu:avx512", 16, 4},
-        {CONV3(14, 2), "cpu:avx512", 2, 7}, {CONV3(14, 1), "cpu:avx512", 2, 1},
-        {CONV3(7, 1), "cpu:avx2", 2, 1},
+        {CONV3(14, 2), "cpu:avx512", 2, 7},
+        /* two tiles a row: the rows blocked where the weights (9.4 MB) outgrow L2 */
+        {CONV3(14, 1), "cpu:avx512", 2, 14}, {CONV3(7, 1), "cpu:avx2", 2, 7},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":128,\"H\":14,\"W\":14,\"F\":128,"
+         "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+         "cpu:avx512", 2, 1},
         {"{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":1024,\"H\":10,\"W\":10,\"F\":2048,"
          "\"KH\":1,\"KW\":1},\"stride\":[2,2]}",
          "cpu:avx512", 2, 1},
