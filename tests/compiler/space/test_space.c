@@ -1701,3 +1701,33 @@ Test(space, rows_of_eight_columns_take_eight_by_two_on_avx512)
         unbuild(&b);
     }
 }
+
+/* A pointwise conv along F whose weights outgrow L2 takes all its positions into its block
+ * (tiles of 7 over 7 x 7: 7 of them), where it fits a row's (EfficientNet's 1152 -> 192 at
+ * 7 x 7, 0.9 MB under the test's 1 MiB L2: one tile) */
+Test(space, pointwise_convs_whose_weights_outgrow_l2_block_their_positions)
+{
+#define PW1(c, hw, f)                                                                        \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f \
+    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\"]}"
+    static const struct {
+        const char *wl;
+        int64_t ow3, ow2;
+    } cases[] = {
+        {PW1(512, 7, 2048), 7, 7},
+        {PW1(2048, 7, 512), 7, 7},
+        {PW1(1152, 7, 192), 7, 1},
+    };
+#undef PW1
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build_with_caches(cases[i].wl, "cpu:avx512", 2, 1 << 20);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_assert_eq(default_of(b.sp, SLOT_VECTORIZE), 3, "case %zu: along F", i);
+        cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].ow3, "case %zu: %lld positions a tile",
+                     i, (long long)space_tile(b.sp, &d, 3, 3));
+        cr_expect_eq(space_tile(b.sp, &d, 3, 2), cases[i].ow2, "case %zu: %lld tiles a block", i,
+                     (long long)space_tile(b.sp, &d, 3, 2));
+        unbuild(&b);
+    }
+}
