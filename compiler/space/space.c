@@ -1224,12 +1224,12 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
          * 7 x 7 1.07x, stride 2 from 56, 28, 14: 1.11x, 1.09x, 1.12x; batch 8 1.00-1.04x.
          * Pointwise convs (no window) keep 4 vectors: 7 x 2 was 0.97-1.02x there.
          * So do rows of 8, 16 or 32 columns, which 6 x 4 pads by an eighth or more (4 x 4 on
-         * 8 columns) and 8 x 2 covers exactly (rows8, below: 4 x 2 on 8 columns was 0.94x of
-         * 8 x 2). Alternated on
-         * a Xeon (family 6 model 207, 2 threads, AVX-512): Stable Diffusion's 3x3 convs 640
-         * at 32 x 32 1.10-1.18x, 1280 at 16 x 16 1.05-1.13x, 1280 at 8 x 8 1.18-1.30x, the
-         * stride-2 320 from 64 x 64 1.08-1.12x; 64 and 40 columns (6 x 4 or 5 x 4 pad less)
-         * were no faster as 8 x 2. */
+         * 8 columns) and 8 x 2 covers exactly (rows8, below: 8 columns then one tile a row,
+         * whose block takes the plane's rows). Old vs new defaults alternated on a Xeon
+         * (family 6 model 207, 2 threads, AVX-512): Stable Diffusion's 3x3 convs 640 at
+         * 32 x 32 1.05-1.14x, 1280 at 16 x 16 1.09-1.11x, 1280 at 8 x 8 2.7-2.85x (4 x 2
+         * there, without the plane's rows, 1.12x), the stride-2 320 from 64 x 64 0.96-1.04x;
+         * 64 and 40 columns (6 x 4 or 5 x 4 pad less) were no faster as 8 x 2. */
         int64_t cols = a->extent[ns - 1];
         if (budget >= 24 && vx != ns - 1 && t / space_cpu_tile_lanes(sp, t, true) == 4 &&
             window_taps(sp) > 1 && cols % 6 != 0 &&
@@ -1577,7 +1577,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         if (cap > CPU_ACC_BUF_MAX / row_floats) cap = CPU_ACC_BUF_MAX / row_floats;
                         while (cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores)
                             cap = ceil_div(cap, 2);
-                        rows_block = cap > 1;
+                        rows_block = cap > 1 && big_w;
                     }
                     v = pick_le(vals, n, cap);
                     /* ... and even blocks: a smaller block (down to half) that cuts the tiles
