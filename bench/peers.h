@@ -934,26 +934,18 @@ static void peer_floor_stream_run_(void *p)
         size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
         size_t lo = n * id / nt / 16 * 16, hi = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
         size_t i = lo; /* lo is 64-byte aligned: whole lines, the widest stores built for */
-        if (m->pf)
-            for (; i + 16 <= hi; i += 16) {
-                _mm_prefetch((const char *)(a + i + 1024), _MM_HINT_T1);
+        for (; i + 16 <= hi; i += 16) { /* a line a step; with pf, its source 4 KiB ahead */
+            if (m->pf) _mm_prefetch((const char *)(a + i + 1024), _MM_HINT_T1);
 #if defined(__AVX512F__)
-                _mm512_stream_ps(b + i, _mm512_load_ps(a + i));
-#elif defined(__AVX__)
-                _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
-                _mm256_stream_ps(b + i + 8, _mm256_load_ps(a + i + 8));
-#else
-                for (int l = 0; l < 16; l += 4)
-                    _mm_stream_ps(b + i + l, _mm_load_ps(a + i + l));
-#endif
-            }
-#if defined(__AVX512F__)
-        for (; i + 16 <= hi; i += 16)
             _mm512_stream_ps(b + i, _mm512_load_ps(a + i));
 #elif defined(__AVX__)
-        for (; i + 8 <= hi; i += 8)
             _mm256_stream_ps(b + i, _mm256_load_ps(a + i));
+            _mm256_stream_ps(b + i + 8, _mm256_load_ps(a + i + 8));
+#else
+            for (int l = 0; l < 16; l += 4)
+                _mm_stream_ps(b + i + l, _mm_load_ps(a + i + l));
 #endif
+        }
         for (; i + 4 <= hi; i += 4)
             _mm_stream_ps(b + i, _mm_load_ps(a + i));
         for (; i < hi; i++)

@@ -375,12 +375,10 @@ __attribute__((target("avx512f"))) static void stream_copy512(float *d, const fl
 {
     size_t i = 0;
     for (; i < n && ((uintptr_t)(d + i) & 63); i++) d[i] = s[i];
-    if (pf)
-        for (; i + 16 <= n; i += 16) {
-            _mm_prefetch((const char *)(s + i + STREAM_PF_AHEAD), _MM_HINT_T1);
-            _mm512_stream_ps(d + i, _mm512_loadu_ps(s + i));
-        }
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(d + i, _mm512_loadu_ps(s + i));
+    for (; i + 16 <= n; i += 16) {
+        if (pf) _mm_prefetch((const char *)(s + i + STREAM_PF_AHEAD), _MM_HINT_T1);
+        _mm512_stream_ps(d + i, _mm512_loadu_ps(s + i));
+    }
     for (; i < n; i++) d[i] = s[i];
 }
 
@@ -389,13 +387,10 @@ __attribute__((target("avx"))) static void stream_copy256(float *d, const float 
 {
     size_t i = 0;
     for (; i < n && ((uintptr_t)(d + i) & 31); i++) d[i] = s[i];
-    if (pf)
-        for (; i + 16 <= n; i += 16) {
-            _mm_prefetch((const char *)(s + i + STREAM_PF_AHEAD), _MM_HINT_T1);
-            _mm256_stream_ps(d + i, _mm256_loadu_ps(s + i));
-            _mm256_stream_ps(d + i + 8, _mm256_loadu_ps(s + i + 8));
-        }
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(d + i, _mm256_loadu_ps(s + i));
+    for (; i + 8 <= n; i += 8) {
+        if (pf && !(i & 15)) _mm_prefetch((const char *)(s + i + STREAM_PF_AHEAD), _MM_HINT_T1);
+        _mm256_stream_ps(d + i, _mm256_loadu_ps(s + i));
+    }
     for (; i < n; i++) d[i] = s[i];
 }
 

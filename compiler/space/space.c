@@ -1151,6 +1151,18 @@ static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, in
     return tasks;
 }
 
+/* A block of up to `want` units along axis ax (level 2), each unit unit_floats accumulators:
+ * as many as the accumulator block holds (CPU_ACC_BUF_MAX), halved until every core has two
+ * tasks */
+static int64_t block_within(const space *sp, const space_sched *out, int ax, int64_t want,
+                            int64_t unit_floats, int cores)
+{
+    int64_t cap = want;
+    if (cap > CPU_ACC_BUF_MAX / unit_floats) cap = CPU_ACC_BUF_MAX / unit_floats;
+    while (cap > 1 && decided_tasks(sp, out, ax, cap) < 2 * cores) cap = ceil_div(cap, 2);
+    return cap;
+}
+
 static void default_impl(const space *sp, int64_t want, const space_sched *given, int n_given,
                          space_sched *out);
 
@@ -1532,11 +1544,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                          * 512 1.25-1.29x (AVX2 1.19-1.22x), batch 8 0.98-1.04x; the 1x1
                          * stride-2 downsamples and SD's 1x1s keep their schedules */
                         if (big_w) {
-                            cap = ceil_div(a->extent[rows_x], t3);
-                            if (cap > CPU_ACC_BUF_MAX / (t3 * ftile))
-                                cap = CPU_ACC_BUF_MAX / (t3 * ftile);
-                            while (cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores)
-                                cap = ceil_div(cap, 2);
+                            cap = block_within(sp, out, sl->axis, ceil_div(a->extent[rows_x], t3),
+                                               t3 * ftile, cores);
                             rows_block = cap > 1;
                         }
                     }
@@ -1569,14 +1578,10 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     int64_t t3r = rows_x >= 0 ? space_tile(sp, out, rows_x, 3) : 0;
                     if (cap == 1 && vx != ns - 1 && !row_len && sl->axis == rows_x - 1 &&
                         window_taps(sp) > 1 && t3r > 0 && (a->extent[rows_x] <= t3r || big_w)) {
-                        /* whole output rows in the block, as many as its accumulators hold
-                         * (CPU_ACC_BUF_MAX) */
+                        /* whole output rows in the block */
                         const int64_t per_row = ceil_div(a->extent[rows_x], t3r);
-                        const int64_t row_floats = per_row * t3r * ftile;
-                        cap = a->extent[sl->axis];
-                        if (cap > CPU_ACC_BUF_MAX / row_floats) cap = CPU_ACC_BUF_MAX / row_floats;
-                        while (cap > 1 && decided_tasks(sp, out, sl->axis, cap) < 2 * cores)
-                            cap = ceil_div(cap, 2);
+                        cap = block_within(sp, out, sl->axis, a->extent[sl->axis],
+                                           per_row * t3r * ftile, cores);
                         rows_block = cap > 1 && big_w;
                     }
                     v = pick_le(vals, n, cap);
