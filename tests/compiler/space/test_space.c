@@ -1727,3 +1727,39 @@ Test(space, pointwise_convs_whose_weights_outgrow_l2_block_their_positions)
         unbuild(&b);
     }
 }
+
+/* A dense layer whose rows are one block and whose A outgrows half of L2 (prefill's 77 tokens
+ * x 4096) widens its block of columns up to 128 as far as the accumulators stay within L1
+ * (78 rows: 8 AVX2 tiles in 48 KiB, 6 in 32 KiB), keeping 4 tasks a core (768 columns: 6 a
+ * block); a small A (77 x 768), rows in several blocks (257) and AVX-512's 64-column tiles
+ * keep 2 tiles. */
+Test(space, prefill_dense_blocks_widen_within_l1)
+{
+    static const struct {
+        int64_t m, n, k;
+        const char *tg;
+        int64_t l1, l2, j2;
+    } cases[] = {
+        {77, 4096, 4096, "cpu:avx2", 48 << 10, 2 << 20, 8},
+        {77, 4096, 4096, "cpu:avx2", 32 << 10, 2 << 20, 6},
+        {77, 768, 4096, "cpu:avx2", 48 << 10, 2 << 20, 6},
+        {77, 3072, 768, "cpu:avx2", 48 << 10, 2 << 20, 2},
+        {257, 4096, 1024, "cpu:avx2", 48 << 10, 1 << 20, 2},
+        {77, 4096, 4096, "cpu:avx512", 48 << 10, 2 << 20, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[120];
+        snprintf(wl, sizeof wl, "{\"op\":\"dense\",\"shape\":{\"M\":%lld,\"N\":%lld,\"K\":%lld}}",
+                 (long long)cases[i].m, (long long)cases[i].n, (long long)cases[i].k);
+        target t = parsed(cases[i].tg);
+        t.cpu.cores = 2;
+        t.cpu.l1d_bytes = cases[i].l1;
+        t.cpu.l2_bytes = cases[i].l2;
+        built b = build_on(wl, &t);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_tile(b.sp, &d, 1, 2), cases[i].j2, "case %zu: j.2 %lld", i,
+                     (long long)space_tile(b.sp, &d, 1, 2));
+        unbuild(&b);
+    }
+}
