@@ -1683,9 +1683,8 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * Xeon (family 6 model 207, 48 KiB L1d, 2 MiB L2, 2 threads), AVX2:
                      * LLaMA-2's 77 x 4096 x 4096 1.14x, 77 x 11008 x 4096 1.21x, 77 x 4096 x
                      * 11008 1.29x, 77 x 4096 x 2048 1.04x, 77 x 768 x 4096 in 6 tiles 1.01x; 64
-                     * columns gained 1.0-1.05x; past
-                     * L1 it lost (257 x 4096 x 1024 in 258 x 48: 0.93x; 197 x 768 x 3072 in
-                     * 198 x 80 1.0x, in 198 x 48, within L1, 1.01x) */
+                     * columns gained 1.0-1.05x; past L1 it lost (257 x 4096 x 1024 in 258 x 48:
+                     * 0.93x; 197 x 768 x 3072 in 198 x 80 1.0x, in 198 x 48, within L1, 1.01x) */
                     int64_t t3 = space_tile(sp, out, sl->axis, 3);
                     t3 = t3 < 1 ? 1 : t3;
                     const int64_t rows = space_tile(sp, out, 0, 3) * space_tile(sp, out, 0, 2);
