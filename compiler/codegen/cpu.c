@@ -2766,6 +2766,31 @@ typedef struct {
     int64_t H, Wd, SH, DH, PH, SW, DW, PW, N, C, OH, OW, KH, KW;
 } win_geom;
 
+/* Tile rows per task of CPU_WINDOW along channels (all OHB where blocks of channels alone
+ * keep the cores busy): the band count whose busiest core does the least work, by a cost of
+ * its tasks' FMA vectors plus 3 per packed input vector (the pack's transposes and stores:
+ * a 5x5 stride-2 depthwise, 72 x 56 x 56 on AVX2, packed 15.8 us, its 2.5 M FMA vectors
+ * 28 us); a band packs only the rows its windows read, the halo twice. MobileNetV3's 72
+ * channels (9 blocks of 8 on 2 cores: 5 and 4) in two bands: 9 and 9 half-plane tasks. */
+static int64_t window_band_tiles(const win_geom *gm, int64_t cores, int64_t CB, int64_t R,
+                                 int64_t OHB, int64_t WP)
+{
+    const int64_t tasks = gm->N * CB;
+    if (cores <= 1 || tasks % cores == 0 || tasks >= 8 * cores) return OHB;
+    int64_t best = OHB;
+    double best_cost = -1;
+    for (int64_t nb = 1; nb <= 8 && nb <= OHB; nb++) {
+        const int64_t tb = (OHB + nb - 1) / nb, bands = (OHB + tb - 1) / tb;
+        const int64_t rows = tb * R < gm->OH ? tb * R : gm->OH;
+        const int64_t in_rows = (rows - 1) * gm->SH + (gm->KH - 1) * gm->DH + 1;
+        const int64_t busiest = (tasks * bands + cores - 1) / cores;
+        const double cost = (double)busiest * ((double)rows * (double)(gm->OW * gm->KH * gm->KW) +
+                                               3.0 * (double)(in_rows * WP));
+        if (best_cost < 0 || cost < best_cost * 0.999) best = tb, best_cost = cost;
+    }
+    return best;
+}
+
 /* CPU_WINDOW with its vectors along blocks of L channels (WINDOW_VEC_CHANNELS, space.h). Per
  * task (n, block of L channels):
  *   P[r][j][l] = the padded input of channel cb * L + l at row r, column j
@@ -2797,6 +2822,9 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     const int64_t jhi = Wd < WP - gm->PW ? Wd : WP - gm->PW;
     const bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
     const bool ctail = C % L != 0;
+    /* bands of tile rows per task where too few blocks leave a core idle */
+    const int64_t TB = window_band_tiles(gm, par ? sp->tgt.cpu.cores : 1, CB, R, OHB, WP);
+    const int64_t NB = (OHB + TB - 1) / TB;
     char fl[64];
     cg_float_literal(gm->fill, fl, sizeof fl);
     c->W = L;
@@ -2878,9 +2906,24 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     if (OW < L)
         cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
     if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
-    cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(gm->N * CB));
-    cg_line(b, 3, "const int64_t %s = task / %lld, cb = task %% %lld;", ax_n, (long long)CB,
-            (long long)CB);
+    cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(gm->N * CB * NB));
+    if (NB > 1) {
+        /* a band: tile rows [lo, hi), and the padded rows their windows read */
+        cg_line(b, 3, "const int64_t %s = task / %lld, cb = task / %lld %% %lld;", ax_n,
+                (long long)(CB * NB), (long long)NB, (long long)CB);
+        cg_line(b, 3, "const int64_t lo = task %% %lld * %lld, hi = tlm_imin(lo + %lld, %lld);",
+                (long long)NB, (long long)TB, (long long)TB, (long long)OHB);
+        cg_line(b, 3, "const int64_t ih_lo = tlm_imax(tlm_imin(lo * %lld, %lld) * %lld - %lld, 0);",
+                (long long)R, (long long)(OH - R), (long long)SH, (long long)gm->PH);
+        cg_line(b, 3,
+                "const int64_t ih_hi = tlm_imin((tlm_imin((hi - 1) * %lld, %lld) + %lld) * %lld + "
+                "%lld, %lld);",
+                (long long)R, (long long)(OH - R), (long long)(R - 1), (long long)SH,
+                (long long)((KH - 1) * DH + 1 - gm->PH), (long long)ihi);
+    } else {
+        cg_line(b, 3, "const int64_t %s = task / %lld, cb = task %% %lld;", ax_n, (long long)CB,
+                (long long)CB);
+    }
     /* channel k of the block: the last channel where the block runs past C */
     char chan[96];
     if (ctail)
@@ -2895,7 +2938,10 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     }
     /* the plane: L columns of L channels per transpose, the last block of a row overlapping
      * the one before it; rows narrower than L point by point */
-    cg_line(b, 3, "for (int64_t ih = 0; ih < %lld; ih++) {", (long long)ihi);
+    if (NB > 1)
+        cg_line(b, 3, "for (int64_t ih = ih_lo; ih < ih_hi; ih++) {");
+    else
+        cg_line(b, 3, "for (int64_t ih = 0; ih < %lld; ih++) {", (long long)ihi);
     cg_line(b, 4, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
             (long long)WP, (long long)gm->PW, L);
     if (jhi >= L) {
@@ -2918,7 +2964,10 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     }
     cg_line(b, 3, "}");
     /* the register tiles, a row of them at a time, then the row's epilogue */
-    cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+    if (NB > 1)
+        cg_line(b, 3, "for (int64_t ohb = lo; ohb < hi; ohb++) {");
+    else
+        cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
     cg_line(b, 4, "const int64_t oh0 = ohb * %lld < %lld ? ohb * %lld : %lld;", (long long)R,
             (long long)(OH - R), (long long)R, (long long)(OH - R));
     cg_line(b, 4, "for (int64_t owb = 0; owb < %lld; owb++) {", (long long)OWB);

@@ -470,6 +470,10 @@ static const char *const window_wls[] = {
     "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
     "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":17,\"KH\":3,"
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    /* along channels, fewer blocks than a whole number a core (3 of 8 lanes, 2 of 16 on 2
+     * cores): tasks of bands of tile rows, each packing the input rows its windows read */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":24,\"H\":15,\"W\":17,\"KH\":5,"
+    "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
 };
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
@@ -531,6 +535,40 @@ Test(codegen_cpu, window_sums_split_or_separable)
             cr_expect(one_col && has, "%s: one column %d, split %d", cases[i].wl, one_col, has);
         else
             cr_expect(!has, "%s: split", cases[i].wl);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
+/* Along channels, blocks that do not come out even on the cores are cut into bands of tile
+ * rows, each task packing the input rows its windows read: MobileNetV3's 72 channels (9
+ * blocks of 8) on 2 cores in 2 bands (18 tasks); 96 (12 blocks) and one core stay whole.
+ * Source only: the kernels are checked in window_sketch_odd_widths_strides_* */
+Test(codegen_cpu, window_channel_blocks_band_their_rows)
+{
+    static const struct {
+        int64_t c;
+        int cores;
+        const char *tasks;
+    } cases[] = {
+        {72, 2, "task < 18; task++"}, {96, 2, "task < 12; task++"}, {72, 1, "task < 9; task++"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[200];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":%lld,\"H\":56,"
+                 "\"W\":56,\"KH\":5,\"KW\":5},\"stride\":[2,2],\"pad\":[2,2]}",
+                 (long long)cases[i].c);
+        built b = build(wl, "cpu:avx2");
+        b.t.cpu.cores = b.sp->tgt.cpu.cores = cases[i].cores;
+        space_sched s;
+        tlm_error err;
+        tlm_err_clear(&err);
+        cr_assert_eq(
+            space_parse(b.sp, "vectorize=2 tile.ow.3=14 tile.oh.3=1 parallel=1", &s, &err), 0,
+            "%s", err.msg);
+        cr_expect(source_has(&b, &s, cases[i].tasks), "case %zu: no '%s'", i, cases[i].tasks);
+        cr_expect_eq(source_has(&b, &s, "ih = ih_lo; ih < ih_hi"), i == 0, "case %zu", i);
         free(b.g);
         free(b.sp);
     }
