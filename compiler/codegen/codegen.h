@@ -43,8 +43,11 @@
 /* The generators' version, part of every cached kernel's toolchain key (drv_toolchain_key):
  * bumped when what they emit for a schedule changes in a way a cached kernel should not
  * stand for (2: the CPU kernels' prepack entries; 3: layer_norm's moments in one pass, a DRAM-
- * sized layer_norm 5-8 % faster on AVX2: a cached kernel would keep the slower two passes). */
-#define CG_VERSION 3
+ * sized layer_norm 5-8 % faster on AVX2: a cached kernel would keep the slower two passes;
+ * 4: CPU_WINDOW along channels in bands of rows where its blocks leave a core idle, and the
+ * rule of thumb's AVX2 1x1 convs at 7 x 7 along F and prefill dense blocks 128 columns wide,
+ * 1.04-1.35x: a cached default would keep the old schedule). */
+#define CG_VERSION 4
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */
