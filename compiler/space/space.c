@@ -1171,6 +1171,18 @@ static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, in
     return tasks;
 }
 
+
+/* A dense layer's rows in one block (the tiles decided in out) with an A over half of L2 and a
+ * B over 8 times the cores' L2: see the prefill rule in default_impl. */
+static bool prefill_dense(const space *sp, const space_sched *out, int64_t cores)
+{
+    const ir_stage *a = anchor(sp);
+    const int64_t l2 = sp->tgt.cpu.l2_bytes > 0 ? sp->tgt.cpu.l2_bytes : 1 << 20;
+    const int64_t M = a->extent[0], N = a->extent[1], K = a->extent[2];
+    return space_tile(sp, out, 0, 3) * space_tile(sp, out, 0, 2) >= M && 2 * 4 * M * K > l2 &&
+           4 * K * N > 8 * cores * l2;
+}
+
 /* A block of up to `want` units along axis ax (level 2), each unit unit_floats accumulators:
  * as many as the accumulator block holds (CPU_ACC_BUF_MAX), halved until every core has two
  * tasks */
@@ -1679,21 +1691,21 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     v = 1;
                 }
                 else if (sl->level == 2 && last && vx == ns - 1 && sp->g->wl.op == IR_OP_DENSE &&
-                         ns == 2 && space_tile(sp, out, 0, 3) * space_tile(sp, out, 0, 2) >=
-                                        a->extent[0] &&
-                         2 * 4 * a->extent[0] * a->extent[ns] > (sp->tgt.cpu.l2_bytes > 0
-                                                                    ? sp->tgt.cpu.l2_bytes
-                                                                    : 1 << 20)) {
-                    /* a dense layer whose rows are one block (prefill's 77 tokens) and whose A
-                     * outgrows half of L2: each task reads all of A, from L3, once per block
-                     * of columns, so the block widens up to 128 columns (AVX2 8 tiles;
-                     * AVX-512's 2 tiles are that already) as far as its accumulators stay
-                     * within L1, while every core keeps 4 tasks. Old vs new alternated on a
-                     * Xeon (family 6 model 207, 48 KiB L1d, 2 MiB L2, 2 threads), AVX2:
-                     * LLaMA-2's 77 x 4096 x 4096 1.14x, 77 x 11008 x 4096 1.21x, 77 x 4096 x
-                     * 11008 1.29x, 77 x 4096 x 2048 1.04x, 77 x 768 x 4096 in 6 tiles 1.01x; 64
-                     * columns gained 1.0-1.05x; past L1 it lost (257 x 4096 x 1024 in 258 x 48:
-                     * 0.93x; 197 x 768 x 3072 in 198 x 80 1.0x, in 198 x 48, within L1, 1.01x) */
+                         ns == 2 && prefill_dense(sp, out, cores)) {
+                    /* a dense layer whose rows are one block (prefill's 77 tokens), whose A
+                     * outgrows half of L2 and whose B is far larger than the cores' L2: each
+                     * task reads all of A, and a panel of B in rows of 32 columns (2 cache
+                     * lines a row, a row a page), from L3 or DRAM, so the block widens up to
+                     * 128 columns (AVX2 8 tiles; AVX-512's 2 tiles are that already) as far as
+                     * its accumulators stay within L1, while every core keeps 4 tasks. Old vs
+                     * new alternated on a Xeon (family 6 model 207, 48 KiB L1d, 2 MiB L2, 2
+                     * threads), AVX2, by B: LLaMA-2's 77 x 4096 x 11008 (180 MB) 1.29x, 77 x
+                     * 11008 x 4096 1.21x, 77 x 768 x 16384 (50 MB, 6 tiles for 4 tasks a core)
+                     * 1.16x, 77 x 4096 x 4096 (64 MB) 1.14x; at 32 MB and less
+                     * (left as they were) 77 x 4096 x 2048 1.04x, 77 x 768 x 4096 1.01x, 197 x
+                     * 768 x 3072 1.01x, BERT's 128 x 768 x 3072 (9.4 MB) 0.89-0.90x; 64-column
+                     * blocks gained only 1.0-1.05x, and past L1 it lost (257 x 4096 x 1024 in
+                     * 258 x 48: 0.93x) */
                     int64_t t3 = space_tile(sp, out, sl->axis, 3);
                     t3 = t3 < 1 ? 1 : t3;
                     const int64_t rows = space_tile(sp, out, 0, 3) * space_tile(sp, out, 0, 2);

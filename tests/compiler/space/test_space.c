@@ -1730,11 +1730,12 @@ Test(space, pointwise_convs_whose_weights_outgrow_l2_block_their_positions)
     }
 }
 
-/* A dense layer whose rows are one block and whose A outgrows half of L2 (prefill's 77 tokens
- * x 4096) widens its block of columns up to 128 as far as the accumulators stay within L1
- * (78 rows: 8 AVX2 tiles in 48 KiB, 6 in 32 KiB), keeping 4 tasks a core (768 columns: 6 a
- * block); a small A (77 x 768), rows in several blocks (257) and AVX-512's 64-column tiles
- * keep 2 tiles. */
+/* A dense layer whose rows are one block, whose A outgrows half of L2 (prefill's 77 tokens x
+ * 4096) and whose B is over 8 times the cores' L2 widens its block of columns up to 128 as
+ * far as the accumulators stay within L1 (78 rows: 8 AVX2 tiles in 48 KiB, 6 in 32 KiB),
+ * keeping 4 tasks a core (768 columns: 6 a block); a small A (77 x 768), a small B (BERT's
+ * 128 x 768 x 3072: 9.4 MB), rows in several blocks (257) and AVX-512's 64-column tiles keep
+ * 2 tiles. */
 Test(space, prefill_dense_blocks_widen_within_l1)
 {
     static const struct {
@@ -1744,7 +1745,8 @@ Test(space, prefill_dense_blocks_widen_within_l1)
     } cases[] = {
         {77, 4096, 4096, "cpu:avx2", 48 << 10, 2 << 20, 8},
         {77, 4096, 4096, "cpu:avx2", 32 << 10, 2 << 20, 6},
-        {77, 768, 4096, "cpu:avx2", 48 << 10, 2 << 20, 6},
+        {77, 768, 16384, "cpu:avx2", 48 << 10, 2 << 20, 6},
+        {128, 768, 3072, "cpu:avx2", 48 << 10, 2 << 20, 2},
         {77, 3072, 768, "cpu:avx2", 48 << 10, 2 << 20, 2},
         {257, 4096, 1024, "cpu:avx2", 48 << 10, 1 << 20, 2},
         {77, 4096, 4096, "cpu:avx512", 48 << 10, 2 << 20, 2},
