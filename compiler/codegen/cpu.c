@@ -3960,8 +3960,8 @@ static const char rows_vec_norm_out[] =
     "}\n"
     "\n"
     "/* a norm's last pass, straight into the output row y; beside it, the next input row pf is\n"
-    " * prefetched or, given ns, summed (as tlm_rsum) into ns, the rows after it prefetched 8 KiB\n"
-    " * ahead. Streamed (nt), y's whole 64-byte lines go out with non-temporal stores as they are\n"
+    " * prefetched or, given ns, summed (as tlm_rsum) into ns, the rows after it prefetched\n"
+    " * TLM_PF_AHEAD floats ahead. Streamed (nt), y's whole 64-byte lines go out with non-temporal stores as they are\n"
     " * computed and the partial lines at either end with plain ones: on a 16384 x 4096 layer_norm\n"
     " * (Zen 4, 2 threads) 14.1 ms against 16.6 through a scratch row streamed out during the next\n"
     " * row, a streaming copy of the same bytes 12.6 (softmax keeps that scratch row, where the\n"
@@ -3990,7 +3990,7 @@ static const char rows_vec_norm_out[] =
     "        int64_t k = ns->i;\n"
     "        for (; i + 4 * TLM_VW <= C; i += 4 * TLM_VW, k += 4 * TLM_VW) {\n"
     "            for (int p = 0; p < 16 * TLM_VW; p += 64)\n"
-    "                _mm_prefetch((const char *)(pf + k + 2048) + p, TLM_PF_HINT);\n"
+    "                _mm_prefetch((const char *)(pf + k + TLM_PF_AHEAD) + p, TLM_PF_HINT);\n"
     "            tlm_rsum_chunk(&a0, &a1, &a2, &a3, pf + k, sq, ns->sh);\n"
     "            tlm_v v[4];\n"
     "            for (int u = 0; u < 4; u++) v[u] = tlm_norm_v(x, g, b, i + u * TLM_VW, m, s);\n"
@@ -4190,6 +4190,12 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     cg_line(b, 0, "#include <immintrin.h>");
     cg_line(b, 0, "#include <stdlib.h>");
     cg_line(b, 0, "#define TLM_PF_HINT %s", foot <= l1 ? "_MM_HINT_T0" : "_MM_HINT_T1");
+    /* how far ahead a streamed norm's next rows are prefetched (tlm_norm_out): 8 KiB with
+     * 64-byte vectors, 2 KiB with 32-byte ones. A 16384 x 4096 layer_norm from DRAM on a Xeon
+     * (2 threads, alternated in several orders with bench/ab_kernels' fixed COLD rotation):
+     * AVX2 at 2 KiB 1.13-1.20x faster than at 8 KiB (4 KiB 1.05-1.13x, 1 KiB and 512 bytes
+     * none); AVX-512 at 2 KiB 0.93-0.96x of 8 KiB */
+    cg_line(b, 0, "#define TLM_PF_AHEAD %d", sp->tgt.cpu.isa & TARGET_ISA_AVX512F ? 2048 : 512);
     cg_printf(b, "%s", rows_vec_common);
     if (op == RV_LAYER_NORM || op == RV_RMS_NORM) cg_printf(b, "\n%s", rows_vec_norm_out);
     cg_printf(b, "%s\n",
