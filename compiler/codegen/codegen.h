@@ -44,9 +44,10 @@
  * bumped when what they emit for a schedule changes in a way a cached kernel should not
  * stand for (2: the CPU kernels' prepack entries; 3: layer_norm's moments in one pass, a DRAM-
  * sized layer_norm 5-8 % faster on AVX2: a cached kernel would keep the slower two passes;
- * 4: CPU_WINDOW along channels in bands of rows where its blocks leave a core idle, and the
- * rule of thumb's AVX2 1x1 convs at 7 x 7 along F and prefill dense blocks 128 columns wide,
- * 1.04-1.35x: a cached default would keep the old schedule). */
+ * 4: CPU_WINDOW along channels in bands of rows where its blocks leave a core idle, AVX2's
+ * streamed norms prefetching 2 KiB ahead, and the rule of thumb's AVX2 1x1 convs at 7 x 7
+ * along F, 5x5 depthwise along OW and prefill dense blocks 128 columns wide, 1.04-1.35x: a
+ * cached kernel would keep the old code or schedule). */
 #define CG_VERSION 4
 
 typedef struct cg_kernel {
