@@ -15,8 +15,9 @@
  * inputs before the timing). COLD=MiB (env): calls rotate through copies of all the arguments
  * totalling at least that much (at least 3 and at most 64 copies, each kernel taking each in
  * turn), so each call's data comes from DRAM, e.g. COLD=1024 where a VM's L3 may be large.
- * KERNEL.so@pre: that kernel with its constant operands packed once (its tlm_kernel_prepack entries, as a plan's params are; one packed copy per
- * argument copy) and called through tlm_kernel_prepacked; PRE_ARGS=MASK (env) packs only the
+ * KERNEL.so@pre: that kernel with its constant operands packed once (its tlm_kernel_prepack
+ * entries, as a plan's params are; one packed copy per argument copy) and called through
+ * tlm_kernel_prepacked; PRE_ARGS=MASK (env) packs only the
  * entries of those arguments (0x2: the weights, where a kernel also exports its input's pack,
  * which a plan packs per call), the others packed by each call. Threads: the kernels' own
  * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
