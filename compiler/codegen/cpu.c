@@ -2825,6 +2825,15 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     /* bands of tile rows per task where too few blocks leave a core idle */
     const int64_t TB = window_band_tiles(gm, par ? sp->tgt.cpu.cores : 1, CB, R, OHB, WP);
     const int64_t NB = (OHB + TB - 1) / TB;
+    /* a task's input rows to pack and tile rows to compute: its band's (variables set at the
+     * task's start), or the whole plane */
+    char ih_lo[24] = "ih_lo", ih_hi[24] = "ih_hi", oh_lo[24] = "lo", oh_hi[24] = "hi";
+    if (NB == 1) {
+        snprintf(ih_lo, sizeof ih_lo, "0");
+        snprintf(ih_hi, sizeof ih_hi, "%lld", (long long)ihi);
+        snprintf(oh_lo, sizeof oh_lo, "0");
+        snprintf(oh_hi, sizeof oh_hi, "%lld", (long long)OHB);
+    }
     char fl[64];
     cg_float_literal(gm->fill, fl, sizeof fl);
     c->W = L;
@@ -2938,10 +2947,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     }
     /* the plane: L columns of L channels per transpose, the last block of a row overlapping
      * the one before it; rows narrower than L point by point */
-    if (NB > 1)
-        cg_line(b, 3, "for (int64_t ih = ih_lo; ih < ih_hi; ih++) {");
-    else
-        cg_line(b, 3, "for (int64_t ih = 0; ih < %lld; ih++) {", (long long)ihi);
+    cg_line(b, 3, "for (int64_t ih = %s; ih < %s; ih++) {", ih_lo, ih_hi);
     cg_line(b, 4, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
             (long long)WP, (long long)gm->PW, L);
     if (jhi >= L) {
@@ -2964,10 +2970,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     }
     cg_line(b, 3, "}");
     /* the register tiles, a row of them at a time, then the row's epilogue */
-    if (NB > 1)
-        cg_line(b, 3, "for (int64_t ohb = lo; ohb < hi; ohb++) {");
-    else
-        cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+    cg_line(b, 3, "for (int64_t ohb = %s; ohb < %s; ohb++) {", oh_lo, oh_hi);
     cg_line(b, 4, "const int64_t oh0 = ohb * %lld < %lld ? ohb * %lld : %lld;", (long long)R,
             (long long)(OH - R), (long long)R, (long long)(OH - R));
     cg_line(b, 4, "for (int64_t owb = 0; owb < %lld; owb++) {", (long long)OWB);

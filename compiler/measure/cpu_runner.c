@@ -432,12 +432,10 @@ __attribute__((target("avx"))) static float read_sum256(const float *s, size_t n
 
 typedef struct {
     const measure__hdr *h;
-    void **args; /* the kernel's copies (cpu_ctx.args) */
-    int k;       /* copies */
-    int *next;   /* the kernel's rotation (cpu_ctx.next), shared: every call, the kernel's
-                  * or a floor form's, takes the copy after the call before it (with a
-                  * rotation of its own the floor's first form read the copy the kernel had
-                  * just read and written, warm in a large L3) */
+    cpu_ctx *kern; /* the kernel's copies and rotation, shared: every call, the kernel's or a
+                    * floor form's, takes the copy after the call before it (with a rotation
+                    * of its own the floor's first form read the copy the kernel had just read
+                    * and written, warm in a large L3) */
     bool read;   /* a read of the inputs, not a copy of the output's bytes */
     bool wide;   /* AVX-512 */
     bool avx;    /* AVX; without it (no such x86-64 host here) memcpy and a scalar sum */
@@ -457,7 +455,7 @@ enum { FLOOR_MEMCPY, FLOOR_STREAM, FLOOR_STREAM_PF, FLOOR_FORMS };
 /* One call of the floor on argument copy c in form `form` (a read ignores it) */
 static void floor_call(floor_ctx *f, int c, int form)
 {
-    void *const *a = (void *const *)(f->args + (size_t)c * MEASURE__MAX_ARGS);
+    void *const *a = (void *const *)(f->kern->args + (size_t)c * MEASURE__MAX_ARGS);
     const int n = f->h->n_args;
     if (f->read) {
         float sum = 0;
@@ -508,8 +506,9 @@ static int floor_batch(void *vctx, int64_t inner, double *seconds)
     for (int pass = 0; pass < (f->read ? 1 : FLOOR_FORMS); pass++) {
         int64_t t0 = tlm_now_ns();
         for (int64_t i = 0; i < inner; i++) {
-            floor_call(f, *f->next, pass);
-            if (++*f->next == f->k) *f->next = 0;
+            cpu_ctx *kc = f->kern;
+            floor_call(f, kc->next, pass);
+            if (++kc->next == kc->k) kc->next = 0;
         }
         double t = (double)(tlm_now_ns() - t0) * 1e-9;
         if (pass == 0 || t < best) best = t;
@@ -702,8 +701,7 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     /* opts.mem_floor: a copy when the kernel writes at least half of what it reads */
     uint64_t in_bytes = 0;
     for (int i = 0; i < n - 1; i++) in_bytes += h->arg[i].bytes;
-    floor_ctx fl = {.h = h, .args = cargs, .k = k, .next = &ctx.next,
-                    .read = 2 * h->arg[n - 1].bytes < in_bytes,
+    floor_ctx fl = {.h = h, .kern = &ctx, .read = 2 * h->arg[n - 1].bytes < in_bytes,
                     .wide = __builtin_cpu_supports("avx512f"),
                     .avx = __builtin_cpu_supports("avx")};
     if (measure__time(h, t_check, cpu_batch, &ctx, h->mem_floor ? floor_batch : NULL, &fl, &m) !=

@@ -1171,7 +1171,6 @@ static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, in
     return tasks;
 }
 
-
 /* A dense layer's rows in one block (the tiles decided in out) with an A over half of L2 and a
  * B over 8 times the cores' L2: see the prefill rule in default_impl. */
 static bool prefill_dense(const space *sp, const space_sched *out, int64_t cores)
