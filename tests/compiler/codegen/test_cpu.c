@@ -1137,6 +1137,54 @@ Test(codegen_cpu, window_plane_rows_start_on_vectors)
     }
 }
 
+/* A conv along F whose transposed copy-out writes an output larger than the cores' L2, from a
+ * window of at most 256 taps, streams its whole 64-byte lines on AVX-512 (an aligned 16 x 16
+ * tile's rows; the rest, 34-float rows here, are plain stores); a deep window, an output
+ * within L2 or AVX2 keeps plain stores. L2 is shrunk so that a small conv crosses the line,
+ * and where the host runs AVX-512 the streamed kernel is checked against the reference. */
+Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
+{
+    static const char *const shallow = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,"
+                                       "\"H\":30,\"W\":34,\"F\":48,\"KH\":3,\"KW\":3},"
+                                       "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}";
+    static const char *const deep = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":32,"
+                                    "\"H\":30,\"W\":34,\"F\":48,\"KH\":3,\"KW\":3},"
+                                    "\"pad\":[1,1]}";
+    static const struct {
+        const char *wl, *tg;
+        int64_t l2;
+        bool stream;
+    } cases[] = {
+        {shallow, "cpu:avx512", 16384, true},   /* 196 KB out, 2 x 16 KB of L2, 27 taps */
+        {shallow, "cpu:avx512", 1 << 20, false}, /* the output fits L2 */
+        {deep, "cpu:avx512", 16384, false},      /* 288 taps */
+        {shallow, "cpu:avx2", 16384, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build(cases[i].wl, cases[i].tg);
+        b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
+        b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = cases[i].l2;
+        space_sched s;
+        space_default_vectorized(b.sp, 3, &s); /* along F */
+        cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
+        cr_expect_eq(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"), cases[i].stream,
+                     "case %zu", i);
+        free(b.g);
+        free(b.sp);
+    }
+    built b = build(shallow, "cpu");
+    if (b.t.cpu.vector_lanes == 16) {
+        b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
+        b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = 16384;
+        space_sched s;
+        space_default_vectorized(b.sp, 3, &s);
+        cr_expect(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"));
+        check_schedule(&b, &s, shallow);
+    }
+    free(b.g);
+    free(b.sp);
+}
+
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
  * is unrolled whole, and a tile of at most 10 accumulators reads its broadcast input through
  * one base pointer; with 32 registers the rows stay a loop (and every tile has its base). A
