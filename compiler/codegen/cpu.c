@@ -2251,7 +2251,8 @@ static bool copyout_stream(const cgc *c, bool vec)
     const int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : 1 << 20;
     const int64_t cores = c->sp->tgt.cpu.cores > 0 ? c->sp->tgt.cpu.cores : 1;
     int64_t taps = 1;
-    for (int i = c->ns; i < c->ns + c->nr; i++) taps *= c->E[i];
+    for (int i = c->ns; i < c->ns + c->nr; i++)
+        taps *= c->E[i];
     return 4 * ir_tensor_numel(&c->g->tensor[c->g->output]) > cores * l2 && taps <= 256;
 }
 
@@ -2354,7 +2355,8 @@ static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_
     emit_output_ref(b, c->g, &nm);
     cg_printf(b, " = src[p * %lld + q];\n", (long long)accst[L]);
     while (ind > oind) cg_line(b, --ind, "}");
-    if (c->tstream) cg_line(b, ind, "_mm_sfence(); /* the streamed lines, before the threads join */");
+    if (c->tstream)
+        cg_line(b, ind, "_mm_sfence(); /* the streamed lines, before the threads join */");
 }
 
 static void emit_stream_helper(cg_buf *b);
@@ -3284,11 +3286,13 @@ static int gen_window(cgc *c, const char *entry)
         int64_t l = lo[ph], h = hi[ph];
         int64_t a0 = chi > clo ? clo : h, a1 = chi > clo ? chi : h; /* [a0, a1) done above */
         if (a0 > l)
-            cg_line(b, 5, "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
+            cg_line(b, 5,
+                    "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
                     (long long)l, (long long)a0, (long long)(ph * WQ), (long long)SW,
                     (long long)(ph - PW));
         if (h > a1)
-            cg_line(b, 5, "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
+            cg_line(b, 5,
+                    "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
                     (long long)a1, (long long)h, (long long)(ph * WQ), (long long)SW,
                     (long long)(ph - PW));
     }

@@ -1155,7 +1155,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
         int64_t l2;
         bool stream;
     } cases[] = {
-        {shallow, "cpu:avx512", 16384, true},   /* 196 KB out, 2 x 16 KB of L2, 27 taps */
+        {shallow, "cpu:avx512", 16384, true},    /* 196 KB out, 2 x 16 KB of L2, 27 taps */
         {shallow, "cpu:avx512", 1 << 20, false}, /* the output fits L2 */
         {deep, "cpu:avx512", 16384, false},      /* 288 taps */
         {shallow, "cpu:avx2", 16384, false},
