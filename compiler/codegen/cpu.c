@@ -2360,11 +2360,11 @@ static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_
 }
 
 static void emit_stream_helper(cg_buf *b);
-static bool rows_vec_stream(const cgc *c);
 
 /* A tile kernel whose register tiles store straight to the output (one reduction chunk,
- * vectors along the output's last axis) streams the output out when it outgrows the cache
- * (rows_vec_stream's rule): an attention score matrix of 54-64 MB from a K = 40-64
+ * vectors along the output's last axis) streams the output out when it outgrows the cache,
+ * or the cores' L2 from a short window (space_cpu_tile_streams): an attention score matrix
+ * of 54-64 MB from a K = 40-64
  * contraction is bound by its write traffic, and without the read for ownership it is 1.5x
  * faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The rows must be whole lines. */
 static bool tile_stream(const cgc *c)
@@ -2374,9 +2374,13 @@ static bool tile_stream(const cgc *c)
      * 1500-float rows put every 16-float segment across two lines, all stored plainly (and
      * before the helper streamed whole lines only, half lines: 18 -> 190 ms on AVX2) */
     if (c->T[c->x][3] % 16 || c->E[c->x] % 16) return false;
-    for (int i = c->ns; i < c->ns + c->nr; i++)
+    int64_t taps = 1;
+    for (int i = c->ns; i < c->ns + c->nr; i++) {
         if (c->T[i][0] != 1) return false;
-    return rows_vec_stream(c);
+        taps *= c->E[i];
+    }
+    return space_cpu_tile_streams(&c->sp->tgt, 4 * ir_tensor_numel(&c->g->tensor[c->g->output]),
+                                  taps);
 }
 
 /* How the fused task loop is split among threads. OpenMP's plain static schedule gives each

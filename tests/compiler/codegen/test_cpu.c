@@ -1289,6 +1289,37 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
     }
 }
 
+/* ... and, from a short window (at most 128 multiply-adds an output), past twice the cores'
+ * L2 while the last-level cache is large (space_cpu_tile_streams): checked with a 16 KiB L2
+ * on 2 cores (64 KiB) and a 256 MiB L3, a 78 KiB output from K = 24 streamed on both ISAs and run against the
+ * reference; K = 200, or an L2 that holds the output, keep plain stores. */
+Test(codegen_cpu, streaming_tiles_past_the_l2_from_short_windows)
+{
+    static const char *const shallow = "{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":320,"
+                                       "\"K\":24},\"epilogue\":[\"bias_add\",\"relu\"]}";
+    static const char *const deep = "{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":320,"
+                                    "\"K\":200}}";
+    static const struct {
+        const char *wl;
+        int64_t l2;
+        bool stream;
+    } cases[] = {{shallow, 16384, true}, {shallow, 1 << 20, false}, {deep, 16384, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
+            b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = cases[i].l2;
+            b.t.cpu.l3_bytes = b.sp->tgt.cpu.l3_bytes = 256 << 20;
+            space_sched s;
+            space_default(b.sp, &s);
+            cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&out["), cases[i].stream,
+                         "case %zu on %s", i, ti ? "cpu:avx2" : "cpu");
+            if (cases[i].stream) check_schedule(&b, &s, cases[i].wl);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
  * lengths of 1, lanes - 1, lanes, lanes + 1 of each ISA (on AVX2 also 15 and 17: one vector
  * and a tail of 7 or two vectors and 1), 33 (past the 4-vector unrolled block, a multiple of
