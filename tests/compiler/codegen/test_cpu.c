@@ -1291,8 +1291,9 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
 
 /* ... and, from a short window (at most 128 multiply-adds an output), past twice the cores'
  * L2 while the last-level cache is large (space_cpu_tile_streams): checked with a 16 KiB L2
- * on 2 cores (64 KiB) and a 256 MiB L3, a 78 KiB output from K = 24 streamed on both ISAs and run against the
- * reference; K = 200, or an L2 that holds the output, keep plain stores. */
+ * on 2 cores (64 KiB) and a 256 MiB L3, a 78 KiB output from K = 24 streamed on both ISAs
+ * and run against the reference; K = 200, or an L2 that holds the output, keep plain
+ * stores. */
 Test(codegen_cpu, streaming_tiles_past_the_l2_from_short_windows)
 {
     static const char *const shallow = "{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":320,"
