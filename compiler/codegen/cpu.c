@@ -3219,19 +3219,28 @@ static int gen_window(cgc *c, const char *entry)
      * their own block, a 5x5 at 14 x 14 lost 11 %). Alternated against the whole plane packed
      * first, 2 threads: 3x3 depthwise at 112 x 112 1.13-1.19x, stride 2 1.03-1.13x, 5x5
      * stride 2 at 56 x 56 1.05-1.07x, MobileNetV2's 144 x 56 x 56 batch 8 1.02-1.11x, a
-     * 3x3 stride-2 max pool at 112 1.12x (AVX-512), avg pool 1.07-1.09x; planes of 28 and
-     * less 0.97-1.08x. */
-    cg_line(b, 3, "int64_t rdone = 0;");
-    cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+     * 3x3 stride-2 max pool at 112 1.12x (AVX-512), avg pool 1.07-1.09x. A plane under 8 KiB
+     * (28 x 28 and less: read from L2 in a few hundred cycles) is packed whole first, as
+     * before: 3x3 depthwise at 14 x 14 lost 6-9 % on AVX2 with its pack in the blocks' loop
+     * (ResNet's and MobileNet's 28 x 28 ones 0.97-1.08x). */
+    const bool ahead = H * Wd * (int64_t)sizeof(float) >= 8192;
+    const int pi = ahead ? 1 : 0; /* the pack's extra indent inside the row blocks' loop */
+    if (ahead) {
+        cg_line(b, 3, "int64_t rdone = 0;");
+        cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+        cg_line(b, 4, "const int64_t rend = ohb * %lld + %lld < %lld ? ohb * %lld + %lld : %lld;",
+                (long long)(R * SH), (long long)(R * SH + span), (long long)HP, (long long)(R * SH),
+                (long long)(R * SH + span), (long long)HP);
+    }
     /* pack the plane: rows outside the input are fill; inside, each phase's columns */
-    cg_line(b, 4, "const int64_t rend = ohb * %lld + %lld < %lld ? ohb * %lld + %lld : %lld;",
-            (long long)(R * SH), (long long)(R * SH + span), (long long)HP, (long long)(R * SH),
-            (long long)(R * SH + span), (long long)HP);
-    cg_line(b, 4, "for (int64_t r = rdone; r < rend; r++) {");
-    cg_line(b, 5, "const int64_t ih = r - %lld;", (long long)PH);
-    cg_line(b, 5, "float *const q = Q + r * %lld;", (long long)(SW * WQ));
-    cg_line(b, 5, "if (ih < 0 || ih >= %lld) continue;", (long long)H);
-    cg_line(b, 5, "const float *const xr = xp + ih * %lld;", (long long)Wd);
+    if (ahead)
+        cg_line(b, 4, "for (int64_t r = rdone; r < rend; r++) {");
+    else
+        cg_line(b, 3, "for (int64_t r = 0; r < %lld; r++) {", (long long)HP);
+    cg_line(b, 4 + pi, "const int64_t ih = r - %lld;", (long long)PH);
+    cg_line(b, 4 + pi, "float *const q = Q + r * %lld;", (long long)(SW * WQ));
+    cg_line(b, 4 + pi, "if (ih < 0 || ih >= %lld) continue;", (long long)H);
+    cg_line(b, 4 + pi, "const float *const xr = xp + ih * %lld;", (long long)Wd);
     /* columns j of phase ph with 0 <= j * SW + ph - PW < Wd: [lo[ph], hi[ph]); the range
      * every phase has, [clo, chi), is one loop writing all phases (stride 2: one pair of
      * loads deinterleaved into two rows) */
@@ -3261,47 +3270,55 @@ static int gen_window(cgc *c, const char *entry)
             n1 += snprintf(ev + n1, sizeof ev - (size_t)n1, "%s%d", l ? ", " : "", 2 * l);
             n2 += snprintf(od + n2, sizeof od - (size_t)n2, "%s%d", l ? ", " : "", 2 * l + 1);
         }
-        cg_line(b, 5, "for (int64_t j0 = %lld;; j0 += %d) {", (long long)clo, W);
-        cg_line(b, 6, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(chi - W),
+        cg_line(b, 4 + pi, "for (int64_t j0 = %lld;; j0 += %d) {", (long long)clo, W);
+        cg_line(b, 5 + pi, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(chi - W),
                 (long long)(chi - W));
         if (SW == 1) {
-            cg_line(b, 6, "*(tlm_vfu *)&q[j] = *(const tlm_vfu *)&xr[j - %lld];", (long long)PW);
+            cg_line(b, 5 + pi, "*(tlm_vfu *)&q[j] = *(const tlm_vfu *)&xr[j - %lld];",
+                    (long long)PW);
         } else if (deint8) {
-            cg_line(b, 6, "tlm_deint2(&xr[j * 2 - %lld], &q[j], &q[%lld + j]);", (long long)PW,
+            cg_line(b, 5 + pi, "tlm_deint2(&xr[j * 2 - %lld], &q[j], &q[%lld + j]);", (long long)PW,
                     (long long)WQ);
         } else {
-            cg_line(b, 6, "const tlm_vf v0 = *(const tlm_vfu *)&xr[j * 2 - %lld];", (long long)PW);
-            cg_line(b, 6, "const tlm_vf v1 = *(const tlm_vfu *)&xr[j * 2 %c %lld];",
+            cg_line(b, 5 + pi, "const tlm_vf v0 = *(const tlm_vfu *)&xr[j * 2 - %lld];",
+                    (long long)PW);
+            cg_line(b, 5 + pi, "const tlm_vf v1 = *(const tlm_vfu *)&xr[j * 2 %c %lld];",
                     W >= PW ? '+' : '-', (long long)(W >= PW ? W - PW : PW - W));
-            cg_line(b, 6, "*(tlm_vfu *)&q[j] = __builtin_shuffle(v0, v1, (tlm_wi){%s});", ev);
-            cg_line(b, 6, "*(tlm_vfu *)&q[%lld + j] = __builtin_shuffle(v0, v1, (tlm_wi){%s});",
+            cg_line(b, 5 + pi, "*(tlm_vfu *)&q[j] = __builtin_shuffle(v0, v1, (tlm_wi){%s});", ev);
+            cg_line(b, 5 + pi,
+                    "*(tlm_vfu *)&q[%lld + j] = __builtin_shuffle(v0, v1, (tlm_wi){%s});",
                     (long long)WQ, od);
         }
-        cg_line(b, 6, "if (j == %lld) break;", (long long)(chi - W));
-        cg_line(b, 5, "}");
+        cg_line(b, 5 + pi, "if (j == %lld) break;", (long long)(chi - W));
+        cg_line(b, 4 + pi, "}");
     } else if (chi > clo) {
-        cg_line(b, 5, "for (int64_t j = %lld; j < %lld; j++) {", (long long)clo, (long long)chi);
+        cg_line(b, 4 + pi, "for (int64_t j = %lld; j < %lld; j++) {", (long long)clo,
+                (long long)chi);
         for (int64_t ph = 0; ph < SW; ph++)
-            cg_line(b, 6, "q[%lld + j] = xr[j * %lld + %lld];", (long long)(ph * WQ), (long long)SW,
-                    (long long)(ph - PW));
-        cg_line(b, 5, "}");
+            cg_line(b, 5 + pi, "q[%lld + j] = xr[j * %lld + %lld];", (long long)(ph * WQ),
+                    (long long)SW, (long long)(ph - PW));
+        cg_line(b, 4 + pi, "}");
     }
     for (int64_t ph = 0; ph < SW; ph++) {
         int64_t l = lo[ph], h = hi[ph];
         int64_t a0 = chi > clo ? clo : h, a1 = chi > clo ? chi : h; /* [a0, a1) done above */
         if (a0 > l)
-            cg_line(b, 5,
+            cg_line(b, 4 + pi,
                     "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
                     (long long)l, (long long)a0, (long long)(ph * WQ), (long long)SW,
                     (long long)(ph - PW));
         if (h > a1)
-            cg_line(b, 5,
+            cg_line(b, 4 + pi,
                     "for (int64_t j = %lld; j < %lld; j++) q[%lld + j] = xr[j * %lld + %lld];",
                     (long long)a1, (long long)h, (long long)(ph * WQ), (long long)SW,
                     (long long)(ph - PW));
     }
-    cg_line(b, 4, "}");
-    cg_line(b, 4, "rdone = rend;");
+    cg_line(b, 3 + pi, "}");
+    if (ahead) {
+        cg_line(b, 4, "rdone = rend;");
+    } else {
+        cg_line(b, 3, "for (int64_t ohb = 0; ohb < %lld; ohb++) {", (long long)OHB);
+    }
     cg_line(b, 4, "for (int64_t owb = 0; owb < %lld; owb++) {", (long long)OWB);
     cg_line(b, 5, "const float *const q0 = Q + ohb * %lld + owb * %lld;",
             (long long)(R * SH * SW * WQ), (long long)CO);

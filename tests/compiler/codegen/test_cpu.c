@@ -1137,6 +1137,48 @@ Test(codegen_cpu, window_plane_rows_start_on_vectors)
     }
 }
 
+/* Along OW, a plane of 8 KiB or more is packed a row block ahead of the FMAs (inside the
+ * blocks' loop), a smaller one whole before them; odd extents, strides and random schedules
+ * of the first checked against the reference on both ISAs. */
+Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
+{
+    static const char *const large[] = {
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":45,\"W\":71,"
+        "\"KH\":5,\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\","
+        "\"relu\"]}",
+        "{\"op\":\"max_pool2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":47,\"W\":53,\"KH\":3,"
+        "\"KW\":3},\"stride\":[1,1],\"pad\":[1,1]}",
+    };
+    static const char *const small = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,"
+                                     "\"C\":4,\"H\":14,\"W\":14,\"KH\":3,\"KW\":3},"
+                                     "\"pad\":[1,1]}";
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        for (int i = 0; i < 2; i++) {
+            built b = build(large[i], tg);
+            space_sched s;
+            space_default_vectorized(b.sp, 1, &s); /* along OW */
+            cr_expect(source_has(&b, &s, "for (int64_t r = rdone; r < rend; r++)"), "%s on %s",
+                      large[i], tg);
+            check_schedule(&b, &s, large[i]);
+            uint64_t rng = 31 + (uint64_t)i;
+            for (int k = 0; k < 4; k++) {
+                space_sample(b.sp, &rng, &s);
+                check_schedule(&b, &s, large[i]);
+            }
+            free(b.g);
+            free(b.sp);
+        }
+        built b = build(small, tg);
+        space_sched s;
+        space_default_vectorized(b.sp, 1, &s);
+        cr_expect(source_has(&b, &s, "for (int64_t r = 0; r < "), "%s", tg);
+        cr_expect(!source_has(&b, &s, "rdone"), "%s", tg);
+        free(b.g);
+        free(b.sp);
+    }
+}
+
 /* A conv along F whose transposed copy-out writes an output larger than the cores' L2, from a
  * window of at most 256 taps, streams its whole 64-byte lines on AVX-512 (an aligned 16 x 16
  * tile's rows; the rest, 34-float rows here, are plain stores); a deep window, an output
