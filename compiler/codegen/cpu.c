@@ -3173,8 +3173,15 @@ static int gen_window(cgc *c, const char *entry)
         cg_line(b, 0, "#endif");
         cg_line(b, 0, "}");
     }
+    /* A window's output past twice the cores' L2 (space_cpu_tile_streams) in rows of whole
+     * 64-byte lines goes out of the row buffer with non-temporal stores, the epilogue applied
+     * in place first: no reads for ownership. */
+    const bool wstream =
+        W > 1 && OW % 16 == 0 &&
+        space_cpu_tile_streams(&sp->tgt, 4 * ir_tensor_numel(&g->tensor[g->output]), KH * KW);
+    if (wstream) emit_stream_helper(b);
     /* the buffered write-back of short AVX-512 rows (below) */
-    const bool vwb = W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
+    const bool vwb = !wstream && W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
     if (vwb && OW % W) {
         /* the first n floats of v to p (a row's last, partial vector) */
         cg_line(b, 0, "#include <immintrin.h>");
@@ -3475,7 +3482,7 @@ static int gen_window(cgc *c, const char *entry)
     cg_names nm = c->nm;
     for (int i = 0; i < 4; i++)
         nm.axis[i] = a->axis[i];
-    if (!vwb || epi) { /* in place over whole vectors (vwb), else to the output */
+    if (!(vwb || wstream) || epi) { /* in place (vwb: over whole vectors; wstream), else out */
         char dest[96];
         snprintf(dest, sizeof dest, "rowbuf[i * %lld + %s]", (long long)OWc, a->axis[3]);
         cg_line(b, 5, "#pragma omp simd");
@@ -3484,8 +3491,15 @@ static int gen_window(cgc *c, const char *entry)
         cg_printf(b, "%*sfloat v = rowbuf[i * %lld + %s]", 6 * 4, "", (long long)OWc, a->axis[3]);
         if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
         cg_printf(b, ";\n");
-        emit_epilogue_store(b, g, 6, &nm, vwb ? dest : NULL);
+        emit_epilogue_store(b, g, 6, &nm, vwb || wstream ? dest : NULL);
         cg_line(b, 5, "}");
+    }
+    if (wstream) {
+        cg_names o0 = nm;
+        o0.axis[3] = "0";
+        cg_printf(b, "%*stlm_stream_row(&", 5 * 4, "");
+        emit_output_ref(b, g, &o0);
+        cg_printf(b, ", &rowbuf[i * %lld], %lld);\n", (long long)OWc, (long long)OW);
     }
     if (vwb) {
         cg_names o0 = nm;
@@ -3506,6 +3520,7 @@ static int gen_window(cgc *c, const char *entry)
     cg_line(b, 4, "}");
     cg_line(b, 3, "}");
     cg_line(b, 2, "}");
+    if (wstream) cg_line(b, 2, "_mm_sfence(); /* the streamed rows, before the threads join */");
     cg_line(b, 1, "}");
     cg_line(b, 0, "}");
     return 0;

@@ -1179,6 +1179,44 @@ Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
     }
 }
 
+/* Along OW, an output past twice the cores' L2 (space_cpu_tile_streams) in rows of whole
+ * 64-byte lines goes out of the row buffer with non-temporal stores after its epilogue ran in
+ * place: checked with a 4 KiB L2 on 2 cores, a 32-wide depthwise + bias + ReLU6 and a 32-wide
+ * stride-2 avg pool (its 1/n scale in place) on both ISAs, default and random schedules
+ * against the reference; 30-wide rows keep plain stores. */
+Test(codegen_cpu, window_streams_whole_line_rows_past_the_l2)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":32,\"W\":32,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}",
+        "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":5,\"H\":63,\"W\":64,\"KH\":3,"
+        "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":32,\"W\":30,"
+        "\"KH\":3,\"KW\":3},\"pad\":[1,1]}",
+    };
+    for (int i = 0; i < 3; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
+            b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = 4096;
+            b.t.cpu.l3_bytes = b.sp->tgt.cpu.l3_bytes = 256 << 20;
+            space_sched s;
+            space_default_vectorized(b.sp, 1, &s); /* along OW */
+            cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&"), i < 2, "%s on %s", wls[i],
+                         ti ? "cpu:avx2" : "cpu");
+            if (i < 2) {
+                check_schedule(&b, &s, wls[i]);
+                uint64_t rng = 5 + (uint64_t)i;
+                for (int k = 0; k < 3; k++) {
+                    space_sample(b.sp, &rng, &s);
+                    check_schedule(&b, &s, wls[i]);
+                }
+            }
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 /* A conv along F whose transposed copy-out writes an output larger than the cores' L2, from a
  * window of at most 256 taps, streams its whole 64-byte lines on AVX-512 (an aligned 16 x 16
  * tile's rows; the rest, 34-float rows here, are plain stores); a deep window, an output
