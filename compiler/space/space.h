@@ -256,8 +256,9 @@ bool space_window_channels(const space *sp, const space_sched *s, int upto);
 /* Bytes of output past which a CPU kernel stores it with non-temporal stores, where its rows
  * allow (codegen's streaming rule): half the last-level cache, at most 24 MiB a core. */
 int64_t space_cpu_stream_bytes(const target *t);
-/* Whether a tile kernel whose register tiles store straight to the output along its rows
- * streams it: past space_cpu_stream_bytes, or, where its window is short (at most 128
+/* Whether a kernel storing its output's rows as it finishes them (a tile kernel along the
+ * output's last axis, a window kernel along OW; codegen asks also for rows of whole lines)
+ * streams them: past space_cpu_stream_bytes, or, where its window is short (at most 128
  * multiply-adds an output point: bound by its writes), past twice the cores' L2. */
 bool space_cpu_tile_streams(const target *t, int64_t out_bytes, int64_t taps);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
