@@ -2228,6 +2228,21 @@ static void emit_padcopies(cgc *c, int ind, bool par)
     }
 }
 
+/* The output's bytes, and the multiply-adds of one output point (the reduction axes' extents
+ * multiplied): what the streaming rules weigh. */
+static int64_t output_bytes(const cgc *c)
+{
+    return 4 * ir_tensor_numel(&c->g->tensor[c->g->output]);
+}
+
+static int64_t reduction_points(const cgc *c)
+{
+    int64_t n = 1;
+    for (int i = c->ns; i < c->ns + c->nr; i++)
+        n *= c->E[i];
+    return n;
+}
+
 /* Whether a block is copied out transposed (emit_copyout_transposed): vectorised, with a
  * reduction, along another axis than the output's last, in 8 or 16 lanes. */
 static bool copyout_transposes(const cgc *c, bool vec)
@@ -2248,12 +2263,8 @@ static bool copyout_transposes(const cgc *c, bool vec)
 static bool copyout_stream(const cgc *c, bool vec)
 {
     if (!copyout_transposes(c, vec) || c->W != 16) return false;
-    const int64_t l2 = c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : 1 << 20;
     const int64_t cores = c->sp->tgt.cpu.cores > 0 ? c->sp->tgt.cpu.cores : 1;
-    int64_t taps = 1;
-    for (int i = c->ns; i < c->ns + c->nr; i++)
-        taps *= c->E[i];
-    return 4 * ir_tensor_numel(&c->g->tensor[c->g->output]) > cores * l2 && taps <= 256;
+    return output_bytes(c) > cores * target_l2(c) && reduction_points(c) <= 256;
 }
 
 /* tlm_transpose: W vectors of W lanes transposed in registers (r[i][j] <- r[j][i]), by
@@ -2364,9 +2375,9 @@ static void emit_stream_helper(cg_buf *b);
 /* A tile kernel whose register tiles store straight to the output (one reduction chunk,
  * vectors along the output's last axis) streams the output out when it outgrows the cache,
  * or the cores' L2 from a short window (space_cpu_tile_streams): an attention score matrix
- * of 54-64 MB from a K = 40-64
- * contraction is bound by its write traffic, and without the read for ownership it is 1.5x
- * faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The rows must be whole lines. */
+ * of 54-64 MB from a K = 40-64 contraction is bound by its write traffic, and without the
+ * read for ownership it is 1.5x faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The
+ * rows must be whole lines. */
 static bool tile_stream(const cgc *c)
 {
     if (c->nr == 0 || c->W <= 1 || c->x != c->ns - 1) return false;
@@ -2374,13 +2385,9 @@ static bool tile_stream(const cgc *c)
      * 1500-float rows put every 16-float segment across two lines, all stored plainly (and
      * before the helper streamed whole lines only, half lines: 18 -> 190 ms on AVX2) */
     if (c->T[c->x][3] % 16 || c->E[c->x] % 16) return false;
-    int64_t taps = 1;
-    for (int i = c->ns; i < c->ns + c->nr; i++) {
+    for (int i = c->ns; i < c->ns + c->nr; i++)
         if (c->T[i][0] != 1) return false;
-        taps *= c->E[i];
-    }
-    return space_cpu_tile_streams(&c->sp->tgt, 4 * ir_tensor_numel(&c->g->tensor[c->g->output]),
-                                  taps);
+    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c), reduction_points(c));
 }
 
 /* How the fused task loop is split among threads. OpenMP's plain static schedule gives each
@@ -3177,8 +3184,7 @@ static int gen_window(cgc *c, const char *entry)
      * 64-byte lines goes out of the row buffer with non-temporal stores, the epilogue applied
      * in place first: no reads for ownership. */
     const bool wstream =
-        W > 1 && OW % 16 == 0 &&
-        space_cpu_tile_streams(&sp->tgt, 4 * ir_tensor_numel(&g->tensor[g->output]), KH * KW);
+        W > 1 && OW % 16 == 0 && space_cpu_tile_streams(&sp->tgt, output_bytes(c), KH * KW);
     if (wstream) emit_stream_helper(b);
     /* the buffered write-back of short AVX-512 rows (below) */
     const bool vwb = !wstream && W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
@@ -3677,7 +3683,7 @@ static int64_t rows_stream_len(const cgc *c, bool vec)
     if (!vec || an->reduce != IR_RED_NONE || an->n_spatial <= nra) return 0;
     int64_t n = 1;
     for (int i = nra; i < an->n_spatial; i++) n *= an->extent[i];
-    int64_t out_bytes = 4 * ir_tensor_numel(&g->tensor[g->output]);
+    int64_t out_bytes = output_bytes(c);
     int64_t llc = c->sp->tgt.cpu.l3_bytes > 0 ? c->sp->tgt.cpu.l3_bytes : 8 << 20;
     if (out_bytes <= llc / 2 || n < 64 || n > (1 << 20)) return 0;
     return n;
@@ -4048,10 +4054,11 @@ static const char rows_vec_norm_out[] =
     "\n"
     "/* a norm's last pass, straight into the output row y; beside it, the next input row pf is\n"
     " * prefetched or, given ns, summed (as tlm_rsum) into ns, the rows after it prefetched\n"
-    " * TLM_PF_AHEAD floats ahead. Streamed (nt), y's whole 64-byte lines go out with non-temporal stores as they are\n"
-    " * computed and the partial lines at either end with plain ones: on a 16384 x 4096 layer_norm\n"
-    " * (Zen 4, 2 threads) 14.1 ms against 16.6 through a scratch row streamed out during the next\n"
-    " * row, a streaming copy of the same bytes 12.6 (softmax keeps that scratch row, where the\n"
+    " * TLM_PF_AHEAD floats ahead. Streamed (nt), y's whole 64-byte lines go out with\n"
+    " * non-temporal stores as they are computed and the partial lines at either end with plain\n"
+    " * ones: on a 16384 x 4096 layer_norm (Zen 4, 2 threads) 14.1 ms against 16.6 through a\n"
+    " * scratch row streamed out during the next row, a streaming copy of the same bytes 12.6\n"
+    " * (softmax keeps that scratch row, where the\n"
     " * deferred stream overlaps the exp pass: 3.7 ms against 4.5 streamed directly). Where the\n"
     " * rows stream (DRAM-sized), the next row's sum is taken here, its loads beside this row's\n"
     " * stores, instead of in a pass of its own (Zen 5, 2 threads, old / new alternated: the same\n"
@@ -4247,8 +4254,7 @@ static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
  * faster streamed. */
 static bool rows_vec_stream(const cgc *c)
 {
-    int64_t out_bytes = 4 * ir_tensor_numel(&c->g->tensor[c->g->output]);
-    return out_bytes > space_cpu_stream_bytes(&c->sp->tgt);
+    return output_bytes(c) > space_cpu_stream_bytes(&c->sp->tgt);
 }
 
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)

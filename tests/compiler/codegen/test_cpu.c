@@ -913,6 +913,14 @@ static void small_l3(built *b)
     b->sp->tgt.cpu.l3_bytes = 64 << 10;
 }
 
+/* cores and caches set on both the built target and the space's copy of it (l3 0: as is) */
+static void set_caches(built *b, int cores, int64_t l2, int64_t l3)
+{
+    b->t.cpu.cores = b->sp->tgt.cpu.cores = cores;
+    b->t.cpu.l2_bytes = b->sp->tgt.cpu.l2_bytes = l2;
+    if (l3) b->t.cpu.l3_bytes = b->sp->tgt.cpu.l3_bytes = l3;
+}
+
 /* The default of each workload on both ISAs, with a 64 KiB L3, checked against the reference;
  * `streamed`: the source must stream its rows, and the serial kernel is checked too (its
  * scratch row outside any parallel region). */
@@ -1197,9 +1205,7 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_l2)
     for (int i = 0; i < 3; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
-            b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = 4096;
-            b.t.cpu.l3_bytes = b.sp->tgt.cpu.l3_bytes = 256 << 20;
+            set_caches(&b, 2, 4096, 256 << 20);
             space_sched s;
             space_default_vectorized(b.sp, 1, &s); /* along OW */
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&"), i < 2, "%s on %s", wls[i],
@@ -1242,8 +1248,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(cases[i].wl, cases[i].tg);
-        b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
-        b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = cases[i].l2;
+        set_caches(&b, 2, cases[i].l2, 0);
         space_sched s;
         space_default_vectorized(b.sp, 3, &s); /* along F */
         cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
@@ -1254,8 +1259,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
     }
     built b = build(shallow, "cpu");
     if (b.t.cpu.vector_lanes == 16) {
-        b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
-        b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = 16384;
+        set_caches(&b, 2, 16384, 0);
         space_sched s;
         space_default_vectorized(b.sp, 3, &s);
         cr_expect(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"));
@@ -1388,9 +1392,7 @@ Test(codegen_cpu, streaming_tiles_past_the_l2_from_short_windows)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
-            b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
-            b.t.cpu.l2_bytes = b.sp->tgt.cpu.l2_bytes = cases[i].l2;
-            b.t.cpu.l3_bytes = b.sp->tgt.cpu.l3_bytes = 256 << 20;
+            set_caches(&b, 2, cases[i].l2, 256 << 20);
             space_sched s;
             space_default(b.sp, &s);
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&out["), cases[i].stream,
