@@ -80,8 +80,16 @@ def make_weights(plan, np):
 
 
 def build_module(m, weights, torch):
-    """A torch.nn.Module running the plan; params are buffers, inputs are forward args."""
+    """A torch.nn.Module running the plan; params are buffers, inputs are forward args.
+
+    Written as a framework user would write the network, so that the exported graph is the one
+    ONNX Runtime is good at: a reshape that keeps the shape is not called (traced, it would
+    become a Reshape node, which breaks ORT's Conv + Add + Relu fusion and its NCHWc layout into
+    Reorder nodes around it), and a conv's bias goes into the conv."""
     F = torch.nn.functional
+
+    def view(t, *shape):
+        return t if tuple(t.shape) == tuple(shape) else t.reshape(*shape)
     plan = m["plan"]
     kernels = m["kernels"]
     root = {t["name"]: t.get("alias_of", t["name"]) for t in plan["tensors"]}
@@ -94,11 +102,11 @@ def build_module(m, weights, torch):
         if ep == "bias_add":
             shape = [1] * y.dim()
             shape[chan_axis] = -1
-            return y + other.reshape(shape)
+            return y + view(other, *shape)
         if ep == "add":
-            return y + other.reshape(y.shape)
+            return y + view(other, *y.shape)
         if ep == "mul":
-            return y * other.reshape(y.shape)
+            return y * view(other, *y.shape)
         if ep == "relu":
             return F.relu(y)
         if ep == "relu6":
@@ -113,31 +121,31 @@ def build_module(m, weights, torch):
             return torch.tanh(y)
         raise ValueError(f"epilogue {ep}")
 
-    def anchor(w, a):
+    def anchor(w, a, bias):
         op, s = w["op"], w["shape"]
         if op == "dense":
             M, N, K = s["M"], s["N"], s["K"]
-            x = a[0].reshape(K, M).t() if w.get("transpose_a") else a[0].reshape(M, K)
-            b = a[1].reshape(N, K).t() if w.get("transpose_b") else a[1].reshape(K, N)
-            return x @ b, 1, 2
+            x = view(a[0], K, M).t() if w.get("transpose_a") else view(a[0], M, K)
+            b = view(a[1], N, K).t() if w.get("transpose_b") else view(a[1], K, N)
+            return (x @ b if bias is None else torch.addmm(bias, x, b)), 1, 2
         if op == "batch_matmul":
             B, M, N, K = s["B"], s["M"], s["N"], s["K"]
-            x = a[0].reshape(B, K, M).transpose(1, 2) if w.get("transpose_a") else a[0].reshape(B, M, K)
-            b = a[1].reshape(B, N, K).transpose(1, 2) if w.get("transpose_b") else a[1].reshape(B, K, N)
+            x = view(a[0], B, K, M).transpose(1, 2) if w.get("transpose_a") else view(a[0], B, M, K)
+            b = view(a[1], B, N, K).transpose(1, 2) if w.get("transpose_b") else view(a[1], B, K, N)
             return torch.bmm(x, b), 2, 2
         if op in ("conv2d", "depthwise_conv2d", "max_pool2d", "avg_pool2d"):
             nhwc = w.get("layout") == "NHWC"
             N, C, H, W = s["N"], s["C"], s["H"], s["W"]
-            x = a[0].reshape(N, H, W, C).permute(0, 3, 1, 2) if nhwc else a[0].reshape(N, C, H, W)
+            x = view(a[0], N, H, W, C).permute(0, 3, 1, 2) if nhwc else view(a[0], N, C, H, W)
             st, pd, dl = tuple(w.get("stride", [1, 1])), tuple(w.get("pad", [0, 0])), tuple(w.get("dilation", [1, 1]))
             KH, KW = s["KH"], s["KW"]
             if op == "conv2d":
                 g = w.get("groups", 1)
-                wt = a[1].reshape(KH, KW, C // g, s["F"]).permute(3, 2, 0, 1) if nhwc else a[1].reshape(s["F"], C // g, KH, KW)
-                y = F.conv2d(x, wt, None, st, pd, dl, g)
+                wt = view(a[1], KH, KW, C // g, s["F"]).permute(3, 2, 0, 1) if nhwc else view(a[1], s["F"], C // g, KH, KW)
+                y = F.conv2d(x, wt, bias, st, pd, dl, g)
             elif op == "depthwise_conv2d":
-                wt = a[1].reshape(KH, KW, C).permute(2, 0, 1) if nhwc else a[1].reshape(C, KH, KW)
-                y = F.conv2d(x, wt.reshape(C, 1, KH, KW), None, st, pd, dl, C)
+                wt = view(a[1], KH, KW, C).permute(2, 0, 1) if nhwc else view(a[1], C, KH, KW)
+                y = F.conv2d(x, view(wt, C, 1, KH, KW), bias, st, pd, dl, C)
             elif op == "max_pool2d":
                 y = F.max_pool2d(x, (KH, KW), st, pd)
             else:
@@ -148,26 +156,26 @@ def build_module(m, weights, torch):
         if op == "global_avg_pool2d":
             N, C, H, W = s["N"], s["C"], s["H"], s["W"]
             if w.get("layout") == "NHWC":
-                return a[0].reshape(N, H * W, C).mean(1), 1, 2
-            return a[0].reshape(N, C, H * W).mean(2), 1, 2
+                return view(a[0], N, H * W, C).mean(1), 1, 2
+            return view(a[0], N, C, H * W).mean(2), 1, 2
         R, C = s.get("R"), s.get("C")
         if op == "softmax":
-            return torch.softmax(a[0].reshape(R, C), -1), 1, 2
+            return torch.softmax(view(a[0], R, C), -1), 1, 2
         if op == "layer_norm":
-            return F.layer_norm(a[0].reshape(R, C), (C,), a[1], a[2], w.get("eps", 1e-5)), 1, 2
+            return F.layer_norm(view(a[0], R, C), (C,), a[1], a[2], w.get("eps", 1e-5)), 1, 2
         if op == "rms_norm":
-            x = a[0].reshape(R, C)
+            x = view(a[0], R, C)
             return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + w.get("eps", 1e-5)) * a[1], 1, 2
         if op == "reduce_sum":
-            return a[0].reshape(R, C).sum(-1), 0, 1
+            return view(a[0], R, C).sum(-1), 0, 1
         if op == "reduce_mean":
-            return a[0].reshape(R, C).mean(-1), 0, 1
+            return view(a[0], R, C).mean(-1), 0, 1
         if op == "reduce_max":
-            return a[0].reshape(R, C).amax(-1), 0, 1
+            return view(a[0], R, C).amax(-1), 0, 1
         if op == "elementwise":
-            return a[0].reshape(s["N"]), 0, 1
+            return view(a[0], s["N"]), 0, 1
         if op == "transpose":
-            return a[0].reshape(-1, R, C).transpose(1, 2), 2, 3
+            return view(a[0], -1, R, C).transpose(1, 2), 2, 3
         raise ValueError(f"op {op}")
 
     steps = []
@@ -191,17 +199,19 @@ def build_module(m, weights, torch):
                 a = [env[root[n]] for n in args[:-1]]
                 n_anchor_in = {"layer_norm": 3, "rms_norm": 2, "dense": 2, "batch_matmul": 2,
                                "conv2d": 2, "depthwise_conv2d": 2}.get(w["op"], 1)
-                y, chan, _ = anchor(w, a[:n_anchor_in])
-                k = n_anchor_in
-                for ep in w.get("epilogue", []):
+                eps, bias, k = list(w.get("epilogue", [])), None, n_anchor_in
+                if eps[:1] == ["bias_add"] and w["op"] in ("dense", "conv2d", "depthwise_conv2d"):
+                    bias, eps, k = a[k], eps[1:], k + 1  # nn.Linear's and nn.Conv2d's own bias
+                y, chan, _ = anchor(w, a[:n_anchor_in], bias)
+                for ep in eps:
                     other = None
                     if ep in ("bias_add", "add", "mul"):
                         other = a[k]
                         k += 1
                     y = epilogue(y, ep, other, w, chan if y.dim() > 1 else 0)
                 out = args[-1]
-                env[root[out]] = y.reshape(shapes[root[out]])
-            return tuple(env[root[o]].reshape(shapes[o]) for o in outputs)
+                env[root[out]] = view(y, *shapes[root[out]])
+            return tuple(view(env[root[o]], *shapes[o]) for o in outputs)
 
     return Net(), inputs, outputs
 
@@ -223,7 +233,7 @@ def cmd_torch(d, runs, threads):
     np.savez(os.path.join(d, "torch_out.npz"), **{o: y.numpy() for o, y in zip(outputs, ys)})
     with torch.no_grad():
         torch.onnx.export(net, xs, os.path.join(d, "model.onnx"), input_names=inputs,
-                          output_names=outputs, opset_version=17, do_constant_folding=False)
+                          output_names=outputs, opset_version=17, do_constant_folding=True)
     print(json.dumps({"peer": "torch", "version": torch.__version__, "median_ms": med,
                       "min_ms": mn, "runs": runs, "threads": threads}))
 
