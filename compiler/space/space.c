@@ -1184,6 +1184,45 @@ static int64_t decided_tasks(const space *sp, const space_sched *out, int ax, in
     return tasks;
 }
 
+/* The busiest thread's work when the tiles decided in out, with `per` at level 2 along axis
+ * ax (undecided tiles 1), cut the output into tasks that OpenMP's static split hands out in
+ * order, the last axis fastest (as codegen numbers them): the output points of its tasks,
+ * those of the vector axis vx counted in whole vectors of `lanes` (a masked last vector costs
+ * a whole one). -1 past 4096 tasks, whose split is even enough. */
+static int64_t busiest_work(const space *sp, const space_sched *out, int ax, int64_t per, int vx,
+                            int lanes, int cores)
+{
+    const ir_stage *a = anchor(sp);
+    const int ns = sp->n_spatial;
+    int64_t blk[IR_MAX_AXES], cnt[IR_MAX_AXES], tasks = 1;
+    for (int x = 0; x < ns; x++) {
+        int64_t t3 = space_tile(sp, out, x, 3), t2 = x == ax ? per : space_tile(sp, out, x, 2);
+        blk[x] = (t3 > 0 ? t3 : 1) * (t2 > 0 ? t2 : 1);
+        cnt[x] = ceil_div(a->extent[x], blk[x]);
+        tasks *= cnt[x];
+        if (tasks > 4096) return -1;
+    }
+    int64_t worst = 0, at = 0;
+    for (int c = 0; c < cores; c++) {
+        const int64_t mine = tasks / cores + (c < tasks % cores);
+        int64_t work = 0;
+        for (int64_t t = at; t < at + mine; t++) {
+            int64_t rem = t, points = 1;
+            for (int x = ns - 1; x >= 0; x--) {
+                const int64_t j = rem % cnt[x], left = a->extent[x] - j * blk[x];
+                int64_t cov = left < blk[x] ? left : blk[x];
+                if (x == vx) cov = ceil_div(cov, lanes) * lanes;
+                points *= cov;
+                rem /= cnt[x];
+            }
+            work += points;
+        }
+        at += mine;
+        if (work > worst) worst = work;
+    }
+    return worst;
+}
+
 /* A dense layer's rows in one block (the tiles decided in out) with an A over half of L2 and a
  * B over 8 times the cores' L2: see the prefill rule in default_impl. */
 static bool prefill_dense(const space *sp, const space_sched *out, int64_t cores)
@@ -1666,6 +1705,24 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         !(cols % 16 == 0 &&
                           space_cpu_tile_streams(&sp->tgt, outb, a->extent[ns])))
                         v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
+                    /* ... and balanced threads: the static split hands each thread a run of
+                     * tasks, and where the other axes' last tasks are short (a 1x1 conv at
+                     * 14 x 14: 196 positions in 6 tiles of 32 and one of 4) a block that
+                     * leaves a thread more full tasks than the other (1024 filters in 3
+                     * blocks x 7: 11 and 10 tasks, 10 and 8 of them full) costs what a
+                     * smaller block (down to half) that evens the threads' work does not
+                     * (4 blocks x 7: 14 each). Where one is at least 1/32 lighter, the
+                     * lightest (the largest of equals) */
+                    const int64_t heavy =
+                        v > 1 && !row ? busiest_work(sp, out, sl->axis, v, vx, lanes, cores) : -1;
+                    int64_t light = v, least = heavy;
+                    for (int k = 0; heavy > 0 && k < n && vals[k] < v; k++) {
+                        int64_t w = 2 * vals[k] >= v
+                                        ? busiest_work(sp, out, sl->axis, vals[k], vx, lanes, cores)
+                                        : -1;
+                        if (w > 0 && 32 * w <= 31 * heavy && w <= least) least = w, light = vals[k];
+                    }
+                    v = light;
                 }
                 else if (sl->level == 2 && nonlast == 1 && sp->n_reduce > 0) {
                     /* one register row (a GEMV: decode's M = 1): nothing reuses a loaded

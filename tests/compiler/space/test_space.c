@@ -896,6 +896,26 @@ Test(space, gemm_row_blocks_come_out_even)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* The block of filter tiles evens the threads' work when the positions' last task is short:
+ * ResNet-50's 1x1 256 -> 1024 at 14 x 14 has 196 positions in 6 tiles of 32 and one of 4, so
+ * 171 filter tiles in blocks of 57 (3 x 7 tasks) leave one thread 10 full tasks and the other
+ * 8; blocks of 43 (4 x 7) give each 12. A GEMM with a short last column block and an even
+ * split keeps its block (768 rows: 2 x 64). */
+Test(space, filter_blocks_even_the_threads_work)
+{
+#define PW1(c, hw, f)                                                                        \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f \
+    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}"
+    static const default_tiles cases[] = {
+        {PW1(256, 14, 1024), "cpu:avx512", SKETCH_CPU_TILE, {1, 3}, {3, 3}, {6, 32}},
+        {PW1(256, 14, 1024), "cpu:avx512", SKETCH_CPU_TILE, {1, 1}, {3, 2}, {6, 43}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":768,\"N\":1000,\"K\":512}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 0}, {3, 2}, {6, 64}},
+    };
+#undef PW1
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+}
+
 /* A conv whose vector row is one vector (14 columns in 16 lanes; 7 or 20 in 8) takes two
  * output rows in its register tile, its filter rows counted against two vectors: 8 x 2 on
  * AVX-512, 6 x 2 on AVX2 (16 ymm); 14 columns on AVX2 are two vectors already and keep one
