@@ -265,16 +265,48 @@ static void emit_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm)
 }
 
 /* `out[i]`: the output at the identity index of the anchor's spatial axes (names in nm). */
-static void emit_output_ref(cg_buf *b, const ir_subgraph *g, cg_names *nm)
+/* tensor[point], for the output or a tensor of its shape indexed as it is (twin_inputs) */
+static void emit_point_ref(cg_buf *b, const ir_subgraph *g, int tensor, cg_names *nm)
 {
     ir_expr st;
     memset(&st, 0, sizeof st);
     st.kind = IR_E_LOAD;
-    st.tensor = g->output;
-    for (int d = 0; d < g->tensor[g->output].ndim; d++) st.idx[d].coef[d] = 1;
-    cg_printf(b, "%s[", g->tensor[g->output].name);
+    st.tensor = tensor;
+    for (int d = 0; d < g->tensor[tensor].ndim; d++) st.idx[d].coef[d] = 1;
+    cg_printf(b, "%s[", g->tensor[tensor].name);
     cg_emit_offset(b, g, &g->stage[g->anchor], &st, nm);
     cg_printf(b, "]");
+}
+
+static void emit_output_ref(cg_buf *b, const ir_subgraph *g, cg_names *nm)
+{
+    emit_point_ref(b, g, g->output, nm);
+}
+
+/* The inputs the epilogue reads at the output's own points (a residual add's, a mul's: the
+ * output's shape, dim d indexed by axis d alone), at most max, each once: their tensors */
+static int twin_inputs(const ir_subgraph *g, int *ids, int max)
+{
+    const ir_tensor *o = &g->tensor[g->output];
+    int n = 0;
+    for (int i = g->anchor + 1; i < g->n_stage; i++) {
+        const ir_stage *st = &g->stage[i];
+        for (int e = 0; e < st->n_expr; e++) {
+            const ir_expr *x = &st->expr[e];
+            if (x->kind != IR_E_LOAD || g->tensor[x->tensor].kind != IR_T_INPUT) continue;
+            const ir_tensor *t = &g->tensor[x->tensor];
+            bool twin = t->ndim == o->ndim;
+            for (int d = 0; twin && d < t->ndim; d++) {
+                twin = t->shape[d] == o->shape[d] && x->idx[d].off == 0;
+                for (int ax = 0; twin && ax < IR_MAX_AXES; ax++)
+                    twin = x->idx[d].coef[ax] == (ax == d);
+            }
+            for (int k = 0; twin && k < n; k++)
+                twin = ids[k] != x->tensor;
+            if (twin && n < max) ids[n++] = x->tensor;
+        }
+    }
+    return n;
 }
 
 /* ---- CPU_TILE ---- */
@@ -1201,17 +1233,27 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         else
             cg_line(b, ind, "%s r%lld = blk[%lld];", ty, (long long)q, (long long)off);
     }
-    if (c->direct && !c->edge && !c->stream) {
+    if (c->direct && !c->edge) {
         /* the output lines this tile will store, requested for writing while it computes
          * (a store that misses waits for its line; prefetched, the FMAs hide it; a streamed
-         * output is not read at all) */
+         * output is not read at all), and the lines of the inputs its epilogue reads at the
+         * same points (a residual), requested for reading */
+        int twins[4];
+        const int nt = twin_inputs(c->g, twins, 4);
         for (int64_t q = 0; q < nv; q++) {
             tile_point(c, q, accst, o);
             cg_names pn;
             point_names(c, o, 0, &pn);
-            cg_printf(b, "%*s__builtin_prefetch(&", ind * 4, "");
-            emit_output_ref(b, c->g, &pn);
-            cg_printf(b, ", 1, 3);\n");
+            if (!c->stream) {
+                cg_printf(b, "%*s__builtin_prefetch(&", ind * 4, "");
+                emit_output_ref(b, c->g, &pn);
+                cg_printf(b, ", 1, 3);\n");
+            }
+            for (int k = 0; k < nt; k++) {
+                cg_printf(b, "%*s__builtin_prefetch(&", ind * 4, "");
+                emit_point_ref(b, c->g, twins[k], &pn);
+                cg_printf(b, ", 0, 3);\n");
+            }
         }
     }
     /* the innermost reduction loop, unrolled in the source: GCC's unroll pragma left the

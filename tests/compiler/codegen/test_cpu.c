@@ -2923,3 +2923,34 @@ Test(codegen_cpu, every_sketch_has_one_route_and_a_token)
     cr_expect_str_eq(space_sketch_name(SKETCH_COUNT), "?");
     cr_expect(!cg_cpu_has_route(SKETCH_COUNT) && !cg_cuda_has_route(SKETCH_COUNT));
 }
+
+/* A register tile whose epilogue reads an input at the output's own points (a residual add)
+ * requests that input's lines for reading beside the output's for writing, while its FMAs
+ * run; a bias (one value per filter) is not requested, and a tile without such an input has
+ * no read prefetch. Checked against the reference on both ISAs. */
+Test(codegen_cpu, tiles_prefetch_their_residual)
+{
+    static const char *const res = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":12,"
+                                   "\"W\":12,\"F\":24,\"KH\":1,\"KW\":1},"
+                                   "\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}";
+    static const char *const plain = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":12,"
+                                     "\"W\":12,\"F\":24,\"KH\":1,\"KW\":1},"
+                                     "\"epilogue\":[\"bias_add\",\"relu\"]}";
+    static const char *const tg[] = {"cpu", "cpu:avx2"}; /* the host's code, and AVX2's */
+    for (int i = 0; i < 2; i++) {
+        built b = build(res, tg[i]);
+        space_sched s;
+        space_default(b.sp, &s);
+        cr_expect(source_has(&b, &s, "__builtin_prefetch(&res["), "%s: no residual prefetch",
+                  tg[i]);
+        cr_expect(!source_has(&b, &s, "__builtin_prefetch(&bias["), "%s", tg[i]);
+        check_schedule(&b, &s, res);
+        free(b.g);
+        free(b.sp);
+        b = build(plain, tg[i]);
+        space_default(b.sp, &s);
+        cr_expect(!source_has(&b, &s, ", 0, 3);"), "%s: a read prefetch without a twin", tg[i]);
+        free(b.g);
+        free(b.sp);
+    }
+}
