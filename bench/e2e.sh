@@ -154,6 +154,10 @@ default = fastest("default")
 tuned = fastest("ours")
 if tuned and tuned["e2e_ms"]["median"] < ours["e2e_ms"]["median"]:
     ours["e2e_ms"], ours["launches"] = tuned["e2e_ms"], tuned["launches"]
+# each launch's output shape, for the per-layer table beside ONNX Runtime's nodes
+shapes = {t["name"]: t["shape"] for t in man["plan"]["tensors"]}
+for L, run in zip(man["plan"]["launches"], ours["launches"]):
+    run["shape"] = shapes.get(L["args"][-1])
 print(json.dumps({"model": name, key: int(val), "ours": ours["e2e_ms"], "sum_launch_ms": ours["sum_launch_median_ms"],
                   "ours_packing_per_call": per_call["e2e_ms"],
                   "ours_default": default and default["e2e_ms"],

@@ -261,9 +261,42 @@ def cmd_ort(d, runs, threads):
     if all(os.path.exists(os.path.join(od, n + ".npy")) for n in names):
         ours = max(rel_err(np.load(os.path.join(od, n + ".npy")).ravel(), o)
                    for n, o in zip(names, outs))
+    nodes = ort_nodes(ort, so, d, feeds, runs)
     print(json.dumps({"peer": "ort", "version": ort.__version__, "median_ms": med, "min_ms": mn,
                       "runs": runs, "threads": threads, "rel_err_vs_torch": vs_torch,
-                      "rel_err_ours_vs_ort": ours}))
+                      "rel_err_ours_vs_ort": ours, "nodes": nodes}))
+
+
+def ort_nodes(ort, so, d, feeds, runs):
+    """ONNX Runtime's nodes as it ran them, after the timed runs (a profiled session of its own,
+    so that profiling does not touch the latency above): per node in execution order its op,
+    its output's shape and the median of its kernel times over the runs, in ms."""
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(d, "ort_profile")
+    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), so,
+                                providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        sess.run(None, feeds)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    times, first = {}, []
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        if name not in times:
+            times[name] = []
+            shape = (e.get("args", {}).get("output_type_shape") or [{}])[0]
+            first.append((name, e["args"].get("op_name", "?"), next(iter(shape.values()), None)))
+        times[name].append(e["dur"] / 1000.0)
+    nodes = []
+    for name, op, shape in first:
+        ts = sorted(times[name])
+        nodes.append({"node": name[:-len("_kernel_time")], "op": op, "shape": shape,
+                      "ms": ts[len(ts) // 2]})
+    return nodes
 
 
 def main():

@@ -41,6 +41,50 @@ def per_launch(rows):
             print(f"| {n} | {d:.3f} | {t:.3f} | {d / t:.2f} |")
 
 
+# ONNX Runtime nodes that move or re-view data rather than compute a launch of ours
+ORT_LAYOUT_OPS = {"Reshape", "Reorder", "ReorderInput", "ReorderOutput", "Flatten", "Identity",
+                  "Squeeze", "Unsqueeze", "Transpose"}
+
+
+def vs_ort_layers(rows):
+    """Per model, our launches beside ONNX Runtime's nodes (its profiled run, after the timed
+    ones): a launch is paired with the node of ORT's that is the same occurrence of the same
+    output shape in run order (ORT fuses a conv with its bias, add and activation as our
+    epilogues do; it may run a block's downsample before the block's first conv, which the
+    shape keeps apart). The launches with the largest gap in ms."""
+    for r in rows:
+        ours, nodes = r.get("ours_launches"), (r.get("ort") or {}).get("nodes")
+        if not ours or not nodes or "shape" not in ours[0]:
+            continue
+        queue = {}
+        for n in nodes:
+            if n["op"] not in ORT_LAYOUT_OPS:
+                queue.setdefault(json.dumps(n["shape"]), []).append(n)
+        pairs, lost = [], 0.0
+        for L in ours:
+            q = queue.get(json.dumps(L["shape"]))
+            n = q.pop(0) if q else None
+            if n:
+                pairs.append((L["node"], L["median_ms"], n["op"], n["ms"], L["shape"]))
+            else:
+                lost += L["median_ms"]
+        left = sum(n["ms"] for q in queue.values() for n in q)
+        layout = sum(n["ms"] for n in nodes if n["op"] in ORT_LAYOUT_OPS)
+        opt = "batch" if "batch" in r else "seq_len"
+        tot_o, tot_x = sum(p[1] for p in pairs), sum(p[3] for p in pairs)
+        print(f"\n## {r['model']} ({opt} {r.get(opt)}): launches beside ONNX Runtime's nodes\n")
+        print(f"{len(pairs)} of {len(ours)} launches paired: ours {tot_o:.2f} ms, ORT's nodes "
+              f"{tot_x:.2f} ms (profiled: a node's time is its kernel's, without the session's "
+              f"overhead); unpaired: ours {lost:.2f} ms, ORT's compute {left:.2f} ms, its "
+              f"reshapes and reorders {layout:.2f} ms. The ten largest gaps (ms we lose; "
+              "negative: ours is faster):\n")
+        print("| launch | output | ours ms | ORT node | ORT ms | ours / ORT |")
+        print("|---|---|---|---|---|---|")
+        for name, o, op, x, shape in sorted(pairs, key=lambda p: -(p[1] - p[3]))[:10]:
+            dims = " x ".join(str(v) for v in shape)
+            print(f"| {name} | {dims} | {o:.3f} | {op} | {x:.3f} | {o / x:.2f} |")
+
+
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
     tuned = any(r.get("ours_default") for r in rows)
@@ -103,6 +147,7 @@ def main():
           "stay in the arena, for rebinding and the reference check).")
     if tuned:
         per_launch(rows)
+    vs_ort_layers(rows)
     if rows:
         r = rows[0]
         print(f"\nPeers: PyTorch {r['torch'].get('version')}, ONNX Runtime "
