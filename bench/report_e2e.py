@@ -44,22 +44,41 @@ def per_launch(rows):
 # ONNX Runtime nodes that move or re-view data rather than compute a launch of ours
 ORT_LAYOUT_OPS = {"Reshape", "Reorder", "ReorderInput", "ReorderOutput", "Flatten", "Identity",
                   "Squeeze", "Unsqueeze", "Transpose"}
+# elementwise nodes ORT runs apart from the MatMul or Conv before them, where our launch runs
+# them as its epilogue: counted with that node when they follow it at its output's shape
+ORT_ELEMENTWISE_OPS = {"Add", "Sub", "Mul", "Div", "Relu", "Gelu", "FastGelu", "BiasGelu",
+                       "QuickGelu", "Sigmoid", "Tanh", "Clip", "Erf", "Sum", "HardSigmoid"}
+
+
+def ort_units(nodes):
+    """ORT's compute nodes in run order, each with the elementwise nodes that follow it at its
+    output's shape folded in (op names joined by +)."""
+    units = []
+    for n in nodes:
+        if n["op"] in ORT_LAYOUT_OPS:
+            continue
+        if units and n["op"] in ORT_ELEMENTWISE_OPS and units[-1]["shape"] == n["shape"]:
+            units[-1]["ms"] += n["ms"]
+            units[-1]["op"] += "+" + n["op"]
+        else:
+            units.append(dict(n))
+    return units
 
 
 def vs_ort_layers(rows):
     """Per model, our launches beside ONNX Runtime's nodes (its profiled run, after the timed
     ones): a launch is paired with the node of ORT's that is the same occurrence of the same
     output shape in run order (ORT fuses a conv with its bias, add and activation as our
-    epilogues do; it may run a block's downsample before the block's first conv, which the
+    epilogues do, and the elementwise nodes it runs apart are folded into the node before
+    them: ort_units; it may run a block's downsample before the block's first conv, which the
     shape keeps apart). The launches with the largest gap in ms."""
     for r in rows:
         ours, nodes = r.get("ours_launches"), (r.get("ort") or {}).get("nodes")
         if not ours or not nodes or "shape" not in ours[0]:
             continue
         queue = {}
-        for n in nodes:
-            if n["op"] not in ORT_LAYOUT_OPS:
-                queue.setdefault(json.dumps(n["shape"]), []).append(n)
+        for n in ort_units(nodes):
+            queue.setdefault(json.dumps(n["shape"]), []).append(n)
         pairs, lost = [], 0.0
         for L in ours:
             q = queue.get(json.dumps(L["shape"]))
@@ -78,7 +97,7 @@ def vs_ort_layers(rows):
               f"overhead); unpaired: ours {lost:.2f} ms, ORT's compute {left:.2f} ms, its "
               f"reshapes and reorders {layout:.2f} ms. The ten largest gaps (ms we lose; "
               "negative: ours is faster):\n")
-        print("| launch | output | ours ms | ORT node | ORT ms | ours / ORT |")
+        print("| launch | output | ours ms | ORT node(s) | ORT ms | ours / ORT |")
         print("|---|---|---|---|---|---|")
         for name, o, op, x, shape in sorted(pairs, key=lambda p: -(p[1] - p[3]))[:10]:
             dims = " x ".join(str(v) for v in shape)
