@@ -1278,6 +1278,38 @@ Test(space, one_d_conv_chunks_keep_the_weight_panel_in_l1_on_intel)
     }
 }
 
+/* On Intel a pointwise conv that keeps or grows its channels over a plane of 56 x 56 or more,
+ * or over 128 channels or more, packs its input (ResNet-50's 64 -> 256 at 56 x 56, 256 ->
+ * 1024 at 14 x 14); a reduction (144 -> 24) and a small expansion at 28 x 28 (32 -> 192) read
+ * it in place, as every one does on AMD and on targets without a vendor. */
+Test(space, pointwise_expansions_pack_their_input_on_intel)
+{
+#define PW(c, hw, f)                                                                               \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f     \
+    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+    static const struct {
+        const char *wl, *vendor;
+        bool pack;
+    } cases[] = {
+        {PW(64, 56, 256), "GenuineIntel", true},  {PW(256, 14, 1024), "GenuineIntel", true},
+        {PW(64, 56, 64), "GenuineIntel", true},   {PW(144, 56, 24), "GenuineIntel", false},
+        {PW(32, 28, 192), "GenuineIntel", false}, {PW(64, 56, 256), "AuthenticAMD", false},
+        {PW(256, 14, 1024), "", false},
+    };
+#undef PW
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        target t = parsed("cpu:avx512");
+        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
+        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        built b = build_on(cases[i].wl, &t);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), 1, "case %zu: along the positions", i);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_PACK, 0) != 0, cases[i].pack, "case %zu", i);
+        unbuild(&b);
+    }
+}
+
 /* On a 16-register target a 2-D window along F keeps the chunk's weight panel (channels x
  * taps x the register tile's filters) within half of L1: a 3x3 conv 320 -> 320 takes 40
  * channels (23 KiB with 16 filters) and 64 -> 64 takes 32 where the rule of thumb took 160
