@@ -807,6 +807,8 @@ static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
  * of the same conv along OW at equal lane use, so F wins only where OW rows fill few lanes
  * (1x1 on a 20x20 map: 2x; 5-wide maps: 5-7x). The last axis wins ties. Returns the
  * VECTORIZE value. */
+static bool intel_host(const space *sp);
+
 static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
 {
     const ir_stage *a = anchor(sp);
@@ -979,6 +981,20 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
                     if (bytes > in) in = bytes;
                 }
             reduces = in <= 2 * cores * sp->tgt.cpu.l2_bytes;
+            /* ... and on Intel only at planes under 28 x 28: along the columns a plane of
+             * 784 positions or more streams its input rows in vector loads that the
+             * prefetchers follow, where the broadcasts along F wait on them. Along the
+             * columns / along F alternated on a Xeon (family 6 model 167, 2 threads, 2 MiB
+             * of L2), inputs from DRAM as in a plan: ResNet-50's 256 -> 64 at 56 x 56
+             * 1.76-1.83x, 256 -> 128 1.29x, 512 -> 128 at 28 x 28 1.52x, 512 -> 256
+             * 1.20-1.25x, MobileNetV2's 144 -> 32 and 192 -> 32 at 28 x 28 1.27-1.70x (batch
+             * 8 1.75-2.0x); in cache 0.98-1.20x. At 14 x 14 F keeps the lead in cache
+             * (1.05-1.3x) and loses it from DRAM (0.83-1.0x), and at 7 x 7 it wins both ways
+             * (about 2x): those stay along F. */
+            int64_t plane_points = 1;
+            for (int y = x + 1; y < ns; y++)
+                plane_points *= a->extent[y];
+            if (intel_host(sp) && plane_points >= 784) reduces = false;
         }
         if (x != o->ndim - 1)
             score *= direct || reduces ? 1.1

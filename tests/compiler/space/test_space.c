@@ -1310,6 +1310,41 @@ Test(space, pointwise_expansions_pack_their_input_on_intel)
     }
 }
 
+/* A reducing pointwise conv whose input fits the cores' L2 twice goes along F (broadcasting
+ * its input), but on Intel only under a plane of 28 x 28: ResNet-50's 256 -> 64 at 56 x 56 and
+ * MobileNetV2's 192 -> 32 at 28 x 28 go along the positions there, its 1024 -> 256 at 14 x 14
+ * stays along F, and on AMD and without a vendor all three keep F. */
+Test(space, reducing_pointwise_convs_keep_f_under_28_x_28_on_intel)
+{
+#define PW(c, hw, f)                                                                               \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f     \
+    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+    static const struct {
+        const char *wl, *vendor;
+        int64_t vectorize; /* 1: the positions, 3: F */
+    } cases[] = {
+        {PW(256, 56, 64), "GenuineIntel", 1},
+        {PW(192, 28, 32), "GenuineIntel", 1},
+        {PW(1024, 14, 256), "GenuineIntel", 3},
+        {PW(256, 56, 64), "AuthenticAMD", 3},
+        {PW(192, 28, 32), "", 3},
+        {PW(1024, 14, 256), "AuthenticAMD", 3},
+    };
+#undef PW
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        target t = parsed("cpu:avx512");
+        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
+        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        t.cpu.cores = 2;
+        t.cpu.l2_bytes = 2 << 20;
+        built b = build_on(cases[i].wl, &t);
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), cases[i].vectorize, "case %zu", i);
+        unbuild(&b);
+    }
+}
+
 /* On a 16-register target a 2-D window along F keeps the chunk's weight panel (channels x
  * taps x the register tile's filters) within half of L1: a 3x3 conv 320 -> 320 takes 40
  * channels (23 KiB with 16 filters) and 64 -> 64 takes 32 where the rule of thumb took 160
