@@ -51,8 +51,10 @@
  * block's input rows one block ahead of its FMAs, 1.07-1.19x on planes of 56 x 56 and
  * more, and outputs past the cores' L2 from short windows stream out: AVX-512 stems along F
  * 1.14-1.45x, 1x1 convs at batch 8 1.1-2.5x, depthwise rows of whole lines 1.1-1.5x; 6: the
- * rule of thumb's blocks even the threads' work, 1x1 convs at 14 x 14 and 28 x 28 1.03-1.28x,
- * and register tiles prefetch a residual's lines, from DRAM 1.04-1.14x). */
+ * rule of thumb's blocks even the threads' work, 1x1 convs at 14 x 14 and 28 x 28 1.03-1.28x;
+ * register tiles prefetch a residual's lines, from DRAM 1.04-1.14x; on Intel hosts the rule
+ * of thumb packs expanding 1x1 convs' inputs and runs reducing ones at 28 x 28 and more along
+ * their columns, from DRAM 1.03-2.0x). */
 #define CG_VERSION 6
 
 typedef struct cg_kernel {
