@@ -1888,6 +1888,20 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
              * when the columns are whole vectors: at 56 columns 1.02-1.12x, at 28, 14 and 7
              * (a ragged last vector, which the packed panel pads) 0.89-0.98x. Zen 5, 2
              * threads. */
+            /* (But on Intel a pointwise conv that keeps or grows its channels over a large
+             * plane or many channels packs: its input comes from DRAM or L3 in a plan, and
+             * packed per task its rows are read once, ahead of the FMAs, where read in place
+             * the first filter tile waited on them. Packed / in place alternated on a Xeon
+             * (family 6 model 167, 2 threads), inputs from DRAM: ResNet-50's 64 -> 64 and
+             * 64 -> 256 at 56 x 56 1.03-1.21x (batch 8 1.03-1.19x), 128 -> 512 at 28 x 28
+             * 1.04-1.08x, 256 -> 1024 at 14 x 14 1.12-1.18x, MobileNetV2's 16 -> 96 at
+             * 112 x 112 and 24 -> 144 at 56 x 56 1.05-1.07x; in cache 0.92-1.18x, mostly
+             * gains. Reductions (256 -> 64, 512 -> 128: 0.86-0.96x) and MobileNetV2's small
+             * expansions at 28 x 28 and 14 x 14 (32 -> 192 0.88-0.92x) keep reading in place.) */
+            const int64_t *cs = sp->g->wl.shape;
+            const bool packs = intel_host(sp) && ir_conv_pointwise(&sp->g->wl) &&
+                               cs[IR_CONV_F] >= cs[IR_CONV_C] &&
+                               (cs[IR_CONV_H] * cs[IR_CONV_W] >= 3136 || cs[IR_CONV_C] >= 128);
             int64_t reuse = 0;
             bool gathers = false, in_place = false;
             const bool conv = sp->g->tensor[sp->g->output].ndim == 4 && vx == ns - 1;
@@ -1907,26 +1921,11 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                     for (int rx = ns; rx < ns + sp->n_reduce; rx++)
                         if (a->extent[rx] > widest)
                             widest = a->extent[rx], chan = load_coef(sp, ld, rx);
-                    in_place = chan % 1024 != 0 &&
+                    in_place = !packs && chan % 1024 != 0 &&
                                (vec_lanes(sp) >= 16 || a->extent[vx] % vec_lanes(sp) == 0);
                 }
                 if (cf != 0 && cf != 1 && r >= 4) gathers = true;
             }
-            /* ... but on Intel a pointwise conv that keeps or grows its channels over a large
-             * plane or many channels packs: its input comes from DRAM or L3 in a plan, and
-             * packed per task its rows are read once, ahead of the FMAs, where read in place
-             * the first filter tile waited on them. Packed / in place alternated on a Xeon
-             * (family 6 model 167, 2 threads), inputs from DRAM: ResNet-50's 64 -> 64 and
-             * 64 -> 256 at 56 x 56 1.03-1.21x (batch 8 1.03-1.19x), 128 -> 512 at 28 x 28
-             * 1.04-1.08x, 256 -> 1024 at 14 x 14 1.12-1.18x, MobileNetV2's 16 -> 96 at
-             * 112 x 112 and 24 -> 144 at 56 x 56 1.05-1.07x; in cache 0.92-1.18x, mostly
-             * gains. Reductions (256 -> 64, 512 -> 128: 0.86-0.96x) and MobileNetV2's small
-             * expansions at 28 x 28 and 14 x 14 (32 -> 192 0.88-0.92x) keep reading in place. */
-            const int64_t *cs = sp->g->wl.shape;
-            if (in_place && intel_host(sp) && ir_conv_pointwise(&sp->g->wl) &&
-                cs[IR_CONV_F] >= cs[IR_CONV_C] &&
-                (cs[IR_CONV_H] * cs[IR_CONV_W] >= 3136 || cs[IR_CONV_C] >= 128))
-                in_place = false;
             v = (reuse >= 16 && !in_place) || gathers ? vals[n - 1] : 0;
             break;
         }

@@ -1236,6 +1236,16 @@ Test(space, depthwise_columns_follow_the_hosts_load_width)
 
 /* Case i: wl's default on t puts its vectors along F and takes reduction chunks of `chunk`
  * channels */
+/* The cpu:avx512 target as a host of this vendor has it ("GenuineIntel": family 6,
+ * "AuthenticAMD" or none: 0x1a) */
+static target avx512_of(const char *vendor)
+{
+    target t = parsed("cpu:avx512");
+    snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", vendor);
+    t.cpu.family = vendor[0] == 'G' ? 6 : 0x1a;
+    return t;
+}
+
 static void expect_chunk_along_f(const char *wl, const target *t, size_t i, int64_t chunk)
 {
     built b = build_on(wl, t);
@@ -1270,9 +1280,7 @@ Test(space, one_d_conv_chunks_keep_the_weight_panel_in_l1_on_intel)
 #undef W1D
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        target t = parsed("cpu:avx512");
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        target t = avx512_of(cases[i].vendor);
         t.cpu.l1d_bytes = 48 * 1024;
         expect_chunk_along_f(cases[i].wl, &t, i, cases[i].chunk);
     }
@@ -1282,25 +1290,24 @@ Test(space, one_d_conv_chunks_keep_the_weight_panel_in_l1_on_intel)
  * or over 128 channels or more, packs its input (ResNet-50's 64 -> 256 at 56 x 56, 256 ->
  * 1024 at 14 x 14); a reduction (144 -> 24) and a small expansion at 28 x 28 (32 -> 192) read
  * it in place, as every one does on AMD and on targets without a vendor. */
-Test(space, pointwise_expansions_pack_their_input_on_intel)
-{
-#define PW(c, hw, f)                                                                               \
+/* a 1x1 conv, C -> F at hw x hw, with a bias and a relu */
+#define PW1X1(c, hw, f)                                                                            \
     "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f     \
     ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+
+Test(space, pointwise_expansions_pack_their_input_on_intel)
+{
     static const struct {
         const char *wl, *vendor;
         bool pack;
     } cases[] = {
-        {PW(64, 56, 256), "GenuineIntel", true},  {PW(256, 14, 1024), "GenuineIntel", true},
-        {PW(64, 56, 64), "GenuineIntel", true},   {PW(144, 56, 24), "GenuineIntel", false},
-        {PW(32, 28, 192), "GenuineIntel", false}, {PW(64, 56, 256), "AuthenticAMD", false},
-        {PW(256, 14, 1024), "", false},
+        {PW1X1(64, 56, 256), "GenuineIntel", true},  {PW1X1(256, 14, 1024), "GenuineIntel", true},
+        {PW1X1(64, 56, 64), "GenuineIntel", true},   {PW1X1(144, 56, 24), "GenuineIntel", false},
+        {PW1X1(32, 28, 192), "GenuineIntel", false}, {PW1X1(64, 56, 256), "AuthenticAMD", false},
+        {PW1X1(256, 14, 1024), "", false},
     };
-#undef PW
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        target t = parsed("cpu:avx512");
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        target t = avx512_of(cases[i].vendor);
         built b = build_on(cases[i].wl, &t);
         space_sched d;
         space_default(b.sp, &d);
@@ -1316,25 +1323,19 @@ Test(space, pointwise_expansions_pack_their_input_on_intel)
  * stays along F, and on AMD and without a vendor all three keep F. */
 Test(space, reducing_pointwise_convs_keep_f_under_28_x_28_on_intel)
 {
-#define PW(c, hw, f)                                                                               \
-    "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw ",\"F\":" #f     \
-    ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
     static const struct {
         const char *wl, *vendor;
         int64_t vectorize; /* 1: the positions, 3: F */
     } cases[] = {
-        {PW(256, 56, 64), "GenuineIntel", 1},
-        {PW(192, 28, 32), "GenuineIntel", 1},
-        {PW(1024, 14, 256), "GenuineIntel", 3},
-        {PW(256, 56, 64), "AuthenticAMD", 3},
-        {PW(192, 28, 32), "", 3},
-        {PW(1024, 14, 256), "AuthenticAMD", 3},
+        {PW1X1(256, 56, 64), "GenuineIntel", 1},
+        {PW1X1(192, 28, 32), "GenuineIntel", 1},
+        {PW1X1(1024, 14, 256), "GenuineIntel", 3},
+        {PW1X1(256, 56, 64), "AuthenticAMD", 3},
+        {PW1X1(192, 28, 32), "", 3},
+        {PW1X1(1024, 14, 256), "AuthenticAMD", 3},
     };
-#undef PW
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        target t = parsed("cpu:avx512");
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        target t = avx512_of(cases[i].vendor);
         t.cpu.cores = 2;
         t.cpu.l2_bytes = 2 << 20;
         built b = build_on(cases[i].wl, &t);
@@ -1344,6 +1345,7 @@ Test(space, reducing_pointwise_convs_keep_f_under_28_x_28_on_intel)
         unbuild(&b);
     }
 }
+#undef PW1X1
 
 /* On a 16-register target a 2-D window along F keeps the chunk's weight panel (channels x
  * taps x the register tile's filters) within half of L1: a 3x3 conv 320 -> 320 takes 40
@@ -1398,9 +1400,7 @@ Test(space, intel_blocks_storing_long_rows_keep_to_32_rows)
     };
 #undef BMM
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        target t = parsed("cpu:avx512");
-        snprintf(t.cpu.vendor, sizeof t.cpu.vendor, "%s", cases[i].vendor);
-        t.cpu.family = cases[i].vendor[0] == 'G' ? 6 : 0x1a;
+        target t = avx512_of(cases[i].vendor);
         t.cpu.cores = 2;
         t.cpu.l3_bytes = 300ll << 20;
         built b = build_on(cases[i].wl, &t);
