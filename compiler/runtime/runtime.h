@@ -26,6 +26,11 @@
  *    only through rt_bind and rt_bind_random (writing a param through rt_model_data does not
  *    refresh its packs). rt_set_prepack(m, false) runs the kernels as compiled (each call
  *    packs); rt_model_prepack_bytes is the packed buffers' size after a run.
+ *  - Memory (CPU): the arena and the prepacked buffers (one pool) are each one allocation,
+ *    2 MiB-aligned and advised as transparent huge pages (madvise MADV_HUGEPAGE) where they
+ *    span one, unless the environment sets TLM_HUGE_PAGES=off (or 0) at rt_model_load or
+ *    the first prepack; rt_model_huge_pages tells whether the arena's advice was taken (the
+ *    kernel may still give 4 KiB pages: THP disabled, or no free huge page).
  *  - rt_run executes the launches in plan order; launch_s (may be NULL) receives each
  *    launch's seconds (all repeats of it), so the caller can time kernels and the whole run.
  *  - rt_reference re-runs the plan with the reference interpreter (ir_interp_fast_f64, double
@@ -92,6 +97,7 @@ int rt_run(rt_model *m, double *launch_s, tlm_error *err);
 /* Prepacks on (the default on CPU) or off; see the contract. */
 void rt_set_prepack(rt_model *m, bool on);
 int64_t rt_model_prepack_bytes(const rt_model *m);
+bool rt_model_huge_pages(const rt_model *m);
 
 typedef int (*rt_workload_decoder)(const json_t *j, ir_workload *w, tlm_error *err);
 

@@ -323,12 +323,12 @@ static int run_run(int argc, char **argv)
         json_array_append_new(outs, json_pack("{s:s, s:I, s:f}", "name", t->name, "elements",
                                               (json_int_t)(t->bytes / 4), "sum", sum));
     }
-    out = json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f}, s:f, s:o, s:o}",
+    out = json_pack("{s:s, s:s, s:i, s:I, s:I, s:b, s:I, s:s, s:{s:f, s:f, s:f}, s:f, s:o, s:o}",
                     "plan", dir, "device", rt_model_cuda(m) ? "cuda" : "cpu", "launches_in_plan",
                     nl, "arena_bytes", (json_int_t)rt_model_arena_bytes(m), "prepacked_bytes",
-                    (json_int_t)rt_model_prepack_bytes(m), "repeat",
-                    (json_int_t)repeat, "inputs", inputs, "e2e_ms", "median", med * 1e3, "min",
-                    e2e[0] * 1e3, "mean", mean * 1e3, "sum_launch_median_ms", sum_med * 1e3,
+                    (json_int_t)rt_model_prepack_bytes(m), "huge_pages", rt_model_huge_pages(m),
+                    "repeat", (json_int_t)repeat, "inputs", inputs, "e2e_ms", "median", med * 1e3,
+                    "min", e2e[0] * 1e3, "mean", mean * 1e3, "sum_launch_median_ms", sum_med * 1e3,
                     "outputs", outs, "launches", ls);
     double flops = manifest_flops(dir);
     bool do_check =

@@ -211,6 +211,70 @@ Test(runtime, params_packed_once_and_again_when_bound)
     remove_dir(dir);
 }
 
+/* whether this kernel gives transparent huge pages to a region advised so */
+static bool thp_available(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = "";
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+    }
+    return f && !strstr(line, "[never]");
+}
+
+/* one run of the plan in dir with TLM_HUGE_PAGES as given (NULL: unset), the weights
+ * bound again between two runs; the output of the second run into out */
+static void run_big(const char *dir, const char *huge, bool *advised, float *out, int n)
+{
+    if (huge)
+        setenv("TLM_HUGE_PAGES", huge, 1);
+    else
+        unsetenv("TLM_HUGE_PAGES");
+    rt_model *m;
+    tlm_error err = {0};
+    cr_assert_eq(rt_model_load(dir, &m, &err), 0, "%s: %s", err.field, err.msg);
+    *advised = rt_model_huge_pages(m);
+    rt_bind_random(m, 5);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    cr_assert_geq(rt_model_prepack_bytes(m), 1024 * 1024 * 4, "the 4 MiB weights packed once");
+    static float w[1024 * 1024];
+    fill(w, 1024 * 1024, 21);
+    for (int i = 0; i < 1024 * 1024; i++)
+        w[i] *= 0.03f;
+    cr_assert_eq(rt_bind(m, "w", w, 1024 * 1024, &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_run(m, NULL, &err), 0, "%s", err.msg);
+    rt_check ck;
+    cr_assert_eq(rt_reference(m, proto_workload_decode, &ck, &err), 0, "%s", err.msg);
+    cr_assert(ck.finite);
+    cr_assert_lt(ck.max_rel_err, 1e-4, "huge pages %s: %g on %s", huge ? huge : "default",
+                 ck.max_rel_err, ck.worst);
+    const int act = rt_model_find(m, "act");
+    cr_assert(act >= 0);
+    memcpy(out, rt_model_data(m, act), (size_t)n * 4);
+    rt_model_free(m);
+    unsetenv("TLM_HUGE_PAGES");
+}
+
+Test(runtime, big_plans_live_in_huge_pages_unless_told_not_to)
+{
+    char *dir = compile_graph("{'inputs': [{'name': 'x', 'shape': [256, 1024]},"
+                              " {'name': 'w', 'shape': [1024, 1024], 'param': true}],"
+                              " 'nodes': [{'name': 'fc', 'op': 'dense', 'inputs': ['x', 'w']},"
+                              "  {'name': 'act', 'op': 'relu', 'inputs': ['fc']}]}");
+    enum { N = 256 * 1024 };
+    static float on[N], off[N];
+    bool adv_on, adv_off;
+    run_big(dir, NULL, &adv_on, on, N);
+    run_big(dir, "off", &adv_off, off, N);
+    cr_assert_eq(adv_on, thp_available(), "an arena of 6 MiB advised where THP is on");
+    cr_assert(!adv_off, "TLM_HUGE_PAGES=off: plain pages");
+    cr_assert(memcmp(on, off, sizeof on) == 0, "the same bits either way");
+    run_big(dir, "0", &adv_off, off, N);
+    cr_assert(!adv_off, "TLM_HUGE_PAGES=0: plain pages");
+    remove_dir(dir);
+}
+
 Test(runtime, bindings_are_checked)
 {
     char *dir = compile_graph(mlp);
