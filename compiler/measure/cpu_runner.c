@@ -31,6 +31,7 @@
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/measure/runner.h"
+#include "compiler/util/util.h"
 
 extern char **environ;
 
@@ -565,9 +566,8 @@ static int check_prepacked(const measure__hdr *h, const cg_prepack_abi *p, void 
  * timing: the mapping (and the slack before the boundary) goes with it. */
 static uint8_t *map_timing(size_t bytes)
 {
-    const size_t huge = (size_t)2 << 20;
-    const char *e = getenv("TLM_HUGE_PAGES");
-    const bool want = bytes >= huge && (!e || (strcmp(e, "off") && strcmp(e, "0")));
+    const size_t huge = TLM_HUGE_PAGE_BYTES;
+    const bool want = bytes >= huge && tlm_huge_pages_wanted();
     uint8_t *p = mmap(NULL, bytes + (want ? huge : 0), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED || !want) return p;

@@ -63,13 +63,7 @@ struct rt_model {
  * (median 1.09), ResNet-50 at batch 1 1.01-1.08x, at batch 8 1.00-1.03x, EfficientNet-B0,
  * BERT-base and GPT-2 (seq 128) 0.97-1.14x, about even. The kernel may give 4 KiB pages
  * anyway (THP off, no free huge page): the same memory, as before. */
-static bool huge_pages_wanted(void)
-{
-    const char *e = getenv("TLM_HUGE_PAGES");
-    return !e || (strcmp(e, "off") && strcmp(e, "0"));
-}
-
-#define RT_HUGE ((size_t)2 << 20)
+#define RT_HUGE TLM_HUGE_PAGE_BYTES
 
 /* bytes (at least RT_HUGE) rounded up to whole huge pages, aligned to one and advised as
  * huge pages; *advised tells whether the advice was taken. NULL when out of memory. */
@@ -384,7 +378,7 @@ int rt_model_load(const char *dir, rt_model **out, tlm_error *err)
     json_decref(man);
     if (!rc) {
         size_t bytes = ((size_t)m->arena_bytes + FE_PLAN_ALIGN - 1) / FE_PLAN_ALIGN * FE_PLAN_ALIGN;
-        if (huge_pages_wanted() && bytes >= RT_HUGE)
+        if (tlm_huge_pages_wanted() && bytes >= RT_HUGE)
             m->arena = huge_alloc(bytes, &m->huge);
         else
             m->arena = aligned_alloc(FE_PLAN_ALIGN, bytes);
@@ -554,7 +548,7 @@ static void prepack_params(rt_model *m)
             for (int q = 0; q < m->kernel[m->launch[i].kernel].pre.n; q++)
                 total += prepack_size(m, i, q);
         bool advised;
-        if (huge_pages_wanted() && total >= RT_HUGE)
+        if (tlm_huge_pages_wanted() && total >= RT_HUGE)
             m->pre_pool = huge_alloc(total, &advised);
         else if (total > 0)
             m->pre_pool = aligned_alloc(64, total);

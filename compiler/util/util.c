@@ -1,6 +1,7 @@
 #include "compiler/util/util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -20,6 +21,12 @@ double tlm_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool tlm_huge_pages_wanted(void)
+{
+    const char *e = getenv("TLM_HUGE_PAGES");
+    return !e || (strcmp(e, "off") && strcmp(e, "0"));
 }
 
 void tlm_hex(const void *bytes, size_t n, char *out)

@@ -1,5 +1,5 @@
-/* util.h — the two small helpers every module used to copy: a monotonic clock and SHA-256 as
- * lower-case hex.
+/* util.h — the small helpers every module used to copy: a monotonic clock, SHA-256 as
+ * lower-case hex, and whether big host buffers go in huge pages.
  *
  * Contract: any thread; no allocation except inside libcrypto. util.c needs only libc and
  * libcrypto, so programs that do not link libtlm (clients/tlmc) compile it on its own.
@@ -7,6 +7,7 @@
 #ifndef TLM_UTIL_UTIL_H
 #define TLM_UTIL_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,5 +25,11 @@ int tlm_sha256(const void *p, size_t n, uint8_t out[32]);
 int tlm_sha256_hex(const void *p, size_t n, char hex[65]);
 /* SHA-256 of a whole file, streamed; TLM_EIO when it cannot be read. */
 int tlm_sha256_file_hex(const char *path, char hex[65]);
+
+/* Big host buffers (a plan's arena and packed weights in compiler/runtime, the measure
+ * runner's timing copies) are advised as transparent huge pages of this size, from a
+ * boundary of it, unless the environment sets TLM_HUGE_PAGES=off (or 0): then false. */
+#define TLM_HUGE_PAGE_BYTES ((size_t)2 << 20)
+bool tlm_huge_pages_wanted(void);
 
 #endif
