@@ -264,8 +264,8 @@ static void emit_store(cg_buf *b, const ir_subgraph *g, int ind, cg_names *nm)
     cg_printf(b, " = v;\n");
 }
 
-/* `out[i]`: the output at the identity index of the anchor's spatial axes (names in nm). */
-/* tensor[point], for the output or a tensor of its shape indexed as it is (twin_inputs) */
+/* tensor[point]: at the identity index of the anchor's spatial axes (names in nm), for the
+ * output or a tensor of its shape indexed as it is (twin_inputs) */
 static void emit_point_ref(cg_buf *b, const ir_subgraph *g, int tensor, cg_names *nm)
 {
     ir_expr st;
@@ -278,6 +278,7 @@ static void emit_point_ref(cg_buf *b, const ir_subgraph *g, int tensor, cg_names
     cg_printf(b, "]");
 }
 
+/* `out[i]`: the output at that point */
 static void emit_output_ref(cg_buf *b, const ir_subgraph *g, cg_names *nm)
 {
     emit_point_ref(b, g, g->output, nm);

@@ -560,22 +560,6 @@ static int check_prepacked(const measure__hdr *h, const cg_prepack_abi *p, void 
     return rc;
 }
 
-/* The timing buffers: anonymous memory advised as transparent huge pages from a 2 MiB
- * boundary, as compiler/runtime keeps a plan's arena (unless TLM_HUGE_PAGES=off or 0), so
- * that a kernel is measured on the pages it runs on in a network. The child exits after
- * timing: the mapping (and the slack before the boundary) goes with it. */
-static uint8_t *map_timing(size_t bytes)
-{
-    const size_t huge = TLM_HUGE_PAGE_BYTES;
-    const bool want = bytes >= huge && tlm_huge_pages_wanted();
-    uint8_t *p = mmap(NULL, bytes + (want ? huge : 0), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED || !want) return p;
-    p += (huge - (uintptr_t)p % huge) % huge;
-    madvise(p, bytes, MADV_HUGEPAGE);
-    return p;
-}
-
 static int cpu_child(const measure__hdr *h, int pfd, int mfd)
 {
     size_t pg = page_size();
@@ -667,13 +651,17 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
         set_bytes += round_up(h->arg[i].bytes, 64);
     }
     int k = measure__cold_copies(h, set_bytes);
-    uint8_t *copies = map_timing((size_t)(set_bytes * (uint64_t)k));
-    if (copies == MAP_FAILED && k > 1) {
+    /* in huge pages as compiler/runtime keeps a plan's arena (tlm_alloc_big), so that a
+     * kernel is measured on the pages it runs on in a network; every byte a kernel reads is
+     * written below. The child exits after timing: the buffers go with it. */
+    bool huge;
+    uint8_t *copies = tlm_alloc_big((size_t)(set_bytes * (uint64_t)k), 64, &huge);
+    if (!copies && k > 1) {
         k = 1;
-        copies = map_timing((size_t)set_bytes);
+        copies = tlm_alloc_big((size_t)set_bytes, 64, &huge);
     }
     void **cargs = calloc((size_t)k * MEASURE__MAX_ARGS, sizeof(void *));
-    if (copies == MAP_FAILED || !cargs) {
+    if (!copies || !cargs) {
         measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM,
                       "runner: cannot allocate %llu bytes of timing buffers",
                       (unsigned long long)set_bytes);

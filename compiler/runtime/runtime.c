@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "compiler/codegen/codegen.h"
 #include "compiler/toolchain/cuda_dl.h"
@@ -54,26 +53,6 @@ struct rt_model {
     bool use_prepack, prepacked;
     int64_t prepack_bytes;
 };
-
-/* Host buffers of plans in transparent huge pages (2 MiB), unless TLM_HUGE_PAGES=off: a
- * network's activations and packed weights are tens to hundreds of MiB walked in strided
- * patterns (an NCHW conv's register tiles store a row a plane apart), whose 4 KiB pages
- * miss the TLB. Off vs on alternated, whole runs (`tlm run`, Xeon family 6 model 167, 2
- * threads, default schedules): MobileNetV2 at batch 8 1.08-1.09x, at batch 1 0.99-1.16x
- * (median 1.09), ResNet-50 at batch 1 1.01-1.08x, at batch 8 1.00-1.03x, EfficientNet-B0,
- * BERT-base and GPT-2 (seq 128) 0.97-1.14x, about even. The kernel may give 4 KiB pages
- * anyway (THP off, no free huge page): the same memory, as before. */
-#define RT_HUGE TLM_HUGE_PAGE_BYTES
-
-/* bytes (at least RT_HUGE) rounded up to whole huge pages, aligned to one and advised as
- * huge pages; *advised tells whether the advice was taken. NULL when out of memory. */
-static void *huge_alloc(size_t bytes, bool *advised)
-{
-    const size_t b = (bytes + RT_HUGE - 1) / RT_HUGE * RT_HUGE;
-    void *p = aligned_alloc(RT_HUGE, b);
-    *advised = p && madvise(p, b, MADV_HUGEPAGE) == 0;
-    return p;
-}
 
 /* ---- manifest decoding ---- */
 
@@ -378,10 +357,15 @@ int rt_model_load(const char *dir, rt_model **out, tlm_error *err)
     json_decref(man);
     if (!rc) {
         size_t bytes = ((size_t)m->arena_bytes + FE_PLAN_ALIGN - 1) / FE_PLAN_ALIGN * FE_PLAN_ALIGN;
-        if (tlm_huge_pages_wanted() && bytes >= RT_HUGE)
-            m->arena = huge_alloc(bytes, &m->huge);
-        else
-            m->arena = aligned_alloc(FE_PLAN_ALIGN, bytes);
+        /* in transparent huge pages (2 MiB; tlm_alloc_big), unless TLM_HUGE_PAGES=off: a network's
+         * activations and packed weights are tens to hundreds of MiB walked in strided patterns (an
+         * NCHW conv's register tiles store a row a plane apart), whose 4 KiB pages miss the TLB.
+         * Off vs on alternated, whole runs (`tlm run`, Xeon family 6 model 167, 2 threads, default
+         * schedules): MobileNetV2 at batch 8 1.08-1.09x, at batch 1 0.99-1.16x (median 1.09),
+         * ResNet-50 at batch 1 1.01-1.08x, at batch 8 1.00-1.03x, EfficientNet-B0, BERT-base and
+         * GPT-2 (seq 128) 0.97-1.14x, about even. The kernel may give 4 KiB pages anyway (THP off,
+         * no free huge page): the same memory, as before. */
+        m->arena = tlm_alloc_big(bytes, FE_PLAN_ALIGN, &m->huge);
         if (!m->arena)
             rc = tlm_err_set(err, TLM_ENOMEM, "plan.arena_bytes",
                              "cannot allocate the arena of %lld bytes", (long long)m->arena_bytes);
@@ -548,10 +532,7 @@ static void prepack_params(rt_model *m)
             for (int q = 0; q < m->kernel[m->launch[i].kernel].pre.n; q++)
                 total += prepack_size(m, i, q);
         bool advised;
-        if (tlm_huge_pages_wanted() && total >= RT_HUGE)
-            m->pre_pool = huge_alloc(total, &advised);
-        else if (total > 0)
-            m->pre_pool = aligned_alloc(64, total);
+        if (total > 0) m->pre_pool = tlm_alloc_big(total, 64, &advised);
         size_t off = 0;
         for (int i = 0; m->pre_pool && i < m->n_launch; i++)
             for (int q = 0; q < m->kernel[m->launch[i].kernel].pre.n; q++) {

@@ -793,6 +793,8 @@ static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
     return coef;
 }
 
+static bool intel_host(const space *sp);
+
 /* The default vector axis (CPU_TILE with a reduction), by a small model of each candidate:
  * lane use (its extent over the extent rounded up to whole vectors) times what feeding its
  * vectors costs — a load contiguous along it or a broadcast 1; a strided operand the packing
@@ -807,8 +809,6 @@ static int64_t load_coef(const space *sp, const ir_expr *ld, int x)
  * of the same conv along OW at equal lane use, so F wins only where OW rows fill few lanes
  * (1x1 on a 20x20 map: 2x; 5-wide maps: 5-7x). The last axis wins ties. Returns the
  * VECTORIZE value. */
-static bool intel_host(const space *sp);
-
 static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
 {
     const ir_stage *a = anchor(sp);

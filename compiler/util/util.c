@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <openssl/evp.h>
@@ -27,6 +28,17 @@ bool tlm_huge_pages_wanted(void)
 {
     const char *e = getenv("TLM_HUGE_PAGES");
     return !e || (strcmp(e, "off") && strcmp(e, "0"));
+}
+
+void *tlm_alloc_big(size_t bytes, size_t align, bool *huge)
+{
+    *huge = false;
+    if (bytes < TLM_HUGE_PAGE_BYTES || !tlm_huge_pages_wanted())
+        return aligned_alloc(align, (bytes + align - 1) / align * align);
+    const size_t b = (bytes + TLM_HUGE_PAGE_BYTES - 1) / TLM_HUGE_PAGE_BYTES * TLM_HUGE_PAGE_BYTES;
+    void *p = aligned_alloc(TLM_HUGE_PAGE_BYTES, b);
+    *huge = p && madvise(p, b, MADV_HUGEPAGE) == 0;
+    return p;
 }
 
 void tlm_hex(const void *bytes, size_t n, char *out)

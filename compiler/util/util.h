@@ -27,9 +27,14 @@ int tlm_sha256_hex(const void *p, size_t n, char hex[65]);
 int tlm_sha256_file_hex(const char *path, char hex[65]);
 
 /* Big host buffers (a plan's arena and packed weights in compiler/runtime, the measure
- * runner's timing copies) are advised as transparent huge pages of this size, from a
- * boundary of it, unless the environment sets TLM_HUGE_PAGES=off (or 0): then false. */
+ * runner's timing copies): tlm_alloc_big gives bytes aligned to align (a power of two, at
+ * most TLM_HUGE_PAGE_BYTES) and rounded up to it, from free(); where the buffer spans a huge
+ * page and huge pages are wanted (not when the environment sets TLM_HUGE_PAGES=off or 0:
+ * tlm_huge_pages_wanted), from a huge-page boundary, rounded up to whole huge pages and
+ * advised as transparent huge pages, *huge telling whether the kernel took the advice
+ * (false otherwise). NULL when out of memory. */
 #define TLM_HUGE_PAGE_BYTES ((size_t)2 << 20)
 bool tlm_huge_pages_wanted(void);
+void *tlm_alloc_big(size_t bytes, size_t align, bool *huge);
 
 #endif
