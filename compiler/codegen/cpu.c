@@ -2294,20 +2294,19 @@ static bool copyout_transposes(const cgc *c, bool vec)
 }
 
 /* Whether the transposed copy-out streams its output: AVX-512 (its 16 x 16 tiles store whole
- * 64-byte lines), an output larger than the cores' L2 and a window of 256 FMAs an output or
- * fewer. A stem's write-back, 16 output planes a tile, was bound by the reads for ownership
- * (ResNet-50's 7x7 stem at batch 8, 25.7 MB out: 10.9 ms, 6.3 with those stores left out,
- * 7.5 streamed); streamed, alternated on a Xeon (2 threads): that stem 1.38-1.45x,
- * MobileNetV2's 3x3 stem at batch 8 (12.8 MB) 1.24x, YOLOv5s' 6x6 stem (13 MB; 52 at batch
- * 4) 1.14x. Outputs that fit the cores' L2 stay cached for their reader (ConvNeXt's 4x4
- * stem, 1.2 MB, streamed: 0.70x), deep windows are bound by their FMAs (ResNet-50's 3x3 at
- * batch 8, K = 576: 0.95x; sd15's K = 2880: 1.01x), and on AVX2 (twice the FMA time, half
- * lines a tile) the stems ran 0.92-1.03x. */
+ * 64-byte lines), an output past the streaming bound (space_cpu_tile_streams) and a window
+ * of 256 FMAs an output or fewer. A stem's write-back, 16 output planes a tile, is bound by
+ * the reads for ownership when its output goes to memory (ResNet-50's 7x7 stem at batch 8,
+ * 25.7 MB out: 10.9 ms, 6.3 with those stores left out, 7.5 streamed, alone); from twice the
+ * cores' L2 it streamed here before, 1.14-1.45x faster alone, but in a plan its reader wants
+ * the output cached and its bytes are often still cached from earlier launches (MobileNetV2's
+ * 3x3 stem at batch 8: 2.33 ms streamed in the plan, 0.87 plain). Deep windows are bound by
+ * their FMAs (ResNet-50's 3x3 at batch 8, K = 576: 0.95x streamed; sd15's K = 2880: 1.01x),
+ * and on AVX2 (twice the FMA time, half lines a tile) the stems ran 0.92-1.03x. */
 static bool copyout_stream(const cgc *c, bool vec)
 {
     if (!copyout_transposes(c, vec) || c->W != 16) return false;
-    const int64_t cores = c->sp->tgt.cpu.cores > 0 ? c->sp->tgt.cpu.cores : 1;
-    return output_bytes(c) > cores * target_l2(c) && reduction_points(c) <= 256;
+    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c)) && reduction_points(c) <= 256;
 }
 
 /* tlm_transpose: W vectors of W lanes transposed in registers (r[i][j] <- r[j][i]), by
@@ -2416,8 +2415,8 @@ static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_
 static void emit_stream_helper(cg_buf *b);
 
 /* A tile kernel whose register tiles store straight to the output (one reduction chunk,
- * vectors along the output's last axis) streams the output out when it outgrows the cache,
- * or the cores' L2 from a short window (space_cpu_tile_streams): an attention score matrix
+ * vectors along the output's last axis) streams the output out when it outgrows the cache
+ * (space_cpu_tile_streams): an attention score matrix
  * of 54-64 MB from a K = 40-64 contraction is bound by its write traffic, and without the
  * read for ownership it is 1.5x faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The
  * rows must be whole lines. */
@@ -2430,7 +2429,7 @@ static bool tile_stream(const cgc *c)
     if (c->T[c->x][3] % 16 || c->E[c->x] % 16) return false;
     for (int i = c->ns; i < c->ns + c->nr; i++)
         if (c->T[i][0] != 1) return false;
-    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c), reduction_points(c));
+    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c));
 }
 
 /* How the fused task loop is split among threads. OpenMP's plain static schedule gives each
@@ -3223,11 +3222,10 @@ static int gen_window(cgc *c, const char *entry)
         cg_line(b, 0, "#endif");
         cg_line(b, 0, "}");
     }
-    /* A window's output past twice the cores' L2 (space_cpu_tile_streams) in rows of whole
+    /* A window's output past the streaming bound (space_cpu_tile_streams) in rows of whole
      * 64-byte lines goes out of the row buffer with non-temporal stores, the epilogue applied
      * in place first: no reads for ownership. */
-    const bool wstream =
-        W > 1 && OW % 16 == 0 && space_cpu_tile_streams(&sp->tgt, output_bytes(c), KH * KW);
+    const bool wstream = W > 1 && OW % 16 == 0 && space_cpu_tile_streams(&sp->tgt, output_bytes(c));
     if (wstream) emit_stream_helper(b);
     /* the buffered write-back of short AVX-512 rows (below) */
     const bool vwb = !wstream && W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
@@ -4296,7 +4294,7 @@ static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
  * faster streamed. */
 static bool rows_vec_stream(const cgc *c)
 {
-    return output_bytes(c) > space_cpu_stream_bytes(&c->sp->tgt);
+    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c));
 }
 
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)

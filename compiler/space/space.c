@@ -1163,17 +1163,17 @@ int64_t space_cpu_stream_bytes(const target *t)
     return per_core < lim ? per_core : lim;
 }
 
-/* A short window (ResNet-50's 1x1 convs at batch 8: 64 or 128 channels into 256 or 512) is
- * bound by its output's writes, and their reads for ownership, well below the last-level
- * cache's half. Alternated on a Xeon (family 6 model 167, 2 MiB L2 a core, 2 threads),
- * streamed vs plain: 64 -> 256 at 56 x 56 (25.7 MB out) 1.16x, 1.34x without the residual
- * add, 128 -> 512 at 28 x 28 (12.8 MB) 1.11x; 64 -> 64 (6.4 MB, under the bound) 0.99x and
- * K = 256 (256 -> 64, 256 -> 128) 0.96-0.98x, which keep plain stores. */
-bool space_cpu_tile_streams(const target *t, int64_t out_bytes, int64_t taps)
+/* Only past that bound. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64
+ * or 128 channels into 256 or 512; a stem) streamed from twice the cores' L2 ran 1.1-1.45x
+ * faster, but in a plan the next launch reads that output at once, and the arena hands a
+ * launch bytes that earlier launches just wrote or read, so a non-temporal store often meets
+ * its line still cached and waits for it to leave. Whole plans, plain vs streamed stores
+ * below the bound, alternated on a Xeon (family 6 model 167, 2 threads, 4 rounds):
+ * MobileNetV2 batch 8 28.0 -> 23.6 ms (its 3x3 stem 2.33 -> 0.87 ms in the plan, 1.2 alone;
+ * its readers 1.2-1.9x), ResNet-50 batch 8 231 -> 226 ms. */
+bool space_cpu_tile_streams(const target *t, int64_t out_bytes)
 {
-    const int64_t l2 = t->cpu.l2_bytes > 0 ? t->cpu.l2_bytes : 1 << 20;
-    const int64_t cores = t->cpu.cores > 0 ? t->cpu.cores : 1;
-    return out_bytes > space_cpu_stream_bytes(t) || (taps <= 128 && out_bytes > 2 * cores * l2);
+    return out_bytes > space_cpu_stream_bytes(t);
 }
 
 /* The window's taps: the product of the reduction axes after the first (a conv's KH x KW;
@@ -1719,7 +1719,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                         vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
                         cols * (int64_t)sizeof(float) >= 4096 && t3 > 0 && v * t3 > 32 &&
                         !(cols % 16 == 0 &&
-                          space_cpu_tile_streams(&sp->tgt, outb, a->extent[ns])))
+                          space_cpu_tile_streams(&sp->tgt, outb)))
                         v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
                     /* ... and balanced threads: the static split hands each thread a run of
                      * tasks, and where the other axes' last tasks are short (a 1x1 conv at

@@ -257,10 +257,11 @@ bool space_window_channels(const space *sp, const space_sched *s, int upto);
  * allow (codegen's streaming rule): half the last-level cache, at most 24 MiB a core. */
 int64_t space_cpu_stream_bytes(const target *t);
 /* Whether a kernel storing its output's rows as it finishes them (a tile kernel along the
- * output's last axis, a window kernel along OW; codegen asks also for rows of whole lines)
- * streams them: past space_cpu_stream_bytes, or, where its window is short (at most 128
- * multiply-adds an output point: bound by its writes), past twice the cores' L2. */
-bool space_cpu_tile_streams(const target *t, int64_t out_bytes, int64_t taps);
+ * output's last axis, a window kernel along OW, a transposed copy-out, a row kernel; codegen
+ * asks also for rows of whole lines) streams them: past space_cpu_stream_bytes only (below
+ * it the reader, the plan's next launch, finds the output cached; space.c says what was
+ * measured). */
+bool space_cpu_tile_streams(const target *t, int64_t out_bytes);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
 unsigned space_expr_axes(const space *sp, int id);
 

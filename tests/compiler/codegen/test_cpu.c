@@ -1187,12 +1187,14 @@ Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
     }
 }
 
-/* Along OW, an output past twice the cores' L2 (space_cpu_tile_streams) in rows of whole
- * 64-byte lines goes out of the row buffer with non-temporal stores after its epilogue ran in
- * place: checked with a 4 KiB L2 on 2 cores, a 32-wide depthwise + bias + ReLU6 and a 32-wide
- * stride-2 avg pool (its 1/n scale in place) on both ISAs, default and random schedules
- * against the reference; 30-wide rows keep plain stores. */
-Test(codegen_cpu, window_streams_whole_line_rows_past_the_l2)
+/* Along OW, an output past the streaming bound (space_cpu_tile_streams: half the L3, here a
+ * 16 KiB L3 on 2 cores) in rows of whole 64-byte lines goes out of the row buffer with
+ * non-temporal stores after its epilogue ran in place: a 32-wide depthwise + bias + ReLU6 and
+ * a 32-wide stride-2 avg pool (its 1/n scale in place) on both ISAs, default and random
+ * schedules against the reference; 30-wide rows keep plain stores, and so does every output
+ * under the bound, however small the L2 (a 4 KiB L2 and a 256 MiB L3: the plan's next launch
+ * reads it from the cache). */
+Test(codegen_cpu, window_streams_whole_line_rows_past_the_bound)
 {
     static const char *const wls[] = {
         "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":32,\"W\":32,"
@@ -1205,9 +1207,13 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_l2)
     for (int i = 0; i < 3; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
-            set_caches(&b, 2, 4096, 256 << 20);
             space_sched s;
+            set_caches(&b, 2, 4096, 256 << 20);
             space_default_vectorized(b.sp, 1, &s); /* along OW */
+            cr_expect(!source_has(&b, &s, "tlm_stream_row(&"), "%s on %s under the bound",
+                      wls[i], ti ? "cpu:avx2" : "cpu");
+            set_caches(&b, 2, 4096, 16 << 10);
+            space_default_vectorized(b.sp, 1, &s);
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&"), i < 2, "%s on %s", wls[i],
                          ti ? "cpu:avx2" : "cpu");
             if (i < 2) {
@@ -1223,11 +1229,12 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_l2)
         }
 }
 
-/* A conv along F whose transposed copy-out writes an output larger than the cores' L2, from a
- * window of at most 256 taps, streams its whole 64-byte lines on AVX-512 (an aligned 16 x 16
- * tile's rows; the rest, 34-float rows here, are plain stores); a deep window, an output
- * within L2 or AVX2 keeps plain stores. L2 is shrunk so that a small conv crosses the line,
- * and where the host runs AVX-512 the streamed kernel is checked against the reference. */
+/* A conv along F whose transposed copy-out writes an output past the streaming bound (half the
+ * L3), from a window of at most 256 taps, streams its whole 64-byte lines on AVX-512 (an
+ * aligned 16 x 16 tile's rows; the rest, 34-float rows here, are plain stores); a deep
+ * window, an output under the bound (even past the cores' L2, as streamed here before) or
+ * AVX2 keeps plain stores. The L3 is shrunk so that a small conv crosses the bound, and where
+ * the host runs AVX-512 the streamed kernel is checked against the reference. */
 Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
 {
     static const char *const shallow = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":3,"
@@ -1238,17 +1245,17 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
                                     "\"pad\":[1,1]}";
     static const struct {
         const char *wl, *tg;
-        int64_t l2;
+        int64_t l3;
         bool stream;
     } cases[] = {
-        {shallow, "cpu:avx512", 16384, true},    /* 196 KB out, 2 x 16 KB of L2, 27 taps */
-        {shallow, "cpu:avx512", 1 << 20, false}, /* the output fits L2 */
-        {deep, "cpu:avx512", 16384, false},      /* 288 taps */
-        {shallow, "cpu:avx2", 16384, false},
+        {shallow, "cpu:avx512", 64 << 10, true},   /* 196 KB out, a 32 KB bound, 27 taps */
+        {shallow, "cpu:avx512", 256 << 20, false}, /* under the bound, past 2 x 16 KB of L2 */
+        {deep, "cpu:avx512", 64 << 10, false},     /* 288 taps */
+        {shallow, "cpu:avx2", 64 << 10, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(cases[i].wl, cases[i].tg);
-        set_caches(&b, 2, cases[i].l2, 0);
+        set_caches(&b, 2, 16384, cases[i].l3);
         space_sched s;
         space_default_vectorized(b.sp, 3, &s); /* along F */
         cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
@@ -1259,7 +1266,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
     }
     built b = build(shallow, "cpu");
     if (b.t.cpu.vector_lanes == 16) {
-        set_caches(&b, 2, 16384, 0);
+        set_caches(&b, 2, 16384, 64 << 10);
         space_sched s;
         space_default_vectorized(b.sp, 3, &s);
         cr_expect(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"));
@@ -1373,12 +1380,12 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
     }
 }
 
-/* ... and, from a short window (at most 128 multiply-adds an output), past twice the cores'
- * L2 while the last-level cache is large (space_cpu_tile_streams): checked with a 16 KiB L2
- * on 2 cores (64 KiB) and a 256 MiB L3, a 78 KiB output from K = 24 streamed on both ISAs
- * and run against the reference; K = 200, or an L2 that holds the output, keep plain
- * stores. */
-Test(codegen_cpu, streaming_tiles_past_the_l2_from_short_windows)
+/* ... and only past the streaming bound (space_cpu_tile_streams), however short the window
+ * and small the L2: a 78 KiB output from K = 24 with a 16 KiB L2 on 2 cores keeps plain stores
+ * under a 256 MiB L3 (it streamed before, from twice the cores' L2: in a plan its reader
+ * wants it cached), and streams past half a 64 KiB L3 on both ISAs, run against the
+ * reference. */
+Test(codegen_cpu, streaming_tiles_only_past_the_bound)
 {
     static const char *const shallow = "{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":320,"
                                        "\"K\":24},\"epilogue\":[\"bias_add\",\"relu\"]}";
@@ -1386,13 +1393,13 @@ Test(codegen_cpu, streaming_tiles_past_the_l2_from_short_windows)
                                     "\"K\":200}}";
     static const struct {
         const char *wl;
-        int64_t l2;
+        int64_t l3;
         bool stream;
-    } cases[] = {{shallow, 16384, true}, {shallow, 1 << 20, false}, {deep, 16384, false}};
+    } cases[] = {{shallow, 256 << 20, false}, {shallow, 64 << 10, true}, {deep, 256 << 20, false}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int ti = 0; ti < 2; ti++) {
             built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
-            set_caches(&b, 2, cases[i].l2, 256 << 20);
+            set_caches(&b, 2, 16384, cases[i].l3);
             space_sched s;
             space_default(b.sp, &s);
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&out["), cases[i].stream,
