@@ -1096,38 +1096,37 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
 }
 
 /* CPU_WINDOW's vector axis: along OW (1), or along channels (WINDOW_VEC_CHANNELS) for a
- * depthwise conv of 25 taps or more on a 16-register target, or on a wider one where OW fills
- * at most half a vector. Per tap the channel form loads one input vector per FMA and no
+ * depthwise conv on a 16-register target (AVX2) of 25 taps or more, or whose output rows
+ * take between one and two vectors (a 9- to 16-wide row in 8 lanes: along OW every tile pads
+ * most of a vector). Per tap the channel form loads one input vector per FMA and no
  * broadcast, and pads no lanes; the plane's transposes in and out cost the same whatever the
  * window, so small windows stay along OW, as do pools (a pool along OW combines each input
- * row's taps once: separable). Default kernels alternated on a Xeon, 2 threads, AVX2 code
- * (OW / channels): 7x7 at 7, 14, 28, 56 1.18x, 1.12x, 1.04x, 1.24x; 5x5 at 7, 14 1.06x,
- * 1.02x, 5x5 stride 2 at 56 1.20x; 3x3 at 56, 28, 14, 7 0.83x, 0.75x, 0.97x, 0.91x, stride
- * 2 at 28 1.01x; a 5x5 max pool 0.65x. AVX-512 code: 7x7 at 7 1.32x, 5x5 at 7 1.18x; 7x7 at
- * 28 1.07-1.15x (so a 7x7 window whose input rows fill a vector, packed by transposes, and
- * whose output rows take under two), at 56 1.03x (left along OW: Zen 5 takes 4 vectors x 4
- * rows there, unmeasured along channels), at 14 0.89x (a 14-wide row packs point by point
- * under 16 lanes); 5x5 at 14 0.79x, 5x5 stride 2 0.60x, 3x3 0.39-0.78x. */
+ * row's taps once: separable). On 32 registers (AVX-512) the OW form takes up to 8 rows of
+ * one 16-lane vector (a 7- or 14-wide plane in one register row) and is ahead everywhere.
+ * Default-tile kernels alternated on a Xeon (family 6 model 167, 2 threads; OW / channels
+ * time, under 1: OW faster), EfficientNet's and MobileNet's shapes at batch 1, SiLU fused:
+ * AVX-512 code 5x5 at 7 (1152 channels) 0.57, 3x3 at 7 0.48, 5x5 at 14 0.40, 3x3 at 14
+ * 0.33, 5x5 and 3x3 at 28 0.74-0.78, 3x3 at 56 0.69, 5x5 stride 2 to 28 and 7 0.70 and 0.51,
+ * 7x7 at 7, 14, 28 0.70, 0.53, 0.90; AVX2 code 5x5 at 7 1.0-1.17, 3x3 at 7 0.94, 5x5 at 14
+ * 1.33, 3x3 at 14 1.43-1.50, 3x3 stride 2 to 14 1.42, 7x7 at 14 and 28 1.34 and 1.08, 5x5
+ * and 3x3 at 28 0.95-0.97, 3x3 at 56 0.87 (earlier, on AVX2: a 5x5 max pool 0.65x). */
 static int64_t window_default_vec(const space *sp, int64_t want, const int64_t *vals, int n)
 {
     for (int k = 0; k < n && want >= 1; k++) /* the caller's vector axis, when it is legal */
         if (vals[k] == want) return want;
     const ir_stage *a = anchor(sp);
     bool dw = sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D;
-    int64_t taps = a->extent[4] * a->extent[5], W = sp->g->wl.shape[3]; /* N C H W KH KW */
+    int64_t taps = a->extent[4] * a->extent[5], OW = a->extent[3];
     int L = vec_lanes(sp);
-    bool fits = sp->tgt.cpu.vector_registers <= 16 || 2 * a->extent[3] <= L ||
-                (taps >= 49 && W >= L && a->extent[3] < 2 * L);
-    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw && taps >= 25 && fits;
-    /* ... but on 16 registers a window under 49 taps whose output rows are one register row
-     * of 3 or 4 vectors (4 x 2 tiles) stays along OW: 5x5 at 28 x 28 out, alternated on a
-     * Xeon (family 6 model 207, 2 threads, AVX2 code, since the stride-2 pack's vector
-     * splits and the channel form's row bands): stride 1 (120 channels) 1.11x, stride 2
-     * from 56 (MobileNetV3's 72, EfficientNet's 144) 1.13-1.17x; at 56 out 1.0x, at 14 and 7
-     * out the channels 1.4-2.4x, 7x7 at 28 and 56 the channels 1.08-1.14x */
-    if (ch && sp->tgt.cpu.vector_registers <= 16 && taps < 49 && a->extent[3] > 2 * L &&
-        a->extent[3] <= 4 * L)
-        ch = false;
+    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw && sp->tgt.cpu.vector_registers <= 16 &&
+              (taps >= 25 || (OW > L && OW <= 2 * L));
+    /* ... but a window under 49 taps whose output rows are one register row of 3 or 4
+     * vectors (4 x 2 tiles) stays along OW: 5x5 at 28 x 28 out, alternated on a Xeon (family
+     * 6 model 207, 2 threads, AVX2 code, since the stride-2 pack's vector splits and the
+     * channel form's row bands): stride 1 (120 channels) 1.11x, stride 2 from 56 (MobileNetV3's
+     * 72, EfficientNet's 144) 1.13-1.17x; at 56 out 1.0x, at 14 and 7 out the channels
+     * 1.4-2.4x, 7x7 at 28 and 56 the channels 1.08-1.14x */
+    if (ch && taps < 49 && OW > 2 * L && OW <= 4 * L) ch = false;
     return ch ? WINDOW_VEC_CHANNELS : 1;
 }
 
