@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,14 +319,28 @@ int hostcpu_physical_cores(const char *root, const int *cpus, int n)
     return nrep;
 }
 
-/* Logical CPUs we may run on: the affinity mask (what libgomp sizes its team by), bounded
- * by the online count; falls back to sysconf, then 1. */
+/* Logical CPUs we may run on: where OpenMP has places (OMP_PLACES or OMP_PROC_BIND set, as
+ * the README advises for timing), every place's CPUs, the set libgomp spreads its team over;
+ * otherwise the affinity mask (what libgomp sizes its team by). Not the mask alone: with
+ * places libgomp binds the initial thread to the first place at start-up, and a 2-CPU host
+ * then read as 1 core and compiled single-threaded defaults. Bounded by the online count;
+ * falls back to sysconf, then 1. */
 static int usable_cpus(int *list, int cap)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
-    int n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    CPU_ZERO(&set);
+    int places = omp_get_num_places(), n = 0;
+    for (int p = 0; p < places; p++) {
+        int k = omp_get_place_num_procs(p);
+        int *ids = k > 0 ? malloc((size_t)k * sizeof *ids) : NULL;
+        if (!ids) continue;
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < k; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &set);
+        free(ids);
+    }
+    if (CPU_COUNT(&set) > 0 || sched_getaffinity(0, sizeof set, &set) == 0) {
         for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
             if (CPU_ISSET(c, &set)) list[n++] = c;
     }

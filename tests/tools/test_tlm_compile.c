@@ -125,6 +125,34 @@ static bool has_elf_magic(const char *path)
 #define DENSE                                                                                      \
     "{\"op\":\"dense\",\"shape\":{\"M\":64,\"N\":48,\"K\":32},\"epilogue\":[\"bias_add\"]}"
 
+/* The host target and its defaults do not change when OpenMP binds its threads (OMP_PLACES
+ * and OMP_PROC_BIND, as the README advises for timing and deployment): libgomp binds the
+ * initial thread to the first place at start-up, and the cores were read from that thread's
+ * affinity mask, so a 2-CPU host compiled as 1 core (single-threaded defaults) under another
+ * target hash. The same hash and default with and without, and with places alone. */
+Test(tlm_space, host_target_is_the_same_with_threads_bound)
+{
+    static const char *const wl = "{\"op\":\"dense\",\"shape\":{\"M\":1,\"N\":32,\"K\":8}}";
+    run_result plain = RUN("space", "--workload", wl, "--target", "cpu");
+    cr_assert_eq(plain.status, 0, "exit %d: %s", plain.status, plain.err);
+    json_t *a = parse_json(plain.out);
+    static const char *const env[][2] = {{"OMP_PLACES", "threads"}, {"OMP_PROC_BIND", "close"}};
+    for (int k = 0; k < 2; k++) {
+        setenv(env[k][0], env[k][1], 1);
+        run_result r = RUN("space", "--workload", wl, "--target", "cpu");
+        cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+        json_t *b = parse_json(r.out);
+        cr_expect_str_eq(jstr(b, "target_hash"), jstr(a, "target_hash"), "with %s", env[k][0]);
+        cr_expect_str_eq(jstr(b, "default"), jstr(a, "default"), "with %s", env[k][0]);
+        json_decref(b);
+        free(r.out);
+        free(r.err);
+    }
+    json_decref(a);
+    free(plain.out);
+    free(plain.err);
+}
+
 /* ---- tlm space ---- */
 
 Test(tlm_space, prints_slots_size_default_and_samples)
