@@ -4297,6 +4297,31 @@ static bool rows_vec_stream(const cgc *c)
     return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c));
 }
 
+/* Whether a reduction stage's axes can run as one loop: two or more of them, every load
+ * walking them as one strided run (each axis's coefficient the next one's times its extent:
+ * an NCHW global pool's H x W plane) and no select testing them. One loop of H x W points
+ * vectorises whole where a loop per row (56 points: 3.5 vectors) ends each row in a tail and
+ * a horizontal sum: EfficientNet-B0's squeeze pool over 144 x 56 x 56, alternated alone,
+ * 0.0587 -> 0.0118 ms. */
+static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
+{
+    const int r0 = st->n_spatial, r1 = st->n_spatial + st->n_reduce;
+    if (st->n_reduce < 2) return false;
+    for (int id = 0; id < st->n_expr; id++) {
+        const ir_expr *e = &st->expr[id];
+        if (e->kind == IR_E_SELECT) return false;
+        if (e->kind != IR_E_LOAD) continue;
+        const ir_tensor *t = &g->tensor[e->tensor];
+        int64_t stride[IR_MAX_DIMS], coef[IR_MAX_AXES] = {0};
+        cg_strides(t, stride);
+        for (int d = 0; d < t->ndim; d++)
+            for (int a = r0; a < r1; a++) coef[a] += e->idx[d].coef[a] * stride[d];
+        for (int a = r0; a + 1 < r1; a++)
+            if (coef[a] != coef[a + 1] * st->extent[a + 1]) return false;
+    }
+    return true;
+}
+
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
 {
     cg_buf *b = &c->b;
@@ -4523,12 +4548,22 @@ static int gen_rows(cgc *c, const char *entry)
             /* sums only: OpenMP's max combiner of the lanes may drop a NaN that tlm_max keeps */
             snprintf(red, sizeof red, "#pragma omp simd reduction(+:%s)", svar[si]);
             if (st->reduce != IR_RED_MAX) pragma_simd = red;
-            for (int i = st->n_spatial; i < st->n_spatial + st->n_reduce; i++) {
-                bool inner = i == st->n_spatial + st->n_reduce - 1;
+            /* contiguous reduction axes as one loop named after the innermost, the outer
+             * ones' terms zero (reduce_axes_flatten) */
+            const int last = st->n_spatial + st->n_reduce - 1;
+            const bool flat = reduce_axes_flatten(g, st);
+            int64_t flat_n = 1;
+            for (int i = st->n_spatial; i <= last; i++) {
+                if (flat && i < last) {
+                    nm.axis[i] = "0";
+                    flat_n *= st->extent[i];
+                    continue;
+                }
+                bool inner = i == last;
                 /* omp simd and GCC unroll cannot share a loop: vectorising wins */
                 if (inner && vec && pragma_simd) cg_line(b, ind, "%s", pragma_simd);
                 else if (inner && unroll) cg_line(b, ind, "#pragma GCC unroll %d", unroll);
-                loop(b, ind++, st->axis[i], st->extent[i]);
+                loop(b, ind++, st->axis[i], st->extent[i] * (inner ? flat_n : 1));
             }
             if (st->reduce == IR_RED_MAX) {
                 cg_printf(b, "%*s%s = tlm_max(%s, ", ind * 4, "", svar[si], svar[si]);

@@ -1478,6 +1478,34 @@ Test(codegen_cpu, rows_vec_rms_norm_odd_lengths)
 /* Row reductions: the same kernels' reading half (one float per row out: never streamed).
  * One test per reduction, each within the suite's timeout on a slow 2-core host (the three
  * together took over 240 s under the sanitizers at 2.0 GHz). */
+/* A rows reduction whose axes every load walks as one strided run (an NCHW global pool's
+ * H x W plane) runs as one loop of H x W points named after the innermost axis (the outer
+ * axis's term 0), not a loop per row; odd extents (7 x 5 and 5 x 7, 13 channels and 1), the
+ * default and random schedules against the reference on both ISAs. */
+Test(codegen_cpu, rows_reduction_axes_run_as_one_loop)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":2,\"C\":13,\"H\":7,\"W\":5}}",
+        "{\"op\":\"global_avg_pool2d\",\"shape\":{\"N\":1,\"C\":1,\"H\":5,\"W\":7}}",
+    };
+    for (int i = 0; i < 2; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wls[i], ti ? "cpu:avx2" : "cpu");
+            space_sched s;
+            space_default(b.sp, &s);
+            cr_expect(source_has(&b, &s, "for (int64_t w = 0; w < 35; w++) {"), "%s", wls[i]);
+            cr_expect(!source_has(&b, &s, "for (int64_t h = 0; h < 7; h++) {"), "%s", wls[i]);
+            check_schedule(&b, &s, wls[i]);
+            uint64_t rng = 11 + (uint64_t)i;
+            for (int k = 0; k < 4; k++) {
+                space_sample(b.sp, &rng, &s);
+                check_schedule(&b, &s, wls[i]);
+            }
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 Test(codegen_cpu, rows_vec_reduce_sum_odd_lengths)
 {
     check_rows_vec("reduce_sum", "tlm_reduce_row(x", false);
