@@ -14,7 +14,10 @@
 #      same with --prepack off (each launch packs its weights in every call, as the kernels
 #      are measured alone): what packing the params once at load saves
 #   4. bench/e2e_peers.py ort DIR: ONNX Runtime latency; its outputs vs PyTorch's and ours
-# Threads: every framework gets the machine's cores (OpenMP for our kernels).
+# Threads: every framework gets the machine's cores (OpenMP for our kernels, bound one to a
+# CPU by `tlm run` below as the README advises for timing and deployment: unbound, libgomp's
+# team can share one vCPU for whole runs on a small VM; a caller's OMP_PLACES and
+# OMP_PROC_BIND are kept).
 #
 # Needs bench/setup.sh (python3-torch for /usr/bin/python3; onnxruntime in bench/.venv).
 # Env: E2E_MODELS (default "resnet50:batch=1 mobilenet_v2:batch=1 bert_base:seq_len=128
@@ -28,6 +31,11 @@
 # default schedules (`tlm compile --model`, no store) and run right after ours, so the tuned
 # plan, the default plan and the peers see one machine state. Writes e2e_tune.{jsonl,md}.
 set -eu
+
+# our plans' runs, their OpenMP threads bound (the header's Threads)
+tlm_run() {
+    OMP_PLACES="${OMP_PLACES:-threads}" OMP_PROC_BIND="${OMP_PROC_BIND:-close}" build/tlm run "$@"
+}
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 VPY=bench/.venv/bin/python
@@ -112,17 +120,17 @@ for spec in $MODELS; do
     $BLAS_ENV $PY bench/e2e_peers.py torch "$d" --runs "$RUNS" >"$d/torch.json"
     echo "e2e.sh: $name: tlm run" >&2
     mkdir -p "$d/ours"
-    build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check on \
+    tlm_run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check on \
         --save-outputs "$d/ours" >"$d/ours.json" || echo "e2e.sh: $name: tlm run failed or the check failed" >&2
-    build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check off \
+    tlm_run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check off \
         --prepack off >"$d/ours_per_call.json" || echo "e2e.sh: $name: tlm run --prepack off failed" >&2
     if [ "$MODE" = tune ]; then
         # the tuned and the default plan alternately, three rounds: a moment of this shared
         # machine moves both; each side's figure is its fastest round
         for r in 1 2 3; do
-            build/tlm run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check off \
+            tlm_run --plan "$d" --inputs "$d/weights.npz" --repeat "$RUNS" --check off \
                 >"$d/ours_r$r.json" || echo "e2e.sh: $name: tlm run (round $r) failed" >&2
-            build/tlm run --plan "$d.default" --inputs "$d/weights.npz" --repeat "$RUNS" \
+            tlm_run --plan "$d.default" --inputs "$d/weights.npz" --repeat "$RUNS" \
                 --check off >"$d/default_r$r.json" || echo "e2e.sh: $name: tlm run (default plan) failed" >&2
         done
     fi

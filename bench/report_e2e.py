@@ -114,7 +114,8 @@ def main():
     print("The machine is shared with other engineers building and benchmarking: expect noise "
           "of tens of percent; ratios come from one run, peers measured right after ours.\n")
     print("Ours = tlmd's kernels (target `cpu`, schedule source as listed) run from the "
-          "execution plan by `tlm run` (median of the runs after one warm-up). PyTorch = eager "
+          "execution plan by `tlm run` (median of the runs after one warm-up; its OpenMP threads "
+          "bound, OMP_PLACES=threads OMP_PROC_BIND=close, as the README advises). PyTorch = eager "
           "execution of the same network (same fused ops, batch norm folded, same weights); "
           "ORT = that network exported to ONNX (opset 17) on ONNX Runtime's CPU provider, "
           "optimisation level ALL. All use every core. Ratio > 1 = we are slower. Our runs "
