@@ -4315,7 +4315,8 @@ static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
         int64_t stride[IR_MAX_DIMS], coef[IR_MAX_AXES] = {0};
         cg_strides(t, stride);
         for (int d = 0; d < t->ndim; d++)
-            for (int a = r0; a < r1; a++) coef[a] += e->idx[d].coef[a] * stride[d];
+            for (int a = r0; a < r1; a++)
+                coef[a] += e->idx[d].coef[a] * stride[d];
         for (int a = r0; a + 1 < r1; a++)
             if (coef[a] != coef[a + 1] * st->extent[a + 1]) return false;
     }

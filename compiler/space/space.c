@@ -1714,11 +1714,9 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * its block. AMD was not measured here. */
                     const int64_t cols = a->extent[ns - 1],
                                   outb = 4 * ir_tensor_numel(&sp->g->tensor[sp->g->output]);
-                    if (intel_host(sp) && sl->axis == ns - 2 &&
-                        vx == ns - 1 && sp->n_reduce == 1 && a->extent[ns] <= 64 &&
-                        cols * (int64_t)sizeof(float) >= 4096 && t3 > 0 && v * t3 > 32 &&
-                        !(cols % 16 == 0 &&
-                          space_cpu_tile_streams(&sp->tgt, outb)))
+                    if (intel_host(sp) && sl->axis == ns - 2 && vx == ns - 1 && sp->n_reduce == 1 &&
+                        a->extent[ns] <= 64 && cols * (int64_t)sizeof(float) >= 4096 && t3 > 0 &&
+                        v * t3 > 32 && !(cols % 16 == 0 && space_cpu_tile_streams(&sp->tgt, outb)))
                         v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
                     /* ... and balanced threads: the static split hands each thread a run of
                      * tasks, and where the other axes' last tasks are short (a 1x1 conv at

@@ -1210,8 +1210,8 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_bound)
             space_sched s;
             set_caches(&b, 2, 4096, 256 << 20);
             space_default_vectorized(b.sp, 1, &s); /* along OW */
-            cr_expect(!source_has(&b, &s, "tlm_stream_row(&"), "%s on %s under the bound",
-                      wls[i], ti ? "cpu:avx2" : "cpu");
+            cr_expect(!source_has(&b, &s, "tlm_stream_row(&"), "%s on %s under the bound", wls[i],
+                      ti ? "cpu:avx2" : "cpu");
             set_caches(&b, 2, 4096, 16 << 10);
             space_default_vectorized(b.sp, 1, &s);
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&"), i < 2, "%s on %s", wls[i],
