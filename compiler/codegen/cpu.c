@@ -4549,8 +4549,8 @@ static int gen_rows(cgc *c, const char *entry)
             /* sums only: OpenMP's max combiner of the lanes may drop a NaN that tlm_max keeps */
             snprintf(red, sizeof red, "#pragma omp simd reduction(+:%s)", svar[si]);
             if (st->reduce != IR_RED_MAX) pragma_simd = red;
-            /* contiguous reduction axes as one loop named after the innermost, the outer
-             * ones' terms zero (reduce_axes_flatten) */
+            /* reduction axes walked as one strided run: one loop named after the
+             * innermost, the outer ones' terms zero (reduce_axes_flatten) */
             const int last = st->n_spatial + st->n_reduce - 1;
             const bool flat = reduce_axes_flatten(g, st);
             int64_t flat_n = 1;
