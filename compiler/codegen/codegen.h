@@ -54,8 +54,12 @@
  * rule of thumb's blocks even the threads' work, 1x1 convs at 14 x 14 and 28 x 28 1.03-1.28x;
  * register tiles prefetch a residual's lines, from DRAM 1.04-1.14x; on Intel hosts the rule
  * of thumb packs expanding 1x1 convs' inputs and runs reducing ones at 28 x 28 and more along
- * their columns, from DRAM 1.03-2.0x). */
-#define CG_VERSION 6
+ * their columns, from DRAM 1.03-2.0x; 7: outputs stream only past half the L3, not from
+ * twice the cores' L2 (plans 1.02-1.18x at batch 8), a rows reduction over one strided run
+ * of axes in one loop (a global pool 5x), and the rule of thumb's AVX-512 depthwise along
+ * OW (1.1-3x): a cached kernel would keep the streamed stores, the loop per row or the
+ * channel form). */
+#define CG_VERSION 7
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

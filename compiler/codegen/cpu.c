@@ -2286,6 +2286,15 @@ static int64_t reduction_points(const cgc *c)
     return n;
 }
 
+/* Whether the output is large enough to go out with non-temporal stores
+ * (space_cpu_output_streams), where a kernel's rows allow. Measured on a 2-core VM reporting
+ * 480 MiB of L3: softmax outputs up to 36 MB ran faster with plain stores, 49 MB tied, 67 and
+ * 72 MB ran 1.2-1.4x faster streamed. */
+static bool output_streams(const cgc *c)
+{
+    return space_cpu_output_streams(&c->sp->tgt, output_bytes(c));
+}
+
 /* Whether a block is copied out transposed (emit_copyout_transposed): vectorised, with a
  * reduction, along another axis than the output's last, in 8 or 16 lanes. */
 static bool copyout_transposes(const cgc *c, bool vec)
@@ -2294,7 +2303,7 @@ static bool copyout_transposes(const cgc *c, bool vec)
 }
 
 /* Whether the transposed copy-out streams its output: AVX-512 (its 16 x 16 tiles store whole
- * 64-byte lines), an output past the streaming bound (space_cpu_tile_streams) and a window
+ * 64-byte lines), an output past the streaming bound (space_cpu_output_streams) and a window
  * of 256 FMAs an output or fewer. A stem's write-back, 16 output planes a tile, is bound by
  * the reads for ownership when its output goes to memory (ResNet-50's 7x7 stem at batch 8,
  * 25.7 MB out: 10.9 ms, 6.3 with those stores left out, 7.5 streamed, alone); from twice the
@@ -2306,7 +2315,7 @@ static bool copyout_transposes(const cgc *c, bool vec)
 static bool copyout_stream(const cgc *c, bool vec)
 {
     if (!copyout_transposes(c, vec) || c->W != 16) return false;
-    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c)) && reduction_points(c) <= 256;
+    return output_streams(c) && reduction_points(c) <= 256;
 }
 
 /* tlm_transpose: W vectors of W lanes transposed in registers (r[i][j] <- r[j][i]), by
@@ -2416,7 +2425,7 @@ static void emit_stream_helper(cg_buf *b);
 
 /* A tile kernel whose register tiles store straight to the output (one reduction chunk,
  * vectors along the output's last axis) streams the output out when it outgrows the cache
- * (space_cpu_tile_streams): an attention score matrix
+ * (space_cpu_output_streams): an attention score matrix
  * of 54-64 MB from a K = 40-64 contraction is bound by its write traffic, and without the
  * read for ownership it is 1.5x faster (sd15 4096x4096x40, one thread: 27 -> 17.5 ms). The
  * rows must be whole lines. */
@@ -2429,7 +2438,7 @@ static bool tile_stream(const cgc *c)
     if (c->T[c->x][3] % 16 || c->E[c->x] % 16) return false;
     for (int i = c->ns; i < c->ns + c->nr; i++)
         if (c->T[i][0] != 1) return false;
-    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c));
+    return output_streams(c);
 }
 
 /* How the fused task loop is split among threads. OpenMP's plain static schedule gives each
@@ -3222,10 +3231,10 @@ static int gen_window(cgc *c, const char *entry)
         cg_line(b, 0, "#endif");
         cg_line(b, 0, "}");
     }
-    /* A window's output past the streaming bound (space_cpu_tile_streams) in rows of whole
+    /* A window's output past the streaming bound (space_cpu_output_streams) in rows of whole
      * 64-byte lines goes out of the row buffer with non-temporal stores, the epilogue applied
      * in place first: no reads for ownership. */
-    const bool wstream = W > 1 && OW % 16 == 0 && space_cpu_tile_streams(&sp->tgt, output_bytes(c));
+    const bool wstream = W > 1 && OW % 16 == 0 && output_streams(c);
     if (wstream) emit_stream_helper(b);
     /* the buffered write-back of short AVX-512 rows (below) */
     const bool vwb = !wstream && W == 16 && OW <= 2 * W && !epilogue_reads_axis(g, 3);
@@ -3761,7 +3770,7 @@ static void emit_stream_helper(cg_buf *b)
  * prefetched during the current row's last pass so that memory and arithmetic overlap. All
  * passes are explicit vectors (AVX-512 or AVX2+FMA, chosen by the compiler flags of the
  * target) with masked tails, so any row length runs at vector speed. An output past the
- * streaming threshold (rows_vec_stream) goes out with non-temporal stores (whole 64-byte
+ * streaming threshold (output_streams) goes out with non-temporal stores (whole 64-byte
  * lines, from the first aligned one): no read-for-ownership of the output. Softmax computes
  * its exp values (one exp per element) into one of two per-thread rows, streamed out during
  * the next row's exp pass so the stores spread over the arithmetic (or into the output row
@@ -4287,16 +4296,6 @@ static rows_vec_op rows_vec_kind(const cgc *c, bool vec)
     }
 }
 
-/* Non-temporal stores pay when the output cannot stay in cache for whoever reads it next:
- * past half the last-level cache, and past 24 MiB per core however large the L3 claims to be
- * (a VM's slice of a shared L3). Measured on a 2-core VM reporting 480 MiB of L3: softmax
- * outputs up to 36 MB ran faster with plain stores, 49 MB tied, 67 and 72 MB ran 1.2-1.4x
- * faster streamed. */
-static bool rows_vec_stream(const cgc *c)
-{
-    return space_cpu_tile_streams(&c->sp->tgt, output_bytes(c));
-}
-
 /* Whether a reduction stage's axes can run as one loop: two or more of them, every load
  * walking them as one strided run (each axis's coefficient the next one's times its extent:
  * an NCHW global pool's H x W plane) and no select testing them. One loop of H x W points
@@ -4333,7 +4332,7 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
     const ir_stage *an = &g->stage[g->anchor];
     long long R = (long long)an->extent[0], C = (long long)an->extent[1];
     long long CP = (C + 15) / 16 * 16; /* a scratch row, whole 64-byte lines */
-    bool stream = op != RV_REDUCE && rows_vec_stream(c);
+    bool stream = op != RV_REDUCE && output_streams(c);
     /* softmax streams out of a scratch row (its exp values), the norms straight from their
      * last pass (tlm_norm_out) */
     bool scratch = stream && op == RV_SOFTMAX;

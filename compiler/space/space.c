@@ -1155,14 +1155,9 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
-int64_t space_cpu_stream_bytes(const target *t)
-{
-    int64_t llc = t->cpu.l3_bytes > 0 ? t->cpu.l3_bytes : 8 << 20;
-    int64_t lim = llc / 2, per_core = (int64_t)(t->cpu.cores > 0 ? t->cpu.cores : 1) * (24 << 20);
-    return per_core < lim ? per_core : lim;
-}
-
-/* Only past that bound. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64
+/* Past half the last-level cache and past 24 MiB a core however large the L3 claims to be
+ * (a VM's slice of a shared L3), where the output cannot stay cached for its reader; only
+ * there. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64
  * or 128 channels into 256 or 512; a stem) streamed from twice the cores' L2 ran 1.1-1.45x
  * faster, but in a plan the next launch reads that output at once, and the arena hands a
  * launch bytes that earlier launches just wrote or read, so a non-temporal store often meets
@@ -1170,9 +1165,11 @@ int64_t space_cpu_stream_bytes(const target *t)
  * below the bound, alternated on a Xeon (family 6 model 167, 2 threads, 4 rounds):
  * MobileNetV2 batch 8 28.0 -> 23.6 ms (its 3x3 stem 2.33 -> 0.87 ms in the plan, 1.2 alone;
  * its readers 1.2-1.9x), ResNet-50 batch 8 231 -> 226 ms. */
-bool space_cpu_tile_streams(const target *t, int64_t out_bytes)
+bool space_cpu_output_streams(const target *t, int64_t out_bytes)
 {
-    return out_bytes > space_cpu_stream_bytes(t);
+    const int64_t llc = t->cpu.l3_bytes > 0 ? t->cpu.l3_bytes : 8 << 20;
+    const int64_t per_core = (int64_t)(t->cpu.cores > 0 ? t->cpu.cores : 1) * (24 << 20);
+    return out_bytes > (per_core < llc / 2 ? per_core : llc / 2);
 }
 
 /* The window's taps: the product of the reduction axes after the first (a conv's KH x KW;
@@ -1710,13 +1707,14 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
                      * 48 and more all slow, 30 and fewer all fast (1.27-1.40x); the rule of
                      * thumb's 150 rows -> 30 1.13-1.15x; 2 x 1500 x 2048 x 64 1.1-1.2x; K = 128
                      * (1024 x 1500 x 128) 1.01x; an output streamed with non-temporal stores
-                     * (space_cpu_stream_bytes; SD's 4096 x 4096 x 40) 0.98x, so that one keeps
+                     * (space_cpu_output_streams; SD's 4096 x 4096 x 40) 0.98x, so that one keeps
                      * its block. AMD was not measured here. */
                     const int64_t cols = a->extent[ns - 1],
                                   outb = 4 * ir_tensor_numel(&sp->g->tensor[sp->g->output]);
                     if (intel_host(sp) && sl->axis == ns - 2 && vx == ns - 1 && sp->n_reduce == 1 &&
                         a->extent[ns] <= 64 && cols * (int64_t)sizeof(float) >= 4096 && t3 > 0 &&
-                        v * t3 > 32 && !(cols % 16 == 0 && space_cpu_tile_streams(&sp->tgt, outb)))
+                        v * t3 > 32 &&
+                        !(cols % 16 == 0 && space_cpu_output_streams(&sp->tgt, outb)))
                         v = pick_le(vals, n, 32 / t3 > 0 ? 32 / t3 : 1);
                     /* ... and balanced threads: the static split hands each thread a run of
                      * tasks, and where the other axes' last tasks are short (a 1x1 conv at

@@ -253,15 +253,12 @@ int space_window_budget(const space *sp, int lanes);
 #define WINDOW_VEC_CHANNELS 2
 /* Whether slots [0, upto) of s put CPU_WINDOW's vectors along channels. */
 bool space_window_channels(const space *sp, const space_sched *s, int upto);
-/* Bytes of output past which a CPU kernel stores it with non-temporal stores, where its rows
- * allow (codegen's streaming rule): half the last-level cache, at most 24 MiB a core. */
-int64_t space_cpu_stream_bytes(const target *t);
-/* Whether a kernel storing its output's rows as it finishes them (a tile kernel along the
+/* Whether a CPU kernel storing its output's rows as it finishes them (a tile kernel along the
  * output's last axis, a window kernel along OW, a transposed copy-out, a row kernel; codegen
- * asks also for rows of whole lines) streams them: past space_cpu_stream_bytes only (below
- * it the reader, the plan's next launch, finds the output cached; space.c says what was
- * measured). */
-bool space_cpu_tile_streams(const target *t, int64_t out_bytes);
+ * asks also for rows of whole lines) streams them with non-temporal stores (codegen's
+ * streaming rule): only past half the last-level cache, at most 24 MiB a core (below it the
+ * reader, the plan's next launch, finds the output cached; space.c says what was measured). */
+bool space_cpu_output_streams(const target *t, int64_t out_bytes);
 /* Bitmask of the anchor axes an anchor expression node depends on. */
 unsigned space_expr_axes(const space *sp, int id);
 

@@ -330,15 +330,13 @@ static int usable_cpus(int *list, int cap)
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
     CPU_ZERO(&set);
-    int places = omp_get_num_places(), n = 0;
+    int places = omp_get_num_places(), n = 0, ids[CPU_SETSIZE];
     for (int p = 0; p < places; p++) {
         int k = omp_get_place_num_procs(p);
-        int *ids = k > 0 ? malloc((size_t)k * sizeof *ids) : NULL;
-        if (!ids) continue;
+        if (k < 1 || k > CPU_SETSIZE) continue;
         omp_get_place_proc_ids(p, ids);
         for (int i = 0; i < k; i++)
             if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &set);
-        free(ids);
     }
     if (CPU_COUNT(&set) > 0 || sched_getaffinity(0, sizeof set, &set) == 0) {
         for (int c = 0; c < CPU_SETSIZE && n < cap; c++)

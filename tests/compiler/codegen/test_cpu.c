@@ -1187,7 +1187,7 @@ Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
     }
 }
 
-/* Along OW, an output past the streaming bound (space_cpu_tile_streams: half the L3, here a
+/* Along OW, an output past the streaming bound (space_cpu_output_streams: half the L3, here a
  * 16 KiB L3 on 2 cores) in rows of whole 64-byte lines goes out of the row buffer with
  * non-temporal stores after its epilogue ran in place: a 32-wide depthwise + bias + ReLU6 and
  * a 32-wide stride-2 avg pool (its 1/n scale in place) on both ISAs, default and random
@@ -1380,7 +1380,7 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
     }
 }
 
-/* ... and only past the streaming bound (space_cpu_tile_streams), however short the window
+/* ... and only past the streaming bound (space_cpu_output_streams), however short the window
  * and small the L2: a 78 KiB output from K = 24 with a 16 KiB L2 on 2 cores keeps plain stores
  * under a 256 MiB L3 (it streamed before, from twice the cores' L2: in a plan its reader
  * wants it cached), and streams past half a 64 KiB L3 on both ISAs, run against the
