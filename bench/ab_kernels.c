@@ -17,7 +17,8 @@
  * turn), so each call's data comes from DRAM, e.g. COLD=1024 where a VM's L3 may be large.
  * KERNEL.so@pre: that kernel with its constant operands packed once (its tlm_kernel_prepack
  * entries, as a plan's params are; one packed copy per argument copy) and called through
- * tlm_kernel_prepacked; PRE_ARGS=MASK (env) packs only the
+ * tlm_kernel_prepacked; COLD_ARGS=MASK (env) rotates only those arguments' copies (bit i: the
+ * i-th), the others staying warm; PRE_ARGS=MASK (env) packs only the
  * entries of those arguments (0x2: the weights, where a kernel also exports its input's pack,
  * which a plan packs per call), the others packed by each call. Threads: the kernels' own
  * OpenMP settings (OMP_NUM_THREADS, OMP_PROC_BIND). Built by `make build/bench/ab_kernels`
@@ -103,9 +104,17 @@ int main(int argc, char **argv)
     while (cold_mib > 0 && nc < MAX_COPIES && gcd_int(nk + 1, nc) != 1)
         nc++;
     if (nc > MAX_COPIES) nc = MAX_COPIES;
+    /* COLD_ARGS=MASK: only those arguments rotate (0x4: a conv's third); the others keep
+     * one copy, warm from the call before, as a plan's freshly written input is */
+    const char *ce = getenv("COLD_ARGS");
+    const unsigned cold_args = ce ? (unsigned)strtoul(ce, NULL, 0) : ~0u;
     static void *args[MAX_COPIES][MAX_ARGS];
     for (int c = 0; c < nc; c++)
         for (int i = 0; i < na; i++) {
+            if (c > 0 && !((cold_args >> i) & 1u)) {
+                args[c][i] = args[0][i];
+                continue;
+            }
             float *f = aligned_alloc(64, (n[i] * sizeof(float) + 63) / 64 * 64);
             if (!f) {
                 fprintf(stderr, "ab_kernels: out of memory\n");
@@ -148,6 +157,10 @@ int main(int argc, char **argv)
         for (int q = 0; q < pa[k].n; q++) {
             if (!((pre_args >> pa[k].arg[q]) & 1u)) continue; /* packed by each call */
             for (int c = 0; c < nc; c++) {
+                if (c > 0 && !((cold_args >> pa[k].arg[q]) & 1u)) {
+                    pre[k][c][q] = pre[k][0][q];
+                    continue;
+                }
                 float *d = aligned_alloc(64, ((size_t)pa[k].floats[q] * 4 + 63) / 64 * 64);
                 if (!d) {
                     fprintf(stderr, "ab_kernels: out of memory\n");

@@ -1506,6 +1506,56 @@ Test(codegen_cpu, rows_reduction_axes_run_as_one_loop)
         }
 }
 
+/* A register tile along OW whose weights are broadcast per filter row, each row contiguous
+ * over the whole reduction in one chunk (a 1x1 conv's C, a 3x3's C x 9), requests the next
+ * tile's rows (the next f block, one run R rows on) each channel; not over a chunk of the
+ * channels, nor for weights that stay in cache. Both ISAs; the kernels checked. */
+Test(codegen_cpu, next_filter_rows_prefetched_over_whole_rows)
+{
+    static const struct {
+        const char *wl, *sched, *want;
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
+         "\"shape\":{\"N\":1,\"C\":256,\"F\":70,\"H\":3,\"W\":32,\"KH\":1,\"KW\":1}}",
+         "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=3 "
+         "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=256 "
+         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
+         "+ 1536 + p0], 0, 2);"},
+        {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"pad\":[1,1],"
+         "\"shape\":{\"N\":1,\"C\":32,\"F\":97,\"H\":6,\"W\":16,\"KH\":3,\"KW\":3}}",
+         "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=2 "
+         "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=32 "
+         "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1",
+         "+ 1728 + p3], 0, 2);"},
+        {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
+         "\"shape\":{\"N\":1,\"C\":256,\"F\":70,\"H\":3,\"W\":32,\"KH\":1,\"KW\":1}}",
+         "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=3 "
+         "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
+         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1", NULL},
+        {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
+         "\"shape\":{\"N\":1,\"C\":64,\"F\":70,\"H\":3,\"W\":32,\"KH\":1,\"KW\":1}}",
+         "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=3 "
+         "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=64 "
+         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            tlm_err_clear(&err);
+            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
+            bool has = source_has(&b, &s, "the next tile's rows along f (6 on)");
+            cr_expect_eq(has, cases[i].want != NULL, "case %zu, %s", i, ti ? "avx2" : "avx512");
+            if (cases[i].want)
+                cr_expect(source_has(&b, &s, cases[i].want), "case %zu: %s", i, cases[i].want);
+            check_schedule(&b, &s, cases[i].wl);
+            free(b.g);
+            free(b.sp);
+        }
+}
+
 Test(codegen_cpu, rows_vec_reduce_sum_odd_lengths)
 {
     check_rows_vec("reduce_sum", "tlm_reduce_row(x", false);
