@@ -1556,42 +1556,52 @@ Test(codegen_cpu, next_filter_rows_prefetched_over_whole_rows)
         }
 }
 
-/* A prepacked operand larger than an eighth of the L2 (a conv's weights along F, two chunks
- * of 128 channels) has its next panel requested over the first register tiles of each, when
- * it is handed in (tlm_pre); with an L2 that holds it, none. Both ISAs, the kernels and
- * their prepacked entries checked. */
+/* A prepacked operand larger than an eighth of the L2 (a conv's weights along F, a GEMM's
+ * B; two chunks of 128 along the reduction) has its next panel requested over the first
+ * register tiles of each, when it is handed in (tlm_pre); with an L2 that holds it, none. Both
+ * ISAs, the kernels and their prepacked entries checked. */
 Test(codegen_cpu, next_packed_panel_prefetched_past_the_l2)
 {
-    static const char *const wl =
-        "{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
-        "\"shape\":{\"N\":1,\"C\":256,\"F\":128,\"H\":7,\"W\":7,\"KH\":1,\"KW\":1}}";
-    static const char *const sched[2] = {
-        "vectorize=3 tile.n.3=1 tile.f.3=64 tile.oh.3=1 tile.ow.3=7 tile.n.2=1 tile.f.2=1 "
-        "tile.oh.2=1 tile.ow.2=7 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
-        "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
-        "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=6 tile.n.2=1 tile.f.2=1 "
-        "tile.oh.2=1 tile.ow.2=9 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
-        "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
+    static const struct {
+        const char *wl, *sched[2], *want[2];
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
+         "\"shape\":{\"N\":1,\"C\":256,\"F\":128,\"H\":7,\"W\":7,\"KH\":1,\"KW\":1}}",
+         {"vectorize=3 tile.n.3=1 tile.f.3=64 tile.oh.3=1 tile.ow.3=7 tile.n.2=1 tile.f.2=1 "
+          "tile.oh.2=1 tile.ow.2=7 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
+          "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
+          "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=6 tile.n.2=1 tile.f.2=1 "
+          "tile.oh.2=1 tile.ow.2=9 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
+          "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1"},
+         /* 512 lines of 64 x 128 floats over 128 steps a tile: 4 tiles (AVX2: 128 lines of
+          * 16 x 128, the first) */
+         {"if (tlm_pre0 && q2 < 4)", "if (tlm_pre0 && q2 < 1)"}},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":30,\"N\":128,\"K\":256},\"epilogue\":[\"bias_add\"]}",
+         {"vectorize=1 tile.i.3=6 tile.j.3=64 tile.i.2=5 tile.j.2=1 tile.i.1=1 tile.j.1=1 "
+          "tile.k.1=128 parallel=1 unroll=64 pack=1",
+          "vectorize=1 tile.i.3=6 tile.j.3=16 tile.i.2=5 tile.j.2=1 tile.i.1=1 tile.j.1=1 "
+          "tile.k.1=128 parallel=1 unroll=64 pack=1"},
+         {"if (tlm_pre0 && q2 < 4)", "if (tlm_pre0 && q2 < 1)"}},
     };
-    for (int ti = 0; ti < 2; ti++)
-        for (int big = 0; big < 2; big++) {
-            built b = build(wl, ti ? "cpu:avx2" : "cpu");
-            set_caches(&b, 2, big ? 8 << 20 : 256 << 10, 0);
-            space_sched s;
-            tlm_error err;
-            tlm_err_clear(&err);
-            cr_assert_eq(space_parse(b.sp, sched[ti], &s, &err), 0, "%s", err.msg);
-            const bool has = source_has(&b, &s, "the next panel of P");
-            cr_expect_eq(has, !big, "%s, L2 %s", ti ? "avx2" : "avx512", big ? "8 MiB" : "256 KiB");
-            if (!big)
-                /* 512 lines of 64 x 128 floats over 128 steps a tile: 4 tiles (AVX2: 128
-                 * lines of 16 x 128, the first tile) */
-                cr_expect(source_has(&b, &s, ti ? "if (tlm_pre0 && q2 < 1)" : "if (tlm_pre0 && q2 < 4)"),
-                          "%s", ti ? "avx2" : "avx512");
-            check_schedule(&b, &s, wl);
-            free(b.g);
-            free(b.sp);
-        }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int big = 0; big < 2; big++) {
+                built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+                set_caches(&b, 2, big ? 8 << 20 : 256 << 10, 0);
+                space_sched s;
+                tlm_error err;
+                tlm_err_clear(&err);
+                cr_assert_eq(space_parse(b.sp, cases[i].sched[ti], &s, &err), 0, "%s", err.msg);
+                const bool has = source_has(&b, &s, "the next panel of P");
+                cr_expect_eq(has, !big, "case %zu, %s, L2 %s", i, ti ? "avx2" : "avx512",
+                             big ? "8 MiB" : "256 KiB");
+                if (!big)
+                    cr_expect(source_has(&b, &s, cases[i].want[ti]), "case %zu, %s: %s", i,
+                              ti ? "avx2" : "avx512", cases[i].want[ti]);
+                check_schedule(&b, &s, cases[i].wl);
+                free(b.g);
+                free(b.sp);
+            }
 }
 
 Test(codegen_cpu, rows_vec_reduce_sum_odd_lengths)
