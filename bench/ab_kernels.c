@@ -8,8 +8,8 @@
  * SIZES: the element counts of the kernel's tensors, comma-separated, in its parameter order
  * (inputs, then the output: a dense M x N x K is M*K,K*N,M*N; with a bias, ...,N,M*N); each
  * KERNEL.so is a `tlm compile` output directory's kernel.so, called through
- * tlm_kernel_packed (e.g. the same workload compiled by two builds of tlm). Inputs are filled with a fixed
- * pattern. Every kernel is called once per round in the order given, REPS rounds (env,
+ * tlm_kernel_packed (e.g. the same workload compiled by two builds of tlm). Inputs are filled with
+ * a fixed pattern. Every kernel is called once per round in the order given, REPS rounds (env,
  * default 11); prints each kernel's median and minimum in ms, and the largest difference of
  * its output from the first kernel's (the candidates must agree; each kernel runs once on the
  * inputs before the timing). COLD=MiB (env): calls rotate through copies of all the arguments

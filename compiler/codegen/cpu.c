@@ -1063,8 +1063,9 @@ static void emit_broadcast_prefetch(cgc *c, int ind)
  * a tile's first pass over them stalls. Where the tile's rows along its one spatial axis are
  * contiguous over the whole reduction, in one chunk, the next tile's rows (R rows on, the
  * next f block: one run) are requested into L2 while this one computes, R x taps floats an
- * iteration of the outer reduction loop. ResNet-50's 1x1 256 -> 1024 at 14 x 14 (AVX-512, 2 threads, weights
- * from DRAM, the rest warm): 0.394 -> 0.326 ms, all cold 0.46 -> 0.40, warm unchanged. */
+ * iteration of the outer reduction loop. ResNet-50's 1x1 256 -> 1024 at 14 x 14 (AVX-512, 2
+ * threads, weights from DRAM, the rest warm): 0.394 -> 0.326 ms, all cold 0.46 -> 0.40, warm
+ * unchanged. */
 static void emit_next_rows_prefetch(cgc *c, int ind)
 {
     cg_buf *b = &c->b;
@@ -1090,12 +1091,11 @@ static void emit_next_rows_prefetch(cgc *c, int ind)
         if (s < 0) continue;
         /* a tap's offsets cover [0, taps) once: a row is contiguous over the reduction */
         bool seen[9] = {false}, dense = true;
-        int64_t x[IR_MAX_AXES] = {0};
         for (int64_t t = 0; t < taps && dense; t++) {
             int64_t off = 0, r = t;
             for (int i = ns + nr - 1; i > ns; i--) {
-                x[i] = r % c->E[i], r /= c->E[i];
-                off += flat_coef(c->g, e, i) * x[i];
+                off += flat_coef(c->g, e, i) * (r % c->E[i]);
+                r /= c->E[i];
             }
             dense = off >= 0 && off < taps && !seen[off];
             if (dense) seen[off] = true;
@@ -1117,8 +1117,7 @@ static void emit_next_rows_prefetch(cgc *c, int ind)
         for (int64_t j = 0; j < npf; j++) {
             cg_line(b, ind + 1, "const int64_t p%lld = %s1 * %lld + %lld;", (long long)j,
                     a->axis[ns], (long long)step, (long long)(16 * j));
-            cg_printf(b, "%*s__builtin_prefetch(&%s[", (ind + 1) * 4, "",
-                      c->nm.tensor[e->tensor]);
+            cg_printf(b, "%*s__builtin_prefetch(&%s[", (ind + 1) * 4, "", c->nm.tensor[e->tensor]);
             cg_emit_offset(b, c->g, a, e, &nm);
             cg_printf(b, " + %lld + p%lld], 0, 2);\n", (long long)(rows * fs), (long long)j);
         }
@@ -1150,7 +1149,8 @@ static void emit_next_panel_prefetch(cgc *c, int ind)
     const ir_stage *a = c->a;
     const int ns = c->ns;
     int64_t tiles = 1;
-    for (int i = 0; i < ns; i++) tiles *= c->T[i][2];
+    for (int i = 0; i < ns; i++)
+        tiles *= c->T[i][2];
     const int64_t steps = c->T[ns][1];
     for (int pi = 0; pi < c->npack; pi++) {
         if (pi == c->keep_pi || (!c->pack_glob[pi] && c->pre_k[pi] < 0)) continue;
@@ -1161,7 +1161,8 @@ static void emit_next_panel_prefetch(cgc *c, int ind)
         cg_printf(b, "%*s{ /* the next panel of P%d, over the first %lld tiles */\n", ind * 4, "",
                   pi, (long long)first);
         cg_printf(b, "%*sconst int64_t q2 = ", (ind + 1) * 4, "");
-        for (int i = 0; i < ns; i++) cg_printf(b, "(");
+        for (int i = 0; i < ns; i++)
+            cg_printf(b, "(");
         cg_printf(b, "0");
         for (int i = 0; i < ns; i++)
             cg_printf(b, " * %lld + %s2)", (long long)c->T[i][2], a->axis[i]);

@@ -921,6 +921,16 @@ static void set_caches(built *b, int cores, int64_t l2, int64_t l3)
     if (l3) b->t.cpu.l3_bytes = b->sp->tgt.cpu.l3_bytes = l3;
 }
 
+/* The schedule `sched` of workload `wl` on the target of `ti` (0: cpu, 1: cpu:avx2). */
+static built build_sched(const char *wl, int ti, const char *sched, space_sched *s)
+{
+    built b = build(wl, ti ? "cpu:avx2" : "cpu");
+    tlm_error err;
+    tlm_err_clear(&err);
+    cr_assert_eq(space_parse(b.sp, sched, s, &err), 0, "%s: %s", sched, err.msg);
+    return b;
+}
+
 /* The default of each workload on both ISAs, with a 64 KiB L3, checked against the reference;
  * `streamed`: the source must stream its rows, and the serial kernel is checked too (its
  * scratch row outside any parallel region). */
@@ -1531,21 +1541,19 @@ Test(codegen_cpu, next_filter_rows_prefetched_over_whole_rows)
          "\"shape\":{\"N\":1,\"C\":256,\"F\":70,\"H\":3,\"W\":32,\"KH\":1,\"KW\":1}}",
          "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=3 "
          "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=128 "
-         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1", NULL},
+         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
+         NULL},
         {"{\"op\":\"conv2d\",\"layout\":\"NCHW\",\"epilogue\":[\"bias_add\",\"relu\"],"
          "\"shape\":{\"N\":1,\"C\":64,\"F\":70,\"H\":3,\"W\":32,\"KH\":1,\"KW\":1}}",
          "vectorize=1 tile.n.3=1 tile.f.3=6 tile.oh.3=1 tile.ow.3=16 tile.n.2=1 tile.f.2=3 "
          "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=64 "
-         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1", NULL},
+         "tile.kh.1=1 tile.kw.1=1 parallel=1 unroll=64 pack=1",
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int ti = 0; ti < 2; ti++) {
-            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
             space_sched s;
-            space_default(b.sp, &s);
-            tlm_error err;
-            tlm_err_clear(&err);
-            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
+            built b = build_sched(cases[i].wl, ti, cases[i].sched, &s);
             bool has = source_has(&b, &s, "the next tile's rows along f (6 on)");
             cr_expect_eq(has, cases[i].want != NULL, "case %zu, %s", i, ti ? "avx2" : "avx512");
             if (cases[i].want)
@@ -1586,12 +1594,9 @@ Test(codegen_cpu, next_packed_panel_prefetched_past_the_l2)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int ti = 0; ti < 2; ti++)
             for (int big = 0; big < 2; big++) {
-                built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
-                set_caches(&b, 2, big ? 8 << 20 : 256 << 10, 0);
                 space_sched s;
-                tlm_error err;
-                tlm_err_clear(&err);
-                cr_assert_eq(space_parse(b.sp, cases[i].sched[ti], &s, &err), 0, "%s", err.msg);
+                built b = build_sched(cases[i].wl, ti, cases[i].sched[ti], &s);
+                set_caches(&b, 2, big ? 8 << 20 : 256 << 10, 0);
                 const bool has = source_has(&b, &s, "the next panel of P");
                 cr_expect_eq(has, !big, "case %zu, %s, L2 %s", i, ti ? "avx2" : "avx512",
                              big ? "8 MiB" : "256 KiB");
