@@ -108,10 +108,11 @@ int main(int argc, char **argv)
      * one copy, warm from the call before, as a plan's freshly written input is */
     const char *ce = getenv("COLD_ARGS");
     const unsigned cold_args = ce ? (unsigned)strtoul(ce, NULL, 0) : ~0u;
+#define SHARES_COPY0(c, arg) ((c) > 0 && !((cold_args >> (arg)) & 1u))
     static void *args[MAX_COPIES][MAX_ARGS];
     for (int c = 0; c < nc; c++)
         for (int i = 0; i < na; i++) {
-            if (c > 0 && !((cold_args >> i) & 1u)) {
+            if (SHARES_COPY0(c, i)) {
                 args[c][i] = args[0][i];
                 continue;
             }
@@ -157,7 +158,7 @@ int main(int argc, char **argv)
         for (int q = 0; q < pa[k].n; q++) {
             if (!((pre_args >> pa[k].arg[q]) & 1u)) continue; /* packed by each call */
             for (int c = 0; c < nc; c++) {
-                if (c > 0 && !((cold_args >> pa[k].arg[q]) & 1u)) {
+                if (SHARES_COPY0(c, pa[k].arg[q])) {
                     pre[k][c][q] = pre[k][0][q];
                     continue;
                 }

@@ -4445,14 +4445,8 @@ static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
         const ir_expr *e = &st->expr[id];
         if (e->kind == IR_E_SELECT) return false;
         if (e->kind != IR_E_LOAD) continue;
-        const ir_tensor *t = &g->tensor[e->tensor];
-        int64_t stride[IR_MAX_DIMS], coef[IR_MAX_AXES] = {0};
-        cg_strides(t, stride);
-        for (int d = 0; d < t->ndim; d++)
-            for (int a = r0; a < r1; a++)
-                coef[a] += e->idx[d].coef[a] * stride[d];
         for (int a = r0; a + 1 < r1; a++)
-            if (coef[a] != coef[a + 1] * st->extent[a + 1]) return false;
+            if (flat_coef(g, e, a) != flat_coef(g, e, a + 1) * st->extent[a + 1]) return false;
     }
     return true;
 }

@@ -49,7 +49,6 @@ struct rt_model {
      * see rt_set_prepack), valid while `prepacked` */
     const float *(*pre)[CG_MAX_PRE];
     float *pre_pool; /* where they live (NULL: each its own allocation) */
-    bool pre_laid;   /* the pool was tried (its offsets given out) */
     bool use_prepack, prepacked;
     int64_t prepack_bytes;
 };
@@ -523,10 +522,9 @@ static size_t prepack_size(const rt_model *m, int i, int q)
  * out: that launch packs in each call, as without prepacks. */
 static void prepack_params(rt_model *m)
 {
-    if (!m->pre) m->pre = calloc((size_t)m->n_launch, sizeof *m->pre);
-    if (!m->pre) return;
-    if (!m->pre_laid) {
-        m->pre_laid = true;
+    if (!m->pre) { /* the first time: the pool laid out */
+        m->pre = calloc((size_t)m->n_launch, sizeof *m->pre);
+        if (!m->pre) return;
         size_t total = 0;
         for (int i = 0; i < m->n_launch; i++)
             for (int q = 0; q < m->kernel[m->launch[i].kernel].pre.n; q++)

@@ -165,6 +165,16 @@ static void check_schedule(const built *b, const space_sched *s, const char *wl)
     cg_kernel_free(&k);
 }
 
+/* n random schedules of b's space from seed, each checked (check_schedule) */
+static void check_samples(const built *b, const char *wl, uint64_t seed, int n)
+{
+    space_sched s;
+    for (int k = 0; k < n; k++) {
+        space_sample(b->sp, &seed, &s);
+        check_schedule(b, &s, wl);
+    }
+}
+
 /* The default, then n_random distinct sampled schedules (fixed seeds), then the naive
  * generator. */
 static void check_family(const char *wl, const char *tg, int n_random)
@@ -886,11 +896,7 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
                   tg[i]);
         cg_kernel_free(&k);
         check_schedule(&b, &s, pool);
-        uint64_t rng = 99;
-        for (int r = 0; r < 4; r++) {
-            space_sample(b.sp, &rng, &s);
-            check_schedule(&b, &s, pool);
-        }
+        check_samples(&b, pool, 99, 4);
         free(b.g);
         free(b.sp);
     }
@@ -1145,11 +1151,7 @@ Test(codegen_cpu, window_plane_rows_start_on_vectors)
         free(b.g);
         free(b.sp);
         b = build(odd, ti ? "cpu:avx2" : "cpu");
-        uint64_t rng = 77;
-        for (int k = 0; k < 6; k++) {
-            space_sample(b.sp, &rng, &s);
-            check_schedule(&b, &s, odd);
-        }
+        check_samples(&b, odd, 77, 6);
         free(b.g);
         free(b.sp);
     }
@@ -1179,11 +1181,7 @@ Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
             cr_expect(source_has(&b, &s, "for (int64_t r = rdone; r < rend; r++)"), "%s on %s",
                       large[i], tg);
             check_schedule(&b, &s, large[i]);
-            uint64_t rng = 31 + (uint64_t)i;
-            for (int k = 0; k < 4; k++) {
-                space_sample(b.sp, &rng, &s);
-                check_schedule(&b, &s, large[i]);
-            }
+            check_samples(&b, large[i], 31 + (uint64_t)i, 4);
             free(b.g);
             free(b.sp);
         }
@@ -1228,11 +1226,7 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_bound)
                          ti ? "cpu:avx2" : "cpu");
             if (i < 2) {
                 check_schedule(&b, &s, wls[i]);
-                uint64_t rng = 5 + (uint64_t)i;
-                for (int k = 0; k < 3; k++) {
-                    space_sample(b.sp, &rng, &s);
-                    check_schedule(&b, &s, wls[i]);
-                }
+                check_samples(&b, wls[i], 5 + (uint64_t)i, 3);
             }
             free(b.g);
             free(b.sp);
@@ -1366,11 +1360,7 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
             for (int sl = 0; sl < b.sp->n_slot; sl++)
                 if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
             check_schedule(&b, &s, wls[i]);
-            uint64_t rng = 7 + (uint64_t)i;
-            for (int r = 0; r < 4; r++) {
-                space_sample(b.sp, &rng, &s);
-                check_schedule(&b, &s, wls[i]);
-            }
+            check_samples(&b, wls[i], 7 + (uint64_t)i, 4);
             free(b.g);
             free(b.sp);
         }
@@ -1506,11 +1496,7 @@ Test(codegen_cpu, rows_reduction_axes_run_as_one_loop)
             cr_expect(source_has(&b, &s, "for (int64_t w = 0; w < 35; w++) {"), "%s", wls[i]);
             cr_expect(!source_has(&b, &s, "for (int64_t h = 0; h < 7; h++) {"), "%s", wls[i]);
             check_schedule(&b, &s, wls[i]);
-            uint64_t rng = 11 + (uint64_t)i;
-            for (int k = 0; k < 4; k++) {
-                space_sample(b.sp, &rng, &s);
-                check_schedule(&b, &s, wls[i]);
-            }
+            check_samples(&b, wls[i], 11 + (uint64_t)i, 4);
             free(b.g);
             free(b.sp);
         }
