@@ -60,8 +60,10 @@
  * OW (1.1-3x): a cached kernel would keep the streamed stores, the loop per row or the
  * channel form); 8: register tiles along OW request the next tile's filter rows and tiles
  * over a prepacked or shared panel the next panel (weights from DRAM: ResNet-50's plan
- * 1.10x at batch 1). */
-#define CG_VERSION 8
+ * 1.10x at batch 1); 9: a conv's or GEMM's output and the residual a plan may write it
+ * over (ir_subgraph_inplace_input) are no longer restrict: a cached kernel would promise
+ * that they never overlap). */
+#define CG_VERSION 9
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

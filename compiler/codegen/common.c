@@ -246,12 +246,17 @@ void cg_emit_params(cg_buf *b, const ir_subgraph *g, cg_names *nm, bool cuda)
     int in[IR_MAX_TENSORS];
     int n = ir_subgraph_inputs(g, in);
     const char *rq = cuda ? "__restrict__" : "restrict";
+    /* a CPU kernel a plan may run with its output over an input (ir_subgraph_inplace_input)
+     * promises nothing about those two */
+    const int ip = cuda ? -1 : ir_subgraph_inplace_input(g);
     for (int i = 0; i < n; i++) {
         nm->tensor[in[i]] = g->tensor[in[i]].name;
-        cg_printf(b, "%sconst float *%s %s", i ? ", " : "", rq, g->tensor[in[i]].name);
+        cg_printf(b, "%sconst float *%s%s%s", i ? ", " : "", i == ip ? "" : rq,
+                  i == ip ? "" : " ", g->tensor[in[i]].name);
     }
     nm->tensor[g->output] = g->tensor[g->output].name;
-    cg_printf(b, "%sfloat *%s %s", n ? ", " : "", rq, g->tensor[g->output].name);
+    cg_printf(b, "%sfloat *%s%s%s", n ? ", " : "", ip >= 0 ? "" : rq, ip >= 0 ? "" : " ",
+              g->tensor[g->output].name);
 }
 
 /* ---- the CPU prepack ABI, for the callers that load kernels ---- */

@@ -59,7 +59,8 @@ static int by_offset(const void *x, const void *y)
     return (a->offset > b->offset) - (a->offset < b->offset);
 }
 
-/* Places every non-view tensor; views take their target's offset afterwards. */
+/* Places every tensor that is neither a view nor written in place; those take their
+ * target's offset afterwards. */
 static int place(fe_plan *p, tlm_error *err)
 {
     int n = p->n_tensor;
@@ -71,7 +72,7 @@ static int place(fe_plan *p, tlm_error *err)
     }
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (p->tensor[i].alias < 0) order[m++] = i;
+        if (p->tensor[i].alias < 0 && p->tensor[i].reuses < 0) order[m++] = i;
     /* qsort has no context argument: the base goes through a thread-local (any thread may
      * plan) */
     sort_base = p->tensor;
@@ -98,7 +99,54 @@ static int place(fe_plan *p, tlm_error *err)
     return 0;
 }
 
-int fe_plan_build(const fe_graph *g, const fe_fused *f, fe_plan *out, tlm_error *err)
+/* The tensor whose bytes plan tensor t occupies: its view target, or what it writes over */
+static int storage_of(const fe_plan *p, int t)
+{
+    if (p->tensor[t].alias >= 0) t = p->tensor[t].alias;
+    return p->tensor[t].reuses >= 0 ? p->tensor[t].reuses : t;
+}
+
+/* In place (frontend.h): each launch, in order, whose kernel may write over an input that
+ * dies there takes over that input's storage, which then lives on as long as the output.
+ * tensor_of maps values to plan tensors; lives are final except for this. */
+static int plan_in_place(const fe_fused *f, const int *tensor_of, int64_t above, fe_plan *p,
+                         tlm_error *err)
+{
+    int *arg = malloc(((size_t)f->n + 1) * sizeof *arg);
+    ir_subgraph *sg = malloc(sizeof *sg);
+    if (!arg || !sg) {
+        free(arg);
+        free(sg);
+        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
+    }
+    for (int s = 0; s < f->n; s++) {
+        tlm_error e = {0};
+        arg[s] = ir_subgraph_build(&f->sub[s].wl, sg, &e) ? -1 : ir_subgraph_inplace_input(sg);
+    }
+    for (int i = 0; i < f->n_launch; i++) {
+        const fe_launch *L = &f->launch[i];
+        const int a = arg[L->sub];
+        if (a < 0 || a >= L->n_args - 1 || L->repeat != 1) continue;
+        const int o = tensor_of[L->args[L->n_args - 1]], r = storage_of(p, tensor_of[L->args[a]]);
+        fe_plan_tensor *to = &p->tensor[o], *tr = &p->tensor[r];
+        if (to->kind != FE_T_INTERMEDIATE || to->alias >= 0 || to->first != i ||
+            tr->kind != FE_T_INTERMEDIATE || tr->last != i || tr->bytes != to->bytes ||
+            to->bytes <= above)
+            continue;
+        bool once = true; /* the launch reads those bytes through no other argument */
+        for (int k = 0; k < L->n_args - 1 && once; k++)
+            once = k == a || storage_of(p, tensor_of[L->args[k]]) != r;
+        if (!once) continue;
+        to->reuses = r;
+        tr->last = to->last;
+    }
+    free(arg);
+    free(sg);
+    return 0;
+}
+
+int fe_plan_build(const fe_graph *g, const fe_fused *f, int64_t in_place_above, fe_plan *out,
+                  tlm_error *err)
 {
     memset(out, 0, sizeof *out);
     int *tensor_of = malloc((g->n_values + 1) * sizeof *tensor_of);
@@ -148,6 +196,7 @@ int fe_plan_build(const fe_graph *g, const fe_fused *f, fe_plan *out, tlm_error 
         fe_plan_tensor *t = &out->tensor[nt];
         t->value = v;
         t->alias = alias;
+        t->reuses = -1;
         t->bytes = value_bytes(val);
         t->kind = val->producer < 0 ? (val->param ? FE_T_PARAM : FE_T_INPUT)
                   : is_out[v]       ? FE_T_OUTPUT
@@ -180,7 +229,16 @@ int fe_plan_build(const fe_graph *g, const fe_fused *f, fe_plan *out, tlm_error 
             if (out->tensor[t].last < i) out->tensor[t].last = i;
         }
     }
+    if (in_place_above >= 0 && (rc = plan_in_place(f, tensor_of, in_place_above, out, err)))
+        goto done;
     if ((rc = place(out, err))) goto done;
+    for (int i = 0; i < nt; i++) {
+        fe_plan_tensor *t = &out->tensor[i];
+        if (t->reuses >= 0) {
+            t->offset = out->tensor[t->reuses].offset;
+            out->unshared_bytes += align_up(t->bytes);
+        }
+    }
     for (int i = 0; i < nt; i++) {
         fe_plan_tensor *t = &out->tensor[i];
         if (t->alias >= 0) {
@@ -229,6 +287,9 @@ json_t *fe_plan_to_json(const fe_graph *g, const fe_fused *f, const fe_plan *p)
         if (o && t->alias >= 0)
             json_object_set_new(o, "alias_of",
                                 json_string(g->values[p->tensor[t->alias].value].name));
+        if (o && t->reuses >= 0)
+            json_object_set_new(o, "in_place_of",
+                                json_string(g->values[p->tensor[t->reuses].value].name));
         ok = ok && o && !json_array_append_new(ts, o);
         json_t *list = t->kind == FE_T_INPUT    ? ins
                        : t->kind == FE_T_PARAM  ? params

@@ -628,6 +628,51 @@ int ir_subgraph_inputs(const ir_subgraph *g, int idx[IR_MAX_TENSORS])
     return n;
 }
 
+/* Whether expression x loads tensor t at exactly the output point of its stage: the
+ * same shape as the output, each dim indexed by its own spatial axis */
+static bool loads_at_point(const ir_subgraph *g, const ir_expr *x, int t)
+{
+    const ir_tensor *o = &g->tensor[g->output], *in = &g->tensor[t];
+    if (in->ndim != o->ndim || in->dtype != o->dtype) return false;
+    for (int d = 0; d < in->ndim; d++) {
+        if (in->shape[d] != o->shape[d] || x->idx[d].off != 0) return false;
+        for (int ax = 0; ax < IR_MAX_AXES; ax++)
+            if (x->idx[d].coef[ax] != (ax == d)) return false;
+    }
+    return true;
+}
+
+int ir_subgraph_inplace_input(const ir_subgraph *g)
+{
+    /* not a depthwise conv: its row blocks may overlap the one before (a short row's last
+     * vector), recomputing points already written, the residual there read again */
+    switch (g->wl.op) {
+    case IR_OP_DENSE:
+    case IR_OP_BATCH_MATMUL:
+    case IR_OP_CONV2D: break;
+    default: return -1;
+    }
+    int in[IR_MAX_TENSORS];
+    const int n = ir_subgraph_inputs(g, in);
+    for (int a = 0; a < n; a++) {
+        bool read = false, elsewhere = false;
+        for (int s = 0; s < g->n_stage && !elsewhere; s++) {
+            const ir_stage *st = &g->stage[s];
+            for (int e = 0; e < st->n_expr; e++) {
+                const ir_expr *x = &st->expr[e];
+                if (x->kind != IR_E_LOAD || x->tensor != in[a]) continue;
+                if (s <= g->anchor || st->n_reduce || !loads_at_point(g, x, in[a])) {
+                    elsewhere = true;
+                    break;
+                }
+                read = true;
+            }
+        }
+        if (read && !elsewhere) return a;
+    }
+    return -1;
+}
+
 int64_t ir_stage_points(const ir_stage *s)
 {
     int64_t n = 1;

@@ -255,6 +255,12 @@ int ir_subgraph_inputs(const ir_subgraph *g, int idx[IR_MAX_TENSORS]);
 int64_t ir_subgraph_flops(const ir_subgraph *g);
 int64_t ir_subgraph_bytes(const ir_subgraph *g);
 int64_t ir_stage_points(const ir_stage *s); /* spatial x reduction domain size */
+/* The argument position (among ir_subgraph_inputs) of an input the output may share
+ * storage with, or -1: an input of the output's shape that only the epilogue reads, each
+ * point where the output is written (a residual added to a conv or a GEMM). The CPU kernels
+ * of these contractions read it at a point before they write that point, once, so a plan
+ * may hand both arguments the same bytes when the input dies there (fe_plan_build). */
+int ir_subgraph_inplace_input(const ir_subgraph *g);
 
 /* Scalar semantics shared by the interpreter and the code generators' tests. */
 double ir_unop_eval(ir_unop op, double x);

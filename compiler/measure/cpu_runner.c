@@ -560,6 +560,46 @@ static int check_prepacked(const measure__hdr *h, const cg_prepack_abi *p, void 
     return rc;
 }
 
+/* opts.check_prepacked, for a kernel a plan may run in place (h->in_place: the input its
+ * output may share bytes with): the kernel over copies of the inputs, that one's copy also
+ * its output, must write the check run's output. Sends a FAULT (or an ERROR when out of
+ * memory) and returns -1 when the two differ. */
+static int check_in_place(const measure__hdr *h, packed_fn fn, void *const *args, int pfd)
+{
+    const int n = h->n_args, a = h->in_place;
+    if (a < 0) return 0;
+    if (a >= n - 1 || h->arg[a].bytes != h->arg[n - 1].bytes) {
+        measure__send(pfd, MEASURE__MSG_FAULT, 0, "in place over argument %d of %d inputs", a,
+                      n - 1);
+        return -1;
+    }
+    void *copy[MEASURE__MAX_ARGS] = {0};
+    int rc = 0;
+    for (int i = 0; !rc && i < n - 1; i++) {
+        copy[i] = aligned_alloc(64, round_up(h->arg[i].bytes, 64));
+        if (!copy[i]) rc = -1;
+        else memcpy(copy[i], args[i], h->arg[i].bytes);
+    }
+    if (!rc) {
+        copy[n - 1] = copy[a];
+        fn(copy);
+        const float *o = copy[a], *want = args[n - 1];
+        for (uint64_t e = 0; e < h->arg[n - 1].bytes / 4; e++)
+            if (memcmp(&o[e], &want[e], 4) != 0) {
+                measure__send(pfd, MEASURE__MSG_FAULT, 0,
+                              "in place over input %d the kernel wrote %g at element %llu, "
+                              "else %g",
+                              a, o[e], (unsigned long long)e, want[e]);
+                rc = -3;
+                break;
+            }
+    }
+    if (rc == -1)
+        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
+    for (int i = 0; i < n - 1; i++) free(copy[i]);
+    return rc;
+}
+
 static int cpu_child(const measure__hdr *h, int pfd, int mfd)
 {
     size_t pg = page_size();
@@ -638,7 +678,9 @@ static int cpu_child(const measure__hdr *h, int pfd, int mfd)
     else
         fn(args);
     double t_check = (double)(tlm_now_ns() - t0) * 1e-9;
-    if (h->check_prepacked && check_prepacked(h, &pre, args, pfd) != 0) return 0;
+    if (h->check_prepacked &&
+        (check_prepacked(h, &pre, args, pfd) != 0 || check_in_place(h, fn, args, pfd) != 0))
+        return 0;
     /* Freeze the checked output: nothing in the timing phase may change what the parent reads. */
     mprotect(out_seg, h->arg[n - 1].seg_size, PROT_READ);
     measure__send_checked(pfd, t_check);
@@ -891,6 +933,7 @@ int measure__prepare(const ir_subgraph *g, const measure_opts *opts, int kind, s
     proto.timeout_ns = (int64_t)(o.timeout_s * 1e9);
     proto.check_only = o.check_only;
     proto.check_prepacked = o.check_prepacked;
+    proto.in_place = kind == MEASURE__KIND_CPU ? ir_subgraph_inplace_input(g) : -1;
     proto.const_args = o.const_args;
     proto.cold_cache = o.cold_cache;
     proto.mem_floor = o.mem_floor;

@@ -109,7 +109,9 @@ typedef struct measure_opts {
     /* CPU: after the check run, the kernel's prepack entries (codegen.h), when it has any,
      * pack its operands from copies of the inputs, those copies are overwritten with NaN,
      * and <entry>_prepacked must write the check run's output bit for bit; a difference is
-     * MEASURE_CRASH with the first differing element in detail (tests; not timed) */
+     * MEASURE_CRASH with the first differing element in detail (tests; not timed). And for a
+     * kernel a plan may run in place (ir_subgraph_inplace_input), the kernel run once more
+     * with that input's copy also as its output must write the check run's output too. */
     bool check_prepacked;
     /* CPU: input arguments (bit i: input i) that stay the same between calls, as a plan's
      * params do: when the kernel has prepack entries for them, they are packed once, outside

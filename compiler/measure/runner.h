@@ -31,7 +31,7 @@
 #include "compiler/util/util.h"
 
 #define MEASURE__MAGIC 0x544c4d4d /* "TLMM" */
-#define MEASURE__VERSION 3 /* 2: arguments carry their dtype; 3: mem_floor */
+#define MEASURE__VERSION 4 /* 2: arguments carry their dtype; 3: mem_floor; 4: in_place */
 #define MEASURE__MAX_ARGS (IR_MAX_TENSORS + 1)
 /* Environment variable that turns a fresh exec of /proc/self/exe into a runner:
  * "v1:<parent pid>:<pipe fd>:<memfd>". */
@@ -111,6 +111,7 @@ typedef struct {
     int64_t deadline_ns; /* CLOCK_MONOTONIC (system-wide): the parent kills at this time */
     int64_t timeout_ns;  /* the whole allowance, to size the timing reserve */
     int32_t check_only, cold_cache, check_prepacked, mem_floor;
+    int32_t in_place; /* opts.check_prepacked: the input the output is also checked over, or -1 */
     uint32_t const_args;
     int32_t warmup, repeats;
     double min_warmup_s, min_sample_s;

@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fe_fused fu;
     if (fe_fuse(g, &fu, &e) == 0) {
         fe_plan plan = {0};
-        if (fe_plan_build(g, &fu, &plan, &e) == 0) fe_plan_free(&plan);
+        if (fe_plan_build(g, &fu, 0, &plan, &e) == 0) fe_plan_free(&plan);
         fe_fused_free(&fu);
     }
     fe_onnx_weights_free(&w);

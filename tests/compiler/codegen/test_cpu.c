@@ -281,6 +281,9 @@ FAMILY(dense_bias_gelu, "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":48,\"K\":20
                         "\"epilogue\":[\"bias_add\",\"gelu\"]}")
 FAMILY(dense_residual_add, "{\"op\":\"dense\",\"shape\":{\"M\":20,\"N\":64,\"K\":36},"
                            "\"epilogue\":[\"add\"]}")
+FAMILY(batch_matmul_residual_add,
+       "{\"op\":\"batch_matmul\",\"shape\":{\"B\":3,\"M\":10,\"N\":40,\"K\":24},"
+       "\"epilogue\":[\"add\",\"relu\"]}")
 
 /* Odd extents (primes, 1, lanes +- 1): tiles that do not divide the extent pad, bounded tile
  * loops and clamped edge register tiles meet every family; both ISAs (AVX2 code runs on
@@ -2856,6 +2859,87 @@ Test(codegen_cpu, harness_catches_a_wrong_kernel)
     cg_kernel_free(&k);
     free(b.g);
     free(b.sp);
+}
+
+/* A kernel a plan may run with its output over its residual (ir_subgraph_inplace_input)
+ * is checked that way too by the harness (opts.check_prepacked, on in check_kernel for every
+ * schedule above, whose families add residuals to GEMMs, batched GEMMs, pointwise and
+ * windowed convs): a kernel that writes its output before it has read the residual there
+ * passes run apart and fails in place. Both ISAs. A depthwise conv is not run in place (its
+ * row blocks may overlap); the harness caught that on the window families' residuals. */
+Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
+{
+    static const char *const wls[] = {
+        "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":32,\"H\":14,\"W\":14,\"F\":64,\"KH\":1,"
+        "\"KW\":1},\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+        "{\"op\":\"dense\",\"shape\":{\"M\":24,\"N\":96,\"K\":40},\"epilogue\":[\"add\"]}",
+    };
+    static const char *const tgs[] = {"cpu", "cpu:avx2"};
+    for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
+        for (int t = 0; t < 2; t++) {
+            built b = build(wls[w], tgs[t]);
+            const int ip = ir_subgraph_inplace_input(b.g);
+            int in[IR_MAX_TENSORS];
+            cr_assert_eq(ip, ir_subgraph_inputs(b.g, in) - 1, "%s: the residual, last input",
+                         wls[w]);
+            space_sched s;
+            space_default(b.sp, &s);
+            tlm_error err;
+            tlm_err_clear(&err);
+            cg_kernel k;
+            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            /* the two arguments lose restrict; the others keep it */
+            cr_assert(strstr(k.source, "const float *res, float *out)"), "%s", wls[w]);
+            cr_assert(strstr(k.source, w ? "const float *restrict B" : "const float *restrict Wt"),
+                      "%s", wls[w]);
+            char so[128];
+            snprintf(so, sizeof so, "%s/inplace%zu%d.so", g_dir, w, t);
+            for (int broken = 0; broken < 2; broken++) {
+                /* broken: the output zeroed before the kernel runs */
+                const char *entry = strstr(k.source, "void tlm_kernel(");
+                cr_assert_not_null(entry);
+                const char *body = strchr(entry, '{');
+                cr_assert_not_null(body);
+                char zero[160];
+                snprintf(zero, sizeof zero,
+                         "\n    for (long i = 0; i < %lld; i++) out[i] = 0.0f;",
+                         (long long)ir_tensor_numel(&b.g->tensor[b.g->output]));
+                size_t at = (size_t)(body + 1 - k.source), n = strlen(k.source);
+                char *src = malloc(n + sizeof zero);
+                cr_assert_not_null(src);
+                memcpy(src, k.source, at);
+                strcpy(src + at, broken ? zero : "");
+                strcat(src, k.source + at);
+                char flags[160];
+                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
+                cr_assert_eq(tc_cc_compile(src, flags, so, NULL, &err), 0, "%s", err.msg);
+                free(src);
+                measure_opts o;
+                measure_opts_init(&o);
+                o.check_only = true;
+                o.seed = 11;
+                measure_result res;
+                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
+                             err.msg);
+                cr_expect_eq(res.status, MEASURE_OK, "%s on %s, broken %d, run apart: %s %s",
+                             wls[w], tgs[t], broken, measure_status_name(res.status),
+                             res.detail);
+                o.check_prepacked = true;
+                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
+                             err.msg);
+                if (!broken)
+                    cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wls[w], tgs[t],
+                                 measure_status_name(res.status), res.detail);
+                else
+                    cr_expect(res.status == MEASURE_CRASH && strstr(res.detail, "in place"),
+                              "%s on %s, broken: %s %s", wls[w], tgs[t],
+                              measure_status_name(res.status), res.detail);
+            }
+            unlink(so);
+            cg_kernel_free(&k);
+            free(b.g);
+            free(b.sp);
+        }
 }
 
 /* A kernel whose packed operands are inputs exports prepack entries (codegen.h); the

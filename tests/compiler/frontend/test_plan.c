@@ -12,13 +12,20 @@ typedef struct {
     fe_plan p;
 } planned;
 
-static planned plan_graph(fe_graph *g)
+/* in_place_above: fe_plan_build's (0: every output may be written in place) */
+static planned plan_graph_above(fe_graph *g, int64_t in_place_above)
 {
     planned r = {.g = g};
     tlm_error err = {0};
     cr_assert_eq(fe_fuse(g, &r.f, &err), 0, "%s: %s", err.field, err.msg);
-    cr_assert_eq(fe_plan_build(g, &r.f, &r.p, &err), 0, "%s: %s", err.field, err.msg);
+    cr_assert_eq(fe_plan_build(g, &r.f, in_place_above, &r.p, &err), 0, "%s: %s", err.field,
+                 err.msg);
     return r;
+}
+
+static planned plan_graph(fe_graph *g)
+{
+    return plan_graph_above(g, 0);
 }
 
 static planned plan_text(const char *text)
@@ -49,7 +56,10 @@ static int tensor_of(const planned *r, const char *name)
  *  - launches are topological: each argument read is an input/param or written earlier;
  *  - every tensor lies inside the arena, aligned; views share their target's offset;
  *  - two tensors whose bytes overlap never live at the same time (so no launch's output
- *    overwrites a value still to be read, and no output overlaps its own inputs). */
+ *    overwrites a value still to be read, and no output overlaps its own inputs), except
+ *    an output written in place: it takes the bytes of an intermediate of its size that its
+ *    own launch reads last (once, as an argument no other one shares), and lives within
+ *    that one's life, now extended over its own. */
 static void check_invariants(const planned *r)
 {
     const fe_plan *p = &r->p;
@@ -79,9 +89,38 @@ static void check_invariants(const planned *r)
             cr_assert_eq(p->tensor[t->alias].alias, -1, "views resolve to a non-view");
             continue;
         }
+        if (t->reuses >= 0) {
+            const fe_plan_tensor *u = &p->tensor[t->reuses];
+            cr_assert(u->alias < 0 && u->reuses < 0);
+            cr_assert_eq(t->offset, u->offset);
+            cr_assert_eq(t->bytes, u->bytes);
+            cr_assert(t->kind == FE_T_INTERMEDIATE && u->kind == FE_T_INTERMEDIATE);
+            cr_assert(u->first < t->first && t->last <= u->last);
+            const fe_launch *L = &r->f.launch[t->first];
+            int reads = 0;
+            for (int a = 0; a < L->n_args - 1; a++) {
+                int v = L->args[a];
+                while (r->g->values[v].producer >= 0 &&
+                       r->g->nodes[r->g->values[v].producer].kind == FE_NODE_VIEW)
+                    v = r->g->nodes[r->g->values[v].producer].in[0];
+                int k = 0;
+                while (k < p->n_tensor && p->tensor[k].value != v) k++;
+                cr_assert(k < p->n_tensor);
+                if (p->tensor[k].reuses >= 0) k = p->tensor[k].reuses;
+                reads += k == t->reuses;
+            }
+            cr_assert_eq(reads, 1, "%s is written over %s, which its launch reads once",
+                         vname(r, t->value), vname(r, u->value));
+            for (int j = t->first + 1; j < r->f.n_launch; j++)
+                for (int a = 0; a < r->f.launch[j].n_args; a++)
+                    cr_assert_neq(r->f.launch[j].args[a], u->value,
+                                  "%s is read after %s was written over it", vname(r, u->value),
+                                  vname(r, t->value));
+            continue;
+        }
         for (int k = 0; k < i; k++) {
             const fe_plan_tensor *u = &p->tensor[k];
-            if (u->alias >= 0) continue;
+            if (u->alias >= 0 || u->reuses >= 0) continue;
             bool bytes = t->offset < u->offset + u->bytes && u->offset < t->offset + t->bytes;
             bool time = t->first <= u->last && u->first <= t->last;
             cr_assert(!(bytes && time), "%s and %s share bytes while both live", vname(r, t->value),
@@ -197,6 +236,80 @@ Test(plan, dead_intermediates_are_reused)
     planned_free(&r);
 }
 
+/* Four 1x1 convs over 8 x 16 x 16; the third's output adds the first's ("r0") unless
+ * `tail` reads it again (after the add, or as the add's conv input). */
+static planned residual_block(const char *tail, int64_t in_place_above)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{'inputs': [{'name': 'x', 'shape': [1, 8, 16, 16]},"
+             " {'name': 'w', 'shape': [8, 8, 1, 1], 'param': true}],"
+             " 'nodes': ["
+             "  {'name': 'c0', 'op': 'conv2d', 'inputs': ['x', 'w']},"
+             "  {'name': 'r0', 'op': 'relu', 'inputs': ['c0']},"
+             "  {'name': 'c1', 'op': 'conv2d', 'inputs': ['r0', 'w']},"
+             "  {'name': 'r1', 'op': 'relu', 'inputs': ['c1']},"
+             "  {'name': 'c2', 'op': 'conv2d', 'inputs': ['%s', 'w']},"
+             "  {'name': 's', 'op': 'add', 'inputs': ['c2', 'r0']},"
+             "  {'name': 'r2', 'op': 'relu', 'inputs': ['s']},"
+             "  {'name': 'c3', 'op': 'conv2d', 'inputs': ['r2', 'w']}%s]}",
+             strcmp(tail, "conv input") ? "r1" : "r0",
+             strcmp(tail, "read later") ? ""
+                                        : ", {'name': 'late', 'op': 'add', 'inputs': ['c3', 'r0']}");
+    return plan_graph_above(graph_from_text(text), in_place_above);
+}
+
+Test(plan, a_residual_dying_at_its_add_is_written_over)
+{
+    planned r = residual_block("", 0);
+    check_invariants(&r);
+    int r0 = tensor_of(&r, "r0"), r2 = tensor_of(&r, "r2");
+    cr_assert(r0 >= 0 && r2 >= 0);
+    cr_assert_eq(r.p.tensor[r2].reuses, r0, "c2 + r0 written over r0");
+    cr_assert_eq(r.p.tensor[r2].offset, r.p.tensor[r0].offset);
+    cr_assert_eq(r.p.tensor[r0].last, r.p.tensor[r2].last, "r0's bytes live as long as r2");
+    cr_assert_eq(r.p.tensor[tensor_of(&r, "r1")].reuses, -1, "c1 has no residual");
+    json_t *j = fe_plan_to_json(r.g, &r.f, &r.p);
+    json_t *ts = json_object_get(j, "tensors"), *t;
+    size_t k;
+    int named = 0;
+    json_array_foreach(ts, k, t)
+    {
+        const char *n = json_string_value(json_object_get(t, "name"));
+        const char *of = json_string_value(json_object_get(t, "in_place_of"));
+        named += of != NULL;
+        if (of) cr_assert(!strcmp(n, "r2") && !strcmp(of, "r0"), "%s in place of %s", n, of);
+    }
+    cr_assert_eq(named, 1);
+    json_decref(j);
+    planned_free(&r);
+
+    /* not past the bound: the 8 KiB output is no larger than 8 KiB */
+    r = residual_block("", 8 * 16 * 16 * 4);
+    check_invariants(&r);
+    cr_assert_eq(r.p.tensor[tensor_of(&r, "r2")].reuses, -1);
+    planned_free(&r);
+    r = residual_block("", 8 * 16 * 16 * 4 - 1);
+    cr_assert_eq(r.p.tensor[tensor_of(&r, "r2")].reuses, tensor_of(&r, "r0"));
+    planned_free(&r);
+    r = residual_block("", -1);
+    cr_assert_eq(r.p.tensor[tensor_of(&r, "r2")].reuses, -1, "negative: never");
+    planned_free(&r);
+}
+
+Test(plan, a_residual_read_again_is_not_written_over)
+{
+    static const char *const tails[] = {"read later", "conv input"};
+    for (int i = 0; i < 2; i++) {
+        planned r = residual_block(tails[i], 0);
+        check_invariants(&r);
+        for (int t = 0; t < r.p.n_tensor; t++)
+            cr_assert_eq(r.p.tensor[t].reuses, -1, "%s: %s written in place", tails[i],
+                         vname(&r, r.p.tensor[t].value));
+        planned_free(&r);
+    }
+}
+
 Test(plan, zoo_plans_keep_the_invariants)
 {
     static const char *const models[] = {"resnet50", "mobilenet_v2", "efficientnet_b0", "bert_base",
@@ -233,5 +346,9 @@ Test(plan, resnet50_has_56_launches_and_one_output)
     }
     cr_assert_eq(outs, 1);
     cr_assert_eq(params, 2 * 53 + 2, "53 convs (weight + folded-BN bias) and the fc");
+    int in_place = 0;
+    for (int i = 0; i < r.p.n_tensor; i++)
+        in_place += r.p.tensor[i].reuses >= 0;
+    cr_assert_eq(in_place, 16, "each bottleneck's conv3 written over its residual");
     planned_free(&r);
 }
