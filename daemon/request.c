@@ -121,7 +121,9 @@ static int decode_network(const tlmd_env *env, const json_t *j, job_params *p, t
     fe_fused fu;
     fe_plan plan = {0};
     rc = fe_fuse(g, &fu, e);
-    if (!rc && (rc = fe_plan_build(g, &fu, p->tgt.kind == TARGET_CPU ? p->tgt.cpu.l2_bytes : -1, &plan, e))) fe_fused_free(&fu);
+    if (!rc && (rc = fe_plan_build(g, &fu, p->tgt.kind == TARGET_CPU ? p->tgt.cpu.l2_bytes : -1,
+                                   &plan, e)))
+        fe_fused_free(&fu);
     if (rc) {
         if (!oj) proto_error_prefix(e, kind);
         fe_graph_free(g);

@@ -251,8 +251,8 @@ void cg_emit_params(cg_buf *b, const ir_subgraph *g, cg_names *nm, bool cuda)
     const int ip = cuda ? -1 : ir_subgraph_inplace_input(g);
     for (int i = 0; i < n; i++) {
         nm->tensor[in[i]] = g->tensor[in[i]].name;
-        cg_printf(b, "%sconst float *%s%s%s", i ? ", " : "", i == ip ? "" : rq,
-                  i == ip ? "" : " ", g->tensor[in[i]].name);
+        cg_printf(b, "%sconst float *%s%s%s", i ? ", " : "", i == ip ? "" : rq, i == ip ? "" : " ",
+                  g->tensor[in[i]].name);
     }
     nm->tensor[g->output] = g->tensor[g->output].name;
     cg_printf(b, "%sfloat *%s%s%s", n ? ", " : "", ip >= 0 ? "" : rq, ip >= 0 ? "" : " ",

@@ -649,8 +649,10 @@ int ir_subgraph_inplace_input(const ir_subgraph *g)
     switch (g->wl.op) {
     case IR_OP_DENSE:
     case IR_OP_BATCH_MATMUL:
-    case IR_OP_CONV2D: break;
-    default: return -1;
+    case IR_OP_CONV2D:
+        break;
+    default:
+        return -1;
     }
     int in[IR_MAX_TENSORS];
     const int n = ir_subgraph_inputs(g, in);

@@ -577,8 +577,10 @@ static int check_in_place(const measure__hdr *h, packed_fn fn, void *const *args
     int rc = 0;
     for (int i = 0; !rc && i < n - 1; i++) {
         copy[i] = aligned_alloc(64, round_up(h->arg[i].bytes, 64));
-        if (!copy[i]) rc = -1;
-        else memcpy(copy[i], args[i], h->arg[i].bytes);
+        if (!copy[i])
+            rc = -1;
+        else
+            memcpy(copy[i], args[i], h->arg[i].bytes);
     }
     if (!rc) {
         copy[n - 1] = copy[a];
@@ -594,9 +596,9 @@ static int check_in_place(const measure__hdr *h, packed_fn fn, void *const *args
                 break;
             }
     }
-    if (rc == -1)
-        measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
-    for (int i = 0; i < n - 1; i++) free(copy[i]);
+    if (rc == -1) measure__send(pfd, MEASURE__MSG_ERROR, TLM_ENOMEM, "%s", "runner: out of memory");
+    for (int i = 0; i < n - 1; i++)
+        free(copy[i]);
     return rc;
 }
 

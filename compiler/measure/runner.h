@@ -31,7 +31,7 @@
 #include "compiler/util/util.h"
 
 #define MEASURE__MAGIC 0x544c4d4d /* "TLMM" */
-#define MEASURE__VERSION 4 /* 2: arguments carry their dtype; 3: mem_floor; 4: in_place */
+#define MEASURE__VERSION 4        /* 2: arguments carry their dtype; 3: mem_floor; 4: in_place */
 #define MEASURE__MAX_ARGS (IR_MAX_TENSORS + 1)
 /* Environment variable that turns a fresh exec of /proc/self/exe into a runner:
  * "v1:<parent pid>:<pipe fd>:<memfd>". */

@@ -137,7 +137,8 @@ int cli_compile_network(int argc, char **argv)
     json_t *man = NULL;
     int rc = CLI_OK;
     double t0 = tlm_now_s();
-    if (load_network(&a, &g, &err) || fe_fuse(g, &fu, &err) || fe_plan_build(g, &fu, cuda ? -1 : t.cpu.l2_bytes, &plan, &err)) {
+    if (load_network(&a, &g, &err) || fe_fuse(g, &fu, &err) ||
+        fe_plan_build(g, &fu, cuda ? -1 : t.cpu.l2_bytes, &plan, &err)) {
         rc = cli_report(&err);
         goto done;
     }

@@ -2861,6 +2861,33 @@ Test(codegen_cpu, harness_catches_a_wrong_kernel)
     free(b.sp);
 }
 
+/* Compiles src for b's target into so and runs the harness on it with check_prepacked:
+ * MEASURE_OK when intact (broken 0), else a crash whose detail names `needle` (the check
+ * that caught it). */
+static void harness_catches(const built *b, const char *src, const char *so, const char *wl,
+                            int broken, const char *needle, uint64_t seed)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    char flags[160];
+    snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b->t));
+    cr_assert_eq(tc_cc_compile(src, flags, so, NULL, &err), 0, "%s", err.msg);
+    measure_opts o;
+    measure_opts_init(&o);
+    o.check_only = true;
+    o.check_prepacked = true;
+    o.seed = seed;
+    measure_result res;
+    cr_assert_eq(measure_cpu(b->g, so, "tlm_kernel", &o, &res, &err), 0, "%s", err.msg);
+    if (!broken)
+        cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wl, b->t.name,
+                     measure_status_name(res.status), res.detail);
+    else
+        cr_expect(res.status == MEASURE_CRASH && strstr(res.detail, needle),
+                  "%s on %s, broken %d: %s %s", wl, b->t.name, broken,
+                  measure_status_name(res.status), res.detail);
+}
+
 /* A kernel a plan may run with its output over its residual (ir_subgraph_inplace_input)
  * is checked that way too by the harness (opts.check_prepacked, on in check_kernel for every
  * schedule above, whose families add residuals to GEMMs, batched GEMMs, pointwise and
@@ -2901,8 +2928,7 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
                 const char *body = strchr(entry, '{');
                 cr_assert_not_null(body);
                 char zero[160];
-                snprintf(zero, sizeof zero,
-                         "\n    for (long i = 0; i < %lld; i++) out[i] = 0.0f;",
+                snprintf(zero, sizeof zero, "\n    for (long i = 0; i < %lld; i++) out[i] = 0.0f;",
                          (long long)ir_tensor_numel(&b.g->tensor[b.g->output]));
                 size_t at = (size_t)(body + 1 - k.source), n = strlen(k.source);
                 char *src = malloc(n + sizeof zero);
@@ -2910,30 +2936,16 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
                 memcpy(src, k.source, at);
                 strcpy(src + at, broken ? zero : "");
                 strcat(src, k.source + at);
-                char flags[160];
-                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-                cr_assert_eq(tc_cc_compile(src, flags, so, NULL, &err), 0, "%s", err.msg);
+                harness_catches(&b, src, so, wls[w], broken, "in place", 11);
                 free(src);
                 measure_opts o;
                 measure_opts_init(&o);
                 o.check_only = true;
                 o.seed = 11;
                 measure_result res;
-                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
-                             err.msg);
+                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s", err.msg);
                 cr_expect_eq(res.status, MEASURE_OK, "%s on %s, broken %d, run apart: %s %s",
-                             wls[w], tgs[t], broken, measure_status_name(res.status),
-                             res.detail);
-                o.check_prepacked = true;
-                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
-                             err.msg);
-                if (!broken)
-                    cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wls[w], tgs[t],
-                                 measure_status_name(res.status), res.detail);
-                else
-                    cr_expect(res.status == MEASURE_CRASH && strstr(res.detail, "in place"),
-                              "%s on %s, broken: %s %s", wls[w], tgs[t],
-                              measure_status_name(res.status), res.detail);
+                             wls[w], tgs[t], broken, measure_status_name(res.status), res.detail);
             }
             unlink(so);
             cg_kernel_free(&k);
@@ -2966,11 +2978,6 @@ Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
             cr_assert(strstr(k.source, "int tlm_kernel_prepacks("), "%s on %s", wls[w], tgs[t]);
             char so[128];
             snprintf(so, sizeof so, "%s/pre%zu%d.so", g_dir, w, t);
-            measure_opts o;
-            measure_opts_init(&o);
-            o.check_only = true;
-            o.check_prepacked = true;
-            o.seed = 9;
             measure_result res;
             /* broken 1: the prepacked entry hands the kernel no packs (it packs the
              * operands itself, from what it was given); 2: the prepack entry packs nothing */
@@ -2989,19 +2996,8 @@ Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
                     cr_assert_not_null(p);
                     p[strlen("tlm_kernel_prepack_run(")] = '9'; /* no such operand */
                 }
-                char flags[160];
-                snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b.t));
-                cr_assert_eq(tc_cc_compile(src, flags, so, NULL, &err), 0, "%s", err.msg);
+                harness_catches(&b, src, so, wls[w], broken, "prepacked", 9);
                 free(src);
-                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s",
-                             err.msg);
-                if (!broken)
-                    cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wls[w], tgs[t],
-                                 measure_status_name(res.status), res.detail);
-                else
-                    cr_expect(res.status == MEASURE_CRASH && strstr(res.detail, "prepacked"),
-                              "%s on %s, broken %d: %s %s", wls[w], tgs[t], broken,
-                              measure_status_name(res.status), res.detail);
                 /* timed as a plan runs it (the weights, input 1, packed once): checked and
                  * timed through the prepacked entry, so unfilled packs are wrong */
                 measure_opts c;

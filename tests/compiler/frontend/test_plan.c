@@ -104,7 +104,8 @@ static void check_invariants(const planned *r)
                        r->g->nodes[r->g->values[v].producer].kind == FE_NODE_VIEW)
                     v = r->g->nodes[r->g->values[v].producer].in[0];
                 int k = 0;
-                while (k < p->n_tensor && p->tensor[k].value != v) k++;
+                while (k < p->n_tensor && p->tensor[k].value != v)
+                    k++;
                 cr_assert(k < p->n_tensor);
                 if (p->tensor[k].reuses >= 0) k = p->tensor[k].reuses;
                 reads += k == t->reuses;
@@ -254,8 +255,9 @@ static planned residual_block(const char *tail, int64_t in_place_above)
              "  {'name': 'r2', 'op': 'relu', 'inputs': ['s']},"
              "  {'name': 'c3', 'op': 'conv2d', 'inputs': ['r2', 'w']}%s]}",
              strcmp(tail, "conv input") ? "r1" : "r0",
-             strcmp(tail, "read later") ? ""
-                                        : ", {'name': 'late', 'op': 'add', 'inputs': ['c3', 'r0']}");
+             strcmp(tail, "read later")
+                 ? ""
+                 : ", {'name': 'late', 'op': 'add', 'inputs': ['c3', 'r0']}");
     return plan_graph_above(graph_from_text(text), in_place_above);
 }
 
