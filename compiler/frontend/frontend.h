@@ -158,6 +158,7 @@ typedef struct {
      * every launch of this kernel: the weights a plan packs once after binding (the runtime's
      * prepacks), so a search measures the kernel that way (measure_opts.const_args) */
     uint32_t const_args;
+    int in_place_arg; /* ir_subgraph_inplace_input: the input its output may be written over */
 } fe_subgraph;
 
 /* One launch of a kernel, in execution order. */

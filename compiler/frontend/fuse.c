@@ -280,6 +280,7 @@ int fe_fuse(const fe_graph *g, fe_fused *out, tlm_error *err)
             s->flops = ir_subgraph_flops(sg);
             s->bytes = ir_subgraph_bytes(sg);
             s->macs = fe_workload_macs(&s->wl);
+            s->in_place_arg = ir_subgraph_inplace_input(sg);
             int idx[IR_MAX_TENSORS];
             int ni = ir_subgraph_inputs(sg, idx);
             for (int a = 0; a < ni; a++)

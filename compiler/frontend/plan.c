@@ -107,25 +107,14 @@ static int storage_of(const fe_plan *p, int t)
 }
 
 /* In place (frontend.h): each launch, in order, whose kernel may write over an input that
- * dies there takes over that input's storage, which then lives on as long as the output.
- * tensor_of maps values to plan tensors; lives are final except for this. */
-static int plan_in_place(const fe_fused *f, const int *tensor_of, int64_t above, fe_plan *p,
-                         tlm_error *err)
+ * dies there (fe_subgraph.in_place_arg) takes over that input's storage, which then lives on
+ * as long as the output. tensor_of maps values to plan tensors; lives are final except for
+ * this. */
+static void plan_in_place(const fe_fused *f, const int *tensor_of, int64_t above, fe_plan *p)
 {
-    int *arg = malloc(((size_t)f->n + 1) * sizeof *arg);
-    ir_subgraph *sg = malloc(sizeof *sg);
-    if (!arg || !sg) {
-        free(arg);
-        free(sg);
-        return tlm_err_set(err, TLM_ENOMEM, "", "out of memory");
-    }
-    for (int s = 0; s < f->n; s++) {
-        tlm_error e = {0};
-        arg[s] = ir_subgraph_build(&f->sub[s].wl, sg, &e) ? -1 : ir_subgraph_inplace_input(sg);
-    }
     for (int i = 0; i < f->n_launch; i++) {
         const fe_launch *L = &f->launch[i];
-        const int a = arg[L->sub];
+        const int a = f->sub[L->sub].in_place_arg;
         if (a < 0 || a >= L->n_args - 1 || L->repeat != 1) continue;
         const int o = tensor_of[L->args[L->n_args - 1]], r = storage_of(p, tensor_of[L->args[a]]);
         fe_plan_tensor *to = &p->tensor[o], *tr = &p->tensor[r];
@@ -140,9 +129,6 @@ static int plan_in_place(const fe_fused *f, const int *tensor_of, int64_t above,
         to->reuses = r;
         tr->last = to->last;
     }
-    free(arg);
-    free(sg);
-    return 0;
 }
 
 int fe_plan_build(const fe_graph *g, const fe_fused *f, int64_t in_place_above, fe_plan *out,
@@ -229,8 +215,7 @@ int fe_plan_build(const fe_graph *g, const fe_fused *f, int64_t in_place_above, 
             if (out->tensor[t].last < i) out->tensor[t].last = i;
         }
     }
-    if (in_place_above >= 0 && (rc = plan_in_place(f, tensor_of, in_place_above, out, err)))
-        goto done;
+    if (in_place_above >= 0) plan_in_place(f, tensor_of, in_place_above, out);
     if ((rc = place(out, err))) goto done;
     for (int i = 0; i < nt; i++) {
         fe_plan_tensor *t = &out->tensor[i];

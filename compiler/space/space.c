@@ -1157,14 +1157,14 @@ static int gathered_axis(const space *sp)
 
 /* Past half the last-level cache and past 24 MiB a core however large the L3 claims to be
  * (a VM's slice of a shared L3), where the output cannot stay cached for its reader; only
- * there. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64
- * or 128 channels into 256 or 512; a stem) streamed from twice the cores' L2 ran 1.1-1.45x
- * faster, but in a plan the next launch reads that output at once, and the arena hands a
- * launch bytes that earlier launches just wrote or read, so a non-temporal store often meets
- * its line still cached and waits for it to leave. Whole plans, plain vs streamed stores
- * below the bound, alternated on a Xeon (family 6 model 167, 2 threads, 4 rounds):
- * MobileNetV2 batch 8 28.0 -> 23.6 ms (its 3x3 stem 2.33 -> 0.87 ms in the plan, 1.2 alone;
- * its readers 1.2-1.9x), ResNet-50 batch 8 231 -> 226 ms. */
+ * there. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64 or 128
+ * channels into 256 or 512; a stem) streamed from twice the cores' L2 ran 1.1-1.45x faster,
+ * but in a plan the next launch reads that output at once, and the arena hands a launch
+ * bytes that earlier launches just wrote or read, so a non-temporal store often meets its
+ * line still cached and waits for it to leave. Whole plans, plain vs streamed stores below
+ * the bound, alternated on a Xeon (family 6 model 167, 2 threads, 4 rounds): MobileNetV2
+ * batch 8 28.0 -> 23.6 ms (its 3x3 stem 2.33 -> 0.87 ms in the plan, 1.2 alone; its readers
+ * 1.2-1.9x), ResNet-50 batch 8 231 -> 226 ms. */
 bool space_cpu_output_streams(const target *t, int64_t out_bytes)
 {
     const int64_t llc = t->cpu.l3_bytes > 0 ? t->cpu.l3_bytes : 8 << 20;

@@ -113,6 +113,12 @@ static built build(const char *wl, const char *tg)
     return b;
 }
 
+static void built_free(built *b)
+{
+    free(b->g);
+    free(b->sp);
+}
+
 static int g_padded; /* schedules checked whose tiles pad some axis */
 
 /* Kernels already compiled and checked in this test (Criterion runs each test in its own
@@ -209,8 +215,7 @@ static void check_family(const char *wl, const char *tg, int n_random)
     cr_assert_str_eq(k.entry, "tlm_naive");
     check_kernel(b.g, &b.t, &k, wl, "naive");
     cg_kernel_free(&k);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 #define FAMILY(name, wl)                                                                           \
@@ -366,8 +371,7 @@ static int check_chunks(const char *wl, const char *tg, int *packed)
             }
         }
     }
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
     return checked;
 }
 
@@ -431,8 +435,7 @@ static void check_window_all(const char *wl, const char *tg)
         }
     }
     cr_expect_geq(checked, 2, "%s on %s", wl, tg);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 static const char *const window_wls[] = {
@@ -534,8 +537,7 @@ Test(codegen_cpu, window_sums_split_or_separable)
         bool has = source_has(&b, &s, "x0_0 = tlm_v_max(x0_0, x1_0);") ||
                    source_has(&b, &s, "x0_0 = x0_0 + x1_0;");
         cr_expect_eq(has, pools[i].sep, "%s: separable %d", pools[i].wl, has);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         built b = build(cases[i].wl, "cpu:avx512");
@@ -548,8 +550,7 @@ Test(codegen_cpu, window_sums_split_or_separable)
             cr_expect(one_col && has, "%s: one column %d, split %d", cases[i].wl, one_col, has);
         else
             cr_expect(!has, "%s: split", cases[i].wl);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -582,8 +583,7 @@ Test(codegen_cpu, window_channel_blocks_band_their_rows)
             "%s", err.msg);
         cr_expect(source_has(&b, &s, cases[i].tasks), "case %zu: no '%s'", i, cases[i].tasks);
         cr_expect_eq(source_has(&b, &s, "ih = ih_lo; ih < ih_hi"), i == 0, "case %zu", i);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -602,8 +602,7 @@ Test(codegen_cpu, window_stride2_pack_splits_vectors)
         space_default_vectorized(b.sp, 1, &s); /* along OW (AVX2's default is along channels) */
         cr_expect(source_has(&b, &s, want[t]), "%s: no %s", tgt[t], want[t]);
         cr_expect(!source_has(&b, &s, want[1 - t]), "%s: %s", tgt[t], want[1 - t]);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -648,8 +647,7 @@ Test(codegen_cpu, window_writeback_whole_vectors_on_avx512)
                      cases[i].vectors, "case %zu: whole vectors", i);
         cr_expect_eq(source_has(&b, &s, "tlm_vstore_part(&o["), cases[i].masked,
                      "case %zu: masked last vector", i);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -740,8 +738,7 @@ Test(codegen_cpu, avx512_default_tiles_keep_their_registers)
         if (b.sp->sketch == SKETCH_CPU_WINDOW)
             cr_expect_leq(stores, 2 * acc, "%s [%s]: %d zmm stores to the stack", wl, text,
                           stores);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -778,8 +775,7 @@ Test(codegen_cpu, whole_output_rows_of_five_to_seven_vectors)
         zmm_stack_traffic(&b, &s, &fma_mem, &stores);
         cr_expect_eq(fma_mem, 0, "%s [%s]: %d FMAs read the stack", cases[i].wl, text, fma_mem);
         if (target_host_can_run(&b.t)) check_schedule(&b, &s, cases[i].wl);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -834,8 +830,7 @@ static void check_vector_axes(const char *wl, const char *tg, int min_axes)
         axes++;
     }
     cr_expect_geq(axes, min_axes, "%s: %d vector axes", wl, axes);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 Test(codegen_cpu, every_vector_axis)
@@ -881,8 +876,7 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
         cr_expect(strstr(k.source, ") >= 0 && (") != NULL, "%s: no interior test", tg[i]);
         cg_kernel_free(&k);
         check_schedule(&b, &s, wl);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
     /* a max pool pads with -inf: the masked-off lanes are filled, not zeroed */
     const char *pool = "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":300,\"W\":309,"
@@ -900,8 +894,7 @@ Test(codegen_cpu, padding_is_masked_loads_and_an_interior_copy)
         cg_kernel_free(&k);
         check_schedule(&b, &s, pool);
         check_samples(&b, pool, 99, 4);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -964,8 +957,7 @@ static void check_small_l3_defaults(const char *const *wls, int n, bool streamed
                     if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
                 check_schedule(&b, &s, wls[i]);
             }
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -990,8 +982,7 @@ Test(codegen_cpu, streaming_rows_past_the_last_level_cache)
     cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
     cr_expect(!rows_streamed(k.source));
     cg_kernel_free(&k);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 /* Whether the kernel generated for schedule s contains needle. */
@@ -1030,15 +1021,13 @@ Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
                       "the padding copy's source is not read in the tile");
             check_schedule(&b, &f, convs[i]);
             check_schedule(&b, &s, convs[i]);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     built b = build("{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":70,\"K\":29}}", "cpu");
     space_sched s;
     space_default(b.sp, &s);
     cr_expect(!source_has(&b, &s, "iterations of"), "a GEMM's broadcasts are sequential");
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 /* How many channels ahead the kernel for s requests its input rows (0: no request). */
@@ -1083,8 +1072,7 @@ Test(codegen_cpu, broadcast_prefetch_distance_follows_the_work_of_a_channel)
                       "%s on %s: rows requested %d channels ahead, expected %d..%d", cases[i].wl,
                       ti ? "avx2" : "avx512", ahead, cases[i].lo, cases[i].hi);
             check_schedule(&b, &f, cases[i].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1124,8 +1112,7 @@ Test(codegen_cpu, vector_rows_requested_ahead_in_pointwise_convs)
             cr_expect_eq(has, cases[i].expect, "%s on %s: rows requested ahead: %d",
                          cases[i].wl, ti ? "avx2" : "avx512", has);
             check_schedule(&b, &s, cases[i].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1151,12 +1138,10 @@ Test(codegen_cpu, window_plane_rows_start_on_vectors)
                              ti ? "float *const Q = Qb + 7;" : "float *const Q = Qb + 15;"));
         cr_expect(source_has(&b, &s, ti ? "Q + r * 80;" : "Q + r * 96;"));
         check_schedule(&b, &s, wl);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
         b = build(odd, ti ? "cpu:avx2" : "cpu");
         check_samples(&b, odd, 77, 6);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -1185,16 +1170,14 @@ Test(codegen_cpu, window_packs_large_planes_a_block_ahead)
                       large[i], tg);
             check_schedule(&b, &s, large[i]);
             check_samples(&b, large[i], 31 + (uint64_t)i, 4);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
         built b = build(small, tg);
         space_sched s;
         space_default_vectorized(b.sp, 1, &s);
         cr_expect(source_has(&b, &s, "for (int64_t r = 0; r < "), "%s", tg);
         cr_expect(!source_has(&b, &s, "rdone"), "%s", tg);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -1231,8 +1214,7 @@ Test(codegen_cpu, window_streams_whole_line_rows_past_the_bound)
                 check_schedule(&b, &s, wls[i]);
                 check_samples(&b, wls[i], 5 + (uint64_t)i, 3);
             }
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1268,8 +1250,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
         cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
         cr_expect_eq(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"), cases[i].stream,
                      "case %zu", i);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
     built b = build(shallow, "cpu");
     if (b.t.cpu.vector_lanes == 16) {
@@ -1279,8 +1260,7 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
         cr_expect(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"));
         check_schedule(&b, &s, shallow);
     }
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
@@ -1332,8 +1312,7 @@ Test(codegen_cpu, conv_window_in_straight_code_on_avx2)
             cr_expect_eq(base, !ti || cases[i].base, "case %zu on %s: base pointer: %d", i,
                          ti ? "avx2" : "avx512", base);
             check_schedule(&b, &s, cases[i].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1364,8 +1343,7 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
                 if (b.sp->slot[sl].kind == SLOT_PARALLEL) s.v[sl] = 0;
             check_schedule(&b, &s, wls[i]);
             check_samples(&b, wls[i], 7 + (uint64_t)i, 4);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     /* a cached output, and rows that are not whole lines, keep plain stores */
     static const char *const plain[] = {
@@ -1378,8 +1356,7 @@ Test(codegen_cpu, streaming_tiles_past_the_last_level_cache)
         space_default(b.sp, &s);
         cr_expect(!source_has(&b, &s, "tlm_stream_row"), "%s: streamed", plain[i]);
         if (i) check_schedule(&b, &s, plain[i]);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -1408,8 +1385,7 @@ Test(codegen_cpu, streaming_tiles_only_past_the_bound)
             cr_expect_eq(source_has(&b, &s, "tlm_stream_row(&out["), cases[i].stream,
                          "case %zu on %s", i, ti ? "cpu:avx2" : "cpu");
             if (cases[i].stream) check_schedule(&b, &s, cases[i].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1458,8 +1434,7 @@ static void check_rows_vec(const char *op, const char *fn, bool can_stream)
                         if (space_check(b.sp, &v, &err) == 0) check_schedule(&b, &v, wl);
                     }
                 }
-                free(b.g);
-                free(b.sp);
+                built_free(&b);
             }
 }
 
@@ -1500,8 +1475,7 @@ Test(codegen_cpu, rows_reduction_axes_run_as_one_loop)
             cr_expect(!source_has(&b, &s, "for (int64_t h = 0; h < 7; h++) {"), "%s", wls[i]);
             check_schedule(&b, &s, wls[i]);
             check_samples(&b, wls[i], 11 + (uint64_t)i, 4);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1548,8 +1522,7 @@ Test(codegen_cpu, next_filter_rows_prefetched_over_whole_rows)
             if (cases[i].want)
                 cr_expect(source_has(&b, &s, cases[i].want), "case %zu: %s", i, cases[i].want);
             check_schedule(&b, &s, cases[i].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -1593,8 +1566,7 @@ Test(codegen_cpu, next_packed_panel_prefetched_past_the_l2)
                     cr_expect(source_has(&b, &s, cases[i].want[ti]), "case %zu, %s: %s", i,
                               ti ? "avx2" : "avx512", cases[i].want[ti]);
                 check_schedule(&b, &s, cases[i].wl);
-                free(b.g);
-                free(b.sp);
+                built_free(&b);
             }
 }
 
@@ -1632,8 +1604,7 @@ Test(codegen_cpu, avx2_target_dense_and_conv)
     cr_expect_str_eq(b.t.name, "cpu:avx2");
     cr_expect_eq(b.sp->tgt.cpu.vector_lanes, 8);
     bool runs = target_host_can_run(&b.t);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
     if (!runs) cr_skip_test("this host cannot run x86-64-v3 code");
     check_family("{\"op\":\"dense\",\"shape\":{\"M\":40,\"N\":48,\"K\":24},"
                  "\"epilogue\":[\"bias_add\",\"relu\"]}",
@@ -1717,8 +1688,7 @@ Test(codegen_cpu, activations_keep_special_values)
                 dlclose(h);
                 unlink(so);
                 cg_kernel_free(&k);
-                free(b.g);
-                free(b.sp);
+                built_free(&b);
             }
 }
 
@@ -1778,8 +1748,7 @@ static void rows_loaded_free(rows_loaded *r)
     dlclose(r->h);
     unlink(r->so);
     cg_kernel_free(&r->k);
-    free(r->b.g);
-    free(r->b.sp);
+    built_free(&r->b);
 }
 
 /* The vectorised softmax (tlm_vexp_neg: one ln2 constant and a degree-5 polynomial) is
@@ -1964,8 +1933,7 @@ Test(codegen_cpu, streamed_norms_sum_beside_the_row_before)
             dlclose(h);
             unlink(so);
             cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -2052,8 +2020,7 @@ Test(codegen_cpu, max_reductions_keep_nan)
                 unlink(so);
                 cg_kernel_free(&k);
             }
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     cr_expect_geq(runs, 15, "%d kernels run", runs);
     /* a row with +inf and -inf and no NaN: its sum is NaN (the vectorised max's NaN check),
@@ -2079,8 +2046,7 @@ Test(codegen_cpu, max_reductions_keep_nan)
         dlclose(h);
         unlink(so);
         cg_kernel_free(&k);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -2210,8 +2176,7 @@ Test(codegen_cpu, call_buffers_kept_across_calls)
                 free(want[set]);
             }
             cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -2259,8 +2224,7 @@ static void check_pack_form(built *b, const space_sched *s, const char *wl, cons
 {
     cr_expect(source_has(b, s, needle), "%s on %s: no '%s'", wl, b->t.name, needle);
     check_schedule(b, s, wl);
-    free(b->g);
-    free(b->sp);
+    built_free(b);
 }
 
 /* A conv along F packs its weights by transposing W x W blocks in registers: the flattened
@@ -2380,8 +2344,7 @@ Test(codegen_cpu, ragged_task_blocks_are_dealt_one_at_a_time)
             cr_expect_eq(dealt, k == 0, "%s, [%s], %d cores: dealt one at a time: %d", tg, txt,
                          cores, dealt);
             check_schedule(&b, &s, wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     }
 }
@@ -2443,8 +2406,7 @@ Test(codegen_cpu, packed_panel_kept_across_tasks)
             first_task_axis(&b, &s, first, sizeof first);
             if (kept) cr_expect_eq(first[0], 'i', "%s [%s]: first decoded %s", tg, txt, first);
             check_schedule(&b, &s, wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     }
 }
@@ -2489,8 +2451,7 @@ Test(codegen_cpu, tasks_run_filters_fastest_where_the_input_outgrows_l2)
                          "%s %s, L2 %lld [%s]: first decoded %s", tg, wl,
                          (long long)cases[i].l2, txt, first);
             check_schedule(&b, &s, wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     }
 }
@@ -2533,8 +2494,7 @@ Test(codegen_cpu, last_register_tile_takes_its_true_size)
             cr_expect(!source_has(&b, &s, cases[k].unwanted), "%s, [%s]: \"%s\"", tg, txt,
                       cases[k].unwanted);
             check_schedule(&b, &s, cases[k].wl);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     }
 }
@@ -2568,8 +2528,7 @@ Test(codegen_cpu, step_vectors_pinned_where_registers_are_tight)
         cr_expect_eq(source_has(&b, &s, "TLM_PIN(v0)"), want, "%s on %s (%d registers) [%s]",
                      cases[k].wl, cases[k].tg, b.sp->tgt.cpu.vector_registers, txt);
         check_schedule(&b, &s, cases[k].wl);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -2598,8 +2557,7 @@ Test(codegen_cpu, last_vector_tile_takes_the_vectors_it_needs)
             cr_expect(source_has(&b, &s, "the last 5 of j"), "%s, [%s]: no narrow last tile", tg,
                       txt);
             check_schedule(&b, &s, wls[k]);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
     }
 }
@@ -2645,8 +2603,7 @@ Test(codegen_cpu, reduction_steps_unrolled_in_the_source)
                     cr_expect_eq(source_has(&b, &s, "const float *const Lb"), regs32,
                                  "%s (%s), [%s]: base", tg, vendors[vi], txt);
                     if (vi == 0 || w == 0) check_schedule(&b, &s, wls[w]);
-                    free(b.g);
-                    free(b.sp);
+                    built_free(&b);
                 }
         }
 }
@@ -2696,8 +2653,7 @@ Test(codegen_cpu, shared_panels_packed_once_and_epilogue_along_f)
         /* and each task packing its own panels (pack off the table: fewer readers) still
          * agrees: the same schedule with one output row block per task is checked by the
          * families above */
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -2747,8 +2703,7 @@ static void expect_padding_copies(const pad_case *cases, size_t n, bool packed)
                          ci, text, checks);
             check_kernel(b.g, &b.t, &k, cases[ci].wl, text);
             cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -2830,8 +2785,7 @@ Test(codegen_cpu, block_along_f_copied_out_transposed)
                   tgs[ti], text);
         check_kernel(b.g, &b.t, &k, wl, text);
         cg_kernel_free(&k);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
 
@@ -2857,8 +2811,7 @@ Test(codegen_cpu, harness_catches_a_wrong_kernel)
     cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s", err.msg);
     cr_expect_eq(res.status, MEASURE_WRONG, "status %s", measure_status_name(res.status));
     cg_kernel_free(&k);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 /* Compiles src for b's target into so and runs the harness on it with check_prepacked:
@@ -2949,8 +2902,7 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
             }
             unlink(so);
             cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -3014,8 +2966,7 @@ Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
             }
             unlink(so);
             cg_kernel_free(&k);
-            free(b.g);
-            free(b.sp);
+            built_free(&b);
         }
 }
 
@@ -3043,8 +2994,7 @@ Test(codegen_cpu, generated_source_reads_well)
     s.v[0] = 5;
     cr_expect_eq(cg_generate(b.sp, &s, NULL, &k, &err), TLM_EINVAL);
     cr_expect_str_eq(err.field, b.sp->slot[0].name);
-    free(b.g);
-    free(b.sp);
+    built_free(&b);
 }
 
 /* Pool threads generate code concurrently (tlmd): generation must not share state between
@@ -3149,12 +3099,10 @@ Test(codegen_cpu, tiles_prefetch_their_residual)
                   tg[i]);
         cr_expect(!source_has(&b, &s, "__builtin_prefetch(&bias["), "%s", tg[i]);
         check_schedule(&b, &s, res);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
         b = build(plain, tg[i]);
         space_default(b.sp, &s);
         cr_expect(!source_has(&b, &s, ", 0, 3);"), "%s: a read prefetch without a twin", tg[i]);
-        free(b.g);
-        free(b.sp);
+        built_free(&b);
     }
 }
