@@ -62,8 +62,9 @@
  * over a prepacked or shared panel the next panel (weights from DRAM: ResNet-50's plan
  * 1.10x at batch 1); 9: a conv's or GEMM's output and the residual a plan may write it
  * over (ir_subgraph_inplace_input) are no longer restrict: a cached kernel would promise
- * that they never overlap). */
-#define CG_VERSION 9
+ * that they never overlap; 10: the rule of thumb's strided pools over rows wider than 32
+ * points take one row a register tile (1.1-1.4x): a cached kernel would keep its rows). */
+#define CG_VERSION 10
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

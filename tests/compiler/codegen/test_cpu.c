@@ -328,6 +328,11 @@ ODD(max_pool_5x5_sppf, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":
                        "\"KH\":5,\"KW\":5},\"stride\":[1,1],\"pad\":[2,2]}")
 ODD(avg_pool_stride2, "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":2,\"C\":2,\"H\":15,\"W\":15,"
                       "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}")
+/* output rows wider than 32 points: the rule of thumb's one-row register tiles */
+ODD(avg_pool_stride2_wide, "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":7,\"W\":67,"
+                           "\"KH\":3,\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}")
+ODD(max_pool_2x2_wide, "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":2,\"H\":5,\"W\":71,"
+                       "\"KH\":2,\"KW\":2},\"stride\":[2,2]}")
 ODD(elementwise_prime, "{\"op\":\"elementwise\",\"shape\":{\"N\":1009},"
                        "\"epilogue\":[\"add\",\"relu\"]}")
 ODD(transpose, "{\"op\":\"transpose\",\"shape\":{\"R\":17,\"C\":31}}")

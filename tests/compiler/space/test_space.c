@@ -1143,6 +1143,37 @@ Test(space, window_rows_cover_the_fma_latency)
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* A pool of stride 2 or more whose output rows are wider than 32 points takes one row a
+ * register tile, its columns as before (ResNet's 3x3 stem pool from 112 x 112: 4 x 16 lanes
+ * on AVX-512, one 8-lane vector on AVX2; a 2x2 from 224 x 224); from 56 x 56 (28 out) and
+ * at stride 1 the rows stay. */
+Test(space, strided_pools_over_wide_rows_take_one_row)
+{
+#define POOL(op, h, k, s, p)                                                                       \
+    "{\"op\":\"" op "\",\"shape\":{\"N\":1,\"C\":64,\"H\":" #h ",\"W\":" #h ",\"KH\":" #k          \
+    ",\"KW\":" #k "},\"stride\":[" #s "," #s "],\"pad\":[" #p "," #p "]}"
+    static const default_tiles cases[] = {
+        {POOL("max_pool2d", 112, 3, 2, 1),
+         "cpu:avx512",
+         SKETCH_CPU_WINDOW,
+         {3, 2},
+         {3, 3},
+         {64, 1}},
+        {POOL("max_pool2d", 112, 3, 2, 1), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {8, 1}},
+        {POOL("avg_pool2d", 127, 3, 2, 1),
+         "cpu:avx512",
+         SKETCH_CPU_WINDOW,
+         {3, 2},
+         {3, 3},
+         {64, 1}},
+        {POOL("max_pool2d", 224, 2, 2, 0), "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 1}},
+        {POOL("max_pool2d", 56, 3, 2, 1), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {32, 4}},
+        {POOL("max_pool2d", 56, 3, 1, 1), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
+    };
+#undef POOL
+    expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
+}
+
 /* A depthwise conv on a 16-register target (AVX2) of 25 taps or more, or whose output rows
  * take between one and two vectors, puts its vectors along blocks of channels: one row of as
  * many columns as the registers allow and recompute least (7x7 at 14 and 56: 14 columns; 3x3
