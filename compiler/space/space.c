@@ -1076,12 +1076,12 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
      * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
      * AVX2, two 8-lane vectors: 5 rows, 0.079 -> 0.065 ms; 2 rows padded none but left 4
      * accumulators) */
-    int64_t least = 1;
-    if (sl->axis != 3 && strided_wide_pool(sp)) {
+    if (sl->axis != 3 && strided_wide_pool(sp)) { /* one row, the least legal */
         for (int k = 0; k < n; k++)
             if (vals[k] == 1) return 1;
         return vals[0];
     }
+    int64_t least = 1;
     if (sl->axis != 3) {
         int64_t cols = 1;
         for (int i = 0; i < slot; i++)

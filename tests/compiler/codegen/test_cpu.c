@@ -1718,7 +1718,7 @@ static packed_fn load_packed(const cg_kernel *k, const target *t, const char *ta
     return fn;
 }
 
-/* The default schedule's kernel, which must contain needle (the vectorised rows code). */
+/* The default schedule's kernel, which must contain needle (e.g. the vectorised rows code). */
 static void default_kernel(const built *b, const char *needle, cg_kernel *k)
 {
     space_sched s;
@@ -1726,7 +1726,7 @@ static void default_kernel(const built *b, const char *needle, cg_kernel *k)
     tlm_error err;
     tlm_err_clear(&err);
     cr_assert_eq(cg_generate(b->sp, &s, NULL, k, &err), 0, "%s", err.msg);
-    cr_assert(strstr(k->source, needle) != NULL, "not the vectorised kernel: no %s", needle);
+    cr_assert(strstr(k->source, needle) != NULL, "not the expected kernel: no %s", needle);
 }
 
 /* A rows op's default kernel (needle: its row function) on tg, streamed (small_l3) or not as
@@ -2822,6 +2822,20 @@ Test(codegen_cpu, harness_catches_a_wrong_kernel)
 /* Compiles src for b's target into so and runs the harness on it with check_prepacked:
  * MEASURE_OK when intact (broken 0), else a crash whose detail names `needle` (the check
  * that caught it). */
+/* The harness's check (no timing) of so's kernel, with check_prepacked as asked. */
+static void harness_check(const built *b, const char *so, bool prepacked, uint64_t seed,
+                          measure_result *res)
+{
+    tlm_error err;
+    tlm_err_clear(&err);
+    measure_opts o;
+    measure_opts_init(&o);
+    o.check_only = true;
+    o.check_prepacked = prepacked;
+    o.seed = seed;
+    cr_assert_eq(measure_cpu(b->g, so, "tlm_kernel", &o, res, &err), 0, "%s", err.msg);
+}
+
 static void harness_catches(const built *b, const char *src, const char *so, const char *wl,
                             int broken, const char *needle, uint64_t seed)
 {
@@ -2830,13 +2844,8 @@ static void harness_catches(const built *b, const char *src, const char *so, con
     char flags[160];
     snprintf(flags, sizeof flags, "-O2 %s", target_cc_flags(&b->t));
     cr_assert_eq(tc_cc_compile(src, flags, so, NULL, &err), 0, "%s", err.msg);
-    measure_opts o;
-    measure_opts_init(&o);
-    o.check_only = true;
-    o.check_prepacked = true;
-    o.seed = seed;
     measure_result res;
-    cr_assert_eq(measure_cpu(b->g, so, "tlm_kernel", &o, &res, &err), 0, "%s", err.msg);
+    harness_check(b, so, true, seed, &res);
     if (!broken)
         cr_expect_eq(res.status, MEASURE_OK, "%s on %s: %s %s", wl, b->t.name,
                      measure_status_name(res.status), res.detail);
@@ -2867,12 +2876,8 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
             int in[IR_MAX_TENSORS];
             cr_assert_eq(ip, ir_subgraph_inputs(b.g, in) - 1, "%s: the residual, last input",
                          wls[w]);
-            space_sched s;
-            space_default(b.sp, &s);
-            tlm_error err;
-            tlm_err_clear(&err);
             cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+            default_kernel(&b, "void tlm_kernel(", &k);
             /* the two arguments lose restrict; the others keep it */
             cr_assert(strstr(k.source, "const float *res, float *out)"), "%s", wls[w]);
             cr_assert(strstr(k.source, w ? "const float *restrict B" : "const float *restrict Wt"),
@@ -2896,12 +2901,8 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
                 strcat(src, k.source + at);
                 harness_catches(&b, src, so, wls[w], broken, "in place", 11);
                 free(src);
-                measure_opts o;
-                measure_opts_init(&o);
-                o.check_only = true;
-                o.seed = 11;
                 measure_result res;
-                cr_assert_eq(measure_cpu(b.g, so, "tlm_kernel", &o, &res, &err), 0, "%s", err.msg);
+                harness_check(&b, so, false, 11, &res);
                 cr_expect_eq(res.status, MEASURE_OK, "%s on %s, broken %d, run apart: %s %s",
                              wls[w], tgs[t], broken, measure_status_name(res.status), res.detail);
             }
@@ -2926,13 +2927,11 @@ Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
     for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
         for (int t = 0; t < 2; t++) {
             built b = build(wls[w], tgs[t]);
-            space_sched s;
-            space_default(b.sp, &s);
+            cg_kernel k;
+            default_kernel(&b, "void tlm_kernel(", &k);
+            cr_assert(strstr(k.source, "int tlm_kernel_prepacks("), "%s on %s", wls[w], tgs[t]);
             tlm_error err;
             tlm_err_clear(&err);
-            cg_kernel k;
-            cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
-            cr_assert(strstr(k.source, "int tlm_kernel_prepacks("), "%s on %s", wls[w], tgs[t]);
             char so[128];
             snprintf(so, sizeof so, "%s/pre%zu%d.so", g_dir, w, t);
             measure_result res;
