@@ -64,7 +64,7 @@
  * over (ir_subgraph_inplace_input) are no longer restrict: a cached kernel would promise
  * that they never overlap; 10: the rule of thumb's strided pools over rows wider than 32
  * points take one row a register tile (1.1-1.4x): a cached kernel would keep its rows). */
-#define CG_VERSION 10
+#define CG_VERSION 11
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

@@ -1075,36 +1075,38 @@ Test(space, gemv_tasks_are_wide_and_even)
     expect_default_tiles(conv, 1);
 }
 
-/* Kernels without a reduction: an elementwise op's task is a run of 32 vectors (not 2); a
- * transpose, whose input strides across the output's rows, takes 4-row register tiles on
- * AVX-512 (4 x 4) and 2-row ones under AVX2's budget (4 x 2: a divisor of a 64-byte line), a
- * task the whole of the axis its input runs along (1027 columns: 257 tiles of 4 on AVX2)
- * as far as the 16 K-float accumulator block leaves a whole line of each output row it
- * writes (16 rows on AVX-512: 4 tiles of 4, so 1024 columns at most: 129 tiles of 4 of
- * 1027, 256 of 4096; half a line on AVX2: 4 tiles of 2), the rows short vectors (vectorize
- * 1: 768 x 128 4.6x, 1024 x 1024 9.7x, 4093 x 1027 1.5x against scalar tiles 4 rows a
- * task; 50 x 1024 0.8x). LLaMA's 16 x 4096 key transpose at 16 tokens took all 4096
- * columns at a quarter line a task before (AVX2 1.36x, 33 x 4096 2.6x; 2048 x 2048 1.8x on
- * AVX-512). */
+/* Kernels without a reduction: an elementwise op's task is a run of 32 vectors (not 2). A
+ * transpose, whose input strides across the output's rows, takes register tiles of 16 x 16
+ * on AVX-512 where both rows are whole 64-byte lines (768 x 128, 16 x 4096), else 8 x 8 (4093
+ * x 1027, and on AVX2), which codegen moves as blocks transposed in registers, 4 x 2 of them
+ * a task at 16 (the output's rows the longer side; 16 rows leave one), 2 x 2 at 8; rows
+ * shorter than that (5 x 300 on AVX2) keep the previous rule: 4-row tiles on AVX-512 and 2-row
+ * ones under AVX2's budget (4 x 2, a divisor of a 64-byte line), a task the whole of the
+ * axis its input runs along. Against that rule, alternated on a Xeon (2 threads): 1024 x 1024
+ * 0.37 -> 0.19 ms, 768 x 128 0.029 -> 0.006, 4093 x 1027 1.30 -> 0.98, AVX2 1.56 -> 1.01. */
 Test(space, no_reduction_tasks_are_long_runs)
 {
     static const default_tiles cases[] = {
         {"{\"op\":\"elementwise\",\"shape\":{\"N\":16777213},\"epilogue\":[\"gelu\"]}",
          "cpu:avx2", SKETCH_CPU_TILE, {0, 0}, {3, 2}, {8, 32}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx512",
-         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {4, 4}},
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {8, 8}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx512",
-         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {129, 4}},
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {2, 2}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":16,\"C\":4096}}", "cpu:avx512",
-         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {256, 4}},
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {16, 16}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":16,\"C\":4096}}", "cpu:avx512",
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {4, 1}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":16,\"C\":4096}}", "cpu:avx2",
-         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {512, 4}},
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {2, 2}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":768,\"C\":128}}", "cpu:avx512",
-         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {32, 4}},
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {4, 2}},
         {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 1}, {3, 3}, {8, 8}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2",
+         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {2, 2}},
+        {"{\"op\":\"transpose\",\"shape\":{\"R\":5,\"C\":300}}", "cpu:avx2",
          SKETCH_CPU_TILE, {0, 1}, {3, 3}, {4, 2}},
-        {"{\"op\":\"transpose\",\"shape\":{\"R\":4093,\"C\":1027}}", "cpu:avx2",
-         SKETCH_CPU_TILE, {0, 1}, {2, 2}, {257, 4}},
     };
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
     for (int t = 0; t < 2; t++) {
