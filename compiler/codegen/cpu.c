@@ -789,25 +789,13 @@ static int task_loops(cgc *c, int ind)
     return ind;
 }
 
-/* A transpose: no reduction, vectors (c->W lanes, space_cpu_tile_lanes) along the output's
- * last axis L, and a body of one load that runs along another axis g with stride 1 and moves
- * along L by more (the space's gathered_axis): g, or -1. */
+/* A transpose (space_cpu_gathered_axis) whose body is its one load, vectorised (c->W lanes,
+ * space_cpu_tile_lanes) along the output's last axis: the axis its input runs along, or -1. */
 static int transpose_axis(const cgc *c)
 {
     const ir_stage *a = c->a;
-    const int ns = c->ns, L = ns - 1;
-    if (c->nr > 0 || c->W < 4 || c->x != L || ns < 2) return -1;
-    const ir_expr *e = &a->expr[a->body];
-    if (e->kind != IR_E_LOAD) return -1;
-    int64_t st[IR_MAX_DIMS], coef[IR_MAX_AXES] = {0};
-    cg_strides(&c->g->tensor[e->tensor], st);
-    for (int d = 0; d < c->g->tensor[e->tensor].ndim; d++)
-        for (int x = 0; x < ns; x++)
-            coef[x] += st[d] * e->idx[d].coef[x];
-    if (coef[L] == 0 || coef[L] == 1) return -1;
-    for (int x = 0; x < L; x++)
-        if (coef[x] == 1) return x;
-    return -1;
+    if (c->nr > 0 || c->W < 4 || c->x != c->ns - 1 || a->expr[a->body].kind != IR_E_LOAD) return -1;
+    return space_cpu_gathered_axis(c->sp);
 }
 
 /* A transpose's full register tiles (T[g][3] x T[L][3], both multiples of W) as W x W blocks:

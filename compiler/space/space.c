@@ -1184,6 +1184,11 @@ static int gathered_axis(const space *sp)
     return gx;
 }
 
+int space_cpu_gathered_axis(const space *sp)
+{
+    return gathered_axis(sp);
+}
+
 /* Past half the last-level cache and past 24 MiB a core however large the L3 claims to be
  * (a VM's slice of a shared L3), where the output cannot stay cached for its reader; only
  * there. Alone, a short window's output (ResNet-50's 1x1 convs at batch 8, 64 or 128

@@ -245,6 +245,9 @@ bool space_cpu_packable(const space *sp, int vaxis, int id);
 int64_t space_cpu_pack_floats(const space *sp, const space_sched *s, int upto);
 /* Vector lanes of a CPU register-tile row of t elements (1 = scalar code). */
 int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize);
+/* A transpose (CPU_TILE, no reduction, an input read across the output's last axis): the
+ * spatial axis that input runs along with stride 1, or -1. */
+int space_cpu_gathered_axis(const space *sp);
 /* CPU_WINDOW: the lanes of a vector given slots [0, upto) of s (1: scalar code), and the
  * accumulator registers a register tile may use with those lanes. */
 int space_window_lanes(const space *sp, const space_sched *s, int upto);
