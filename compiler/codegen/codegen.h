@@ -65,8 +65,10 @@
  * that they never overlap; 10: the rule of thumb's strided pools over rows wider than 32
  * points take one row a register tile (1.1-1.4x): a cached kernel would keep its rows; 11: a
  * transpose's register tiles move as blocks transposed in registers (1.3-4.8x): a cached
- * kernel would keep gathering). */
-#define CG_VERSION 11
+ * kernel would keep gathering; 12: kernels without a reduction whose inputs outgrow the
+ * cores' L2s request those inputs' lines 8 KiB ahead (a DRAM-sized GELU 1.7-1.8x): a cached
+ * kernel would leave them to the hardware prefetcher). */
+#define CG_VERSION 12
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

@@ -1452,6 +1452,49 @@ Test(codegen_cpu, streaming_tiles_only_past_the_bound)
         }
 }
 
+/* A kernel without a reduction whose inputs outgrow the cores' L2s requests each input it
+ * reads along the lanes' loop (the anchor's load and a residual) 2048 floats ahead of every
+ * run of that loop: on a target of 2 cores with 16 KiB L2s, a GELU and an add + silu over
+ * 12289 floats (48 KiB an input) on both ISAs, the default and random schedules checked
+ * against the reference (the prefetches past the inputs' ends too); the same kernels on the
+ * host's caches, and a transpose (its input not read along the lanes), request nothing. */
+Test(codegen_cpu, streamed_inputs_requested_ahead)
+{
+    static const struct {
+        const char *wl, *needle[2];
+    } cases[] = {
+        {"{\"op\":\"elementwise\",\"shape\":{\"N\":12289},\"epilogue\":[\"gelu\"]}",
+         {"__builtin_prefetch(&X[(i) + 2048], 0, 3);", NULL}},
+        {"{\"op\":\"elementwise\",\"shape\":{\"N\":12289},\"epilogue\":[\"add\","
+         "\"silu\"]}",
+         {"__builtin_prefetch(&X[(i) + 2048], 0, 3);",
+          "__builtin_prefetch(&res[(i) + 2048], 0, 3);"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            const char *tg = ti ? "cpu:avx2" : "cpu";
+            built b = build(cases[i].wl, tg);
+            space_sched s;
+            space_default(b.sp, &s);
+            cr_expect(!source_has(&b, &s, "__builtin_prefetch"), "case %zu on %s: prefetched", i,
+                      tg);
+            set_caches(&b, 2, 16384, 0);
+            for (int k = 0; k < 2 && cases[i].needle[k]; k++)
+                cr_expect(source_has(&b, &s, cases[i].needle[k]), "case %zu on %s: no %s", i, tg,
+                          cases[i].needle[k]);
+            check_schedule(&b, &s, cases[i].wl);
+            check_samples(&b, cases[i].wl, 11 + (uint64_t)i, 3);
+            built_free(&b);
+        }
+    static const char *const tr = "{\"op\":\"transpose\",\"shape\":{\"R\":160,\"C\":96}}";
+    built b = build(tr, "cpu");
+    set_caches(&b, 2, 16384, 0);
+    space_sched s;
+    space_default(b.sp, &s);
+    cr_expect(!source_has(&b, &s, "__builtin_prefetch"), "transpose prefetched");
+    built_free(&b);
+}
+
 /* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
  * lengths of 1, lanes - 1, lanes, lanes + 1 of each ISA (on AVX2 also 15 and 17: one vector
  * and a tail of 7 or two vectors and 1), 33 (past the 4-vector unrolled block, a multiple of
