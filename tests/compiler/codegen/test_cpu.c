@@ -1495,6 +1495,43 @@ Test(codegen_cpu, streamed_inputs_requested_ahead)
     built_free(&b);
 }
 
+/* A direct register tile over a short reduction (a 1x1 conv of 64 channels with a residual)
+ * requests its output's and its residual's lines one vector an iteration of its channels'
+ * loop, from a table of the tile's offsets, checked against the reference on both ISAs; over
+ * 256 channels, and in a GEMM (one reduction loop), they are all requested before it. */
+Test(codegen_cpu, short_reductions_spread_their_output_requests)
+{
+    static const struct {
+        const char *wl;
+        bool spread;
+    } cases[] = {
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"F\":40,\"H\":17,\"W\":17,\"KH\":1,"
+         "\"KW\":1},\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+         true},
+        {"{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":256,\"F\":40,\"H\":17,\"W\":17,"
+         "\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+         false},
+        {"{\"op\":\"dense\",\"shape\":{\"M\":61,\"N\":320,\"K\":24},\"epilogue\":[\"bias_add\","
+         "\"add\"]}",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            const char *tg = ti ? "cpu:avx2" : "cpu";
+            built b = build(cases[i].wl, tg);
+            space_sched s;
+            space_default(b.sp, &s);
+            cr_expect_eq(source_has(&b, &s, "] + tlm_pfo["), cases[i].spread, "case %zu on %s", i,
+                         tg);
+            cr_expect(source_has(&b, &s, "__builtin_prefetch(&res["), "case %zu on %s", i, tg);
+            if (cases[i].spread) {
+                check_schedule(&b, &s, cases[i].wl);
+                check_samples(&b, cases[i].wl, 5, 3);
+            }
+            built_free(&b);
+        }
+}
+
 /* The vectorised rows kernels (softmax, layer_norm, rms_norm, row reductions alone): row
  * lengths of 1, lanes - 1, lanes, lanes + 1 of each ISA (on AVX2 also 15 and 17: one vector
  * and a tail of 7 or two vectors and 1), 33 (past the 4-vector unrolled block, a multiple of
