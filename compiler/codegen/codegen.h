@@ -66,7 +66,7 @@
  * points take one row a register tile (1.1-1.4x): a cached kernel would keep its rows; 11: a
  * transpose's register tiles move as blocks transposed in registers (1.3-4.8x): a cached
  * kernel would keep gathering; 12: kernels without a reduction whose inputs outgrow the
- * cores' L2s request those inputs' lines 8 KiB ahead (a DRAM-sized GELU 1.7-1.8x), and
+ * cores' L2s request those inputs' lines 8 KiB ahead (a 64 MiB GELU from the L3 1.7-1.8x), and
  * direct tiles over reductions of 128 points or fewer spread their output's and residual's
  * requests over their first iterations (a 1x1 conv of 64 channels from DRAM 1.2x): a cached
  * kernel would leave them to the hardware prefetcher or request them all at once). */

@@ -903,10 +903,11 @@ static void emit_points(cgc *c, int ind, int fused_levels, bool vec, char fb[][9
  * lanes' loop, the lines STREAM_AHEAD floats further along every input it reads contiguously
  * along that loop are requested. The hardware prefetcher alone leaves a heavy body waiting on
  * its loads (gelu's erf, eleven FMAs and a division a value): GELU over 16777213 floats, 2
- * threads, each kernel timed alone in its own process, 4 rounds: 5.4-6.2 -> 4.1-4.9 ms on
- * AVX-512, 7.7-7.9 -> 4.8-5.3 on AVX2; a relu over the same within noise (3.7-4.3 both).
- * 8 KiB ahead: 4 KiB and 16-64 KiB were as fast or slower. Only where those inputs are
- * larger than the cores' L2s together (cached operands need no help) and on full tiles. */
+ * threads, each kernel timed alone in its own process, 3 rounds, its 64 MiB in the L3 (the
+ * same buffers each call): 5.3 -> 3.2 ms on AVX-512, 7.9 -> 4.3 on AVX2, add + silu 7.8 ->
+ * 6.5, relu 3.6 -> 3.3; from DRAM (1 GiB of copies rotated) 5.4 -> 4.9-5.2, bound by the
+ * bandwidth. 8 KiB ahead: 4 KiB and 16-64 KiB were as fast or slower. Only where those inputs
+ * are larger than the cores' L2s together (cached operands need no help) and on full tiles. */
 enum { STREAM_AHEAD = 2048 };
 
 static bool load_listed(const ir_expr *ld, int n, int tensor)
@@ -1544,7 +1545,7 @@ static void emit_spread_table(cgc *c, int ind, int64_t nv, const int64_t *accst)
     const ir_tensor *o = &c->g->tensor[c->g->output];
     int64_t st[IR_MAX_DIMS], off[IR_MAX_AXES];
     cg_strides(o, st);
-    cg_printf(&c->b, "%*sstatic const int32_t tlm_pfo[%lld] = {", ind * 4, "", (long long)nv);
+    cg_printf(&c->b, "%*sstatic const int64_t tlm_pfo[%lld] = {", ind * 4, "", (long long)nv);
     for (int64_t q = 0; q < nv; q++) {
         tile_point(c, q, accst, off);
         int64_t f = 0;
