@@ -68,8 +68,10 @@
  * kernel would keep gathering; 12: kernels without a reduction whose inputs outgrow the
  * cores' L2s request those inputs' lines 8 KiB ahead (a 64 MiB GELU from the L3 1.7-1.8x), and
  * direct tiles over reductions of 128 points or fewer spread their output's and residual's
- * requests over their first iterations (a 1x1 conv of 64 channels from DRAM 1.2x): a cached
- * kernel would leave them to the hardware prefetcher or request them all at once). */
+ * requests over their first iterations (a 1x1 conv of 64 channels from DRAM 1.2x), and a
+ * broadcast's rows ahead are requested once a line, not once a point (stride-2 1x1 convs
+ * 1.05x): a cached kernel would leave them to the hardware prefetcher or request them all
+ * at once, or one a point). */
 #define CG_VERSION 12
 
 typedef struct cg_kernel {

@@ -1093,6 +1093,41 @@ Test(codegen_cpu, broadcast_prefetch_in_direct_convs)
     built_free(&b);
 }
 
+/* A broadcast's rows requested ahead take a request every 16 floats of the span the tile's
+ * points cover and one at its end, not one a point: a stride-2 1x1 conv along F reads every
+ * other float (7 columns: 2 requests over 13 floats), on both ISAs, run against the
+ * reference. */
+Test(codegen_cpu, strided_broadcast_rows_requested_once_a_line)
+{
+    static const char *const wl = "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"F\":64,"
+                                  "\"H\":28,\"W\":28,\"KH\":1,\"KW\":1},\"stride\":[2,2]}";
+    for (int ti = 0; ti < 2; ti++) {
+        built b = build(wl, ti ? "cpu:avx2" : "cpu");
+        space_sched s;
+        space_default_vectorized(b.sp, 3, &s); /* along F */
+        char text[2048];
+        space_print(b.sp, &s, text, sizeof text);
+        const char *ow = strstr(text, "tile.ow.3=");
+        int cols = 0;
+        cr_assert(ow && sscanf(ow, "tile.ow.3=%d", &cols) == 1, "%s", text);
+        tlm_error err;
+        cg_kernel k;
+        cr_assert_eq(cg_generate(b.sp, &s, NULL, &k, &err), 0, "%s", err.msg);
+        const char *at = strstr(k.source, "the rows ");
+        cr_assert(at, "no rows requested");
+        const char *end = strchr(at, '}');
+        int n = 0;
+        for (const char *p = strstr(at, "__builtin_prefetch("); p && p < end;
+             p = strstr(p + 1, "__builtin_prefetch("))
+            n++;
+        const int hi = 2 * (cols - 1); /* the last column's offset */
+        cr_expect_eq(n, hi / 16 + 1 + (hi % 16 != 0), "%s: %d columns, %d requests", text, cols, n);
+        cg_kernel_free(&k);
+        check_schedule(&b, &s, wl);
+        built_free(&b);
+    }
+}
+
 /* How many channels ahead the kernel for s requests its input rows (0: no request). */
 static int prefetch_ahead_of(const built *b, const space_sched *s)
 {
