@@ -803,6 +803,16 @@ static int task_loops(cgc *c, int ind)
     return ind;
 }
 
+/* Each spatial axis' full index (fb) declared under the axis' name, and nm naming them. */
+static void declare_axes(cgc *c, int ind, char fb[][96], cg_names *nm)
+{
+    *nm = c->nm;
+    for (int i = 0; i < c->ns; i++) {
+        cg_line(&c->b, ind, "const int64_t %s = %s;", c->a->axis[i], fb[i]);
+        nm->axis[i] = c->a->axis[i];
+    }
+}
+
 /* A transpose (space_cpu_gathered_axis) whose body is its one load, vectorised (c->W lanes,
  * space_cpu_tile_lanes) along the output's last axis: the axis its input runs along, or -1. */
 static int transpose_axis(const cgc *c)
@@ -835,11 +845,8 @@ static void emit_transpose_tiles(cgc *c, int ind, int gx, char fb[][96])
         cg_line(b, ind++, "for (int64_t %s3 = 0; %s3 < %lld; %s3 += %d) {", n, n,
                 (long long)c->T[k ? L : gx][3], n, W);
     }
-    cg_names nm = c->nm;
-    for (int i = 0; i < ns; i++) {
-        cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-        nm.axis[i] = a->axis[i];
-    }
+    cg_names nm;
+    declare_axes(c, ind, fb, &nm);
     char gt[24], lt[24];
     snprintf(gt, sizeof gt, "%s_t", a->axis[gx]);
     snprintf(lt, sizeof lt, "%s_t", a->axis[L]);
@@ -958,11 +965,8 @@ static void emit_stream_ahead(cgc *c, int ind, char fb[][96], int inner, const i
     const ir_stage *a = c->a;
     cg_line(b, ind, "{ /* the inputs' lines %d floats on */", STREAM_AHEAD);
     cg_line(b, ind + 1, "const int64_t %s3 = 0;", a->axis[inner]);
-    cg_names nm = c->nm;
-    for (int i = 0; i < c->ns; i++) {
-        cg_line(b, ind + 1, "const int64_t %s = %s;", a->axis[i], fb[i]);
-        nm.axis[i] = a->axis[i];
-    }
+    cg_names nm;
+    declare_axes(c, ind + 1, fb, &nm);
     const int64_t lines = (c->T[inner][3] + 15) / 16;
     for (int k = 0; k < n; k++)
         for (int64_t l = 0; l < lines; l++) {
@@ -977,7 +981,6 @@ static void emit_stream_ahead(cgc *c, int ind, char fb[][96], int inner, const i
 static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm, int inner,
                         bool ahead)
 {
-    const ir_stage *a = c->a;
     int ns = c->ns;
     ir_expr ld[8];
     const int npf = ahead ? stream_ahead_loads(c, vec, inner, ld, 8) : 0;
@@ -991,11 +994,7 @@ static int output_loops(cgc *c, int ind, bool vec, char fb[][96], cg_names *nm, 
             ind = block_axis_loops(c, ind, i, vec && k == ns - 1);
         }
     }
-    *nm = c->nm;
-    for (int i = 0; i < ns; i++) {
-        cg_line(&c->b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-        nm->axis[i] = a->axis[i];
-    }
+    declare_axes(c, ind, fb, nm);
     return ind;
 }
 
@@ -1534,8 +1533,6 @@ static int64_t window_unroll(const cgc *c, int unroll, int64_t nv, int64_t u)
     return outer;
 }
 
-/* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
- * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static int64_t reduction_points(const cgc *c);
 
 /* A direct register tile's output lines (and its residual's) requested one vector an
@@ -1566,8 +1563,10 @@ static void emit_spread_table(cgc *c, int ind, int64_t nv, const int64_t *accst)
     cg_printf(&c->b, "};\n");
 }
 
-/* ... the requests of tile vector (outer reduction index), at the top of that loop. */
-static void emit_spread_prefetch(cgc *c, int ind, int64_t nv, const int64_t *accst)
+/* ... the requests of tile vector (outer reduction index), at the top of that loop (twins:
+ * the residuals, twin_inputs). */
+static void emit_spread_prefetch(cgc *c, int ind, int64_t nv, const int64_t *accst,
+                                 const int *twins, int nt)
 {
     cg_buf *b = &c->b;
     const char *k = c->a->axis[c->ns];
@@ -1575,8 +1574,6 @@ static void emit_spread_prefetch(cgc *c, int ind, int64_t nv, const int64_t *acc
     tile_point(c, 0, accst, o);
     cg_names pn;
     point_names(c, o, 0, &pn);
-    int twins[4];
-    const int nt = twin_inputs(c->g, twins, 4);
     cg_line(b, ind, "if (%s1 < %lld) {", k, (long long)nv);
     if (!c->stream) {
         cg_printf(b, "%*s__builtin_prefetch(&", (ind + 1) * 4, "");
@@ -1591,6 +1588,8 @@ static void emit_spread_prefetch(cgc *c, int ind, int64_t nv, const int64_t *acc
     cg_line(b, ind, "}");
 }
 
+/* The register tile of one s2 block: accumulators loaded from the block, the r1 loops with
+ * the body on every register point, stored back. c->edge: the edge version (clamped). */
 static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int unroll)
 {
     cg_buf *b = &c->b;
@@ -1652,7 +1651,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         if (i == ns + nr - 2 && whole > 1)
             cg_line(b, ind, "#pragma GCC unroll %lld", (long long)whole);
         loop_chunk(c, ind++, i);
-        if (i == ns && spread) emit_spread_prefetch(c, ind, nv, accst);
+        if (i == ns && spread) emit_spread_prefetch(c, ind, nv, accst, twins, nt);
         if (i == ns && c->W > 1 && !c->edge) {
             emit_next_rows_prefetch(c, ind);
             emit_next_panel_prefetch(c, ind);

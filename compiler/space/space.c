@@ -259,17 +259,15 @@ int space_cpu_vec_axis(const space *sp, const space_sched *s, int upto)
     return ns - 1;
 }
 
-static int gathered_axis(const space *sp);
-
 /* Lanes codegen gives a register-tile row of t elements: the largest power of two dividing t,
  * up to the target's lanes, when it is at least 4 (smaller vectors are not worth it). Kernels
  * without a reduction take none (their points are plain loops GCC vectorises), except a
- * transpose (gathered_axis), whose register tile codegen moves as W x W blocks transposed in
- * registers. */
+ * transpose (space_cpu_gathered_axis), whose register tile codegen moves as W x W blocks transposed
+ * in registers. */
 int space_cpu_tile_lanes(const space *sp, int64_t t, bool vectorize)
 {
     int w = 1;
-    if (!vectorize || (sp->n_reduce == 0 && gathered_axis(sp) < 0)) return 1;
+    if (!vectorize || (sp->n_reduce == 0 && space_cpu_gathered_axis(sp) < 0)) return 1;
     while (w * 2 <= vec_lanes(sp) && t % (w * 2) == 0) w *= 2;
     return w < 4 ? 1 : w;
 }
@@ -1081,11 +1079,8 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
      * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
      * AVX2, two 8-lane vectors: 5 rows, 0.079 -> 0.065 ms; 2 rows padded none but left 4
      * accumulators) */
-    if (sl->axis != 3 && strided_wide_pool(sp)) { /* one row, the least legal */
-        for (int k = 0; k < n; k++)
-            if (vals[k] == 1) return 1;
-        return vals[0];
-    }
+    if (sl->axis != 3 && strided_wide_pool(sp))
+        return vals[0]; /* one row: the least legal (vals ascend from 1 where 1 is legal) */
     int64_t least = 1;
     if (sl->axis != 3) {
         int64_t cols = 1;
@@ -1169,7 +1164,7 @@ static int64_t flat_coef(const ir_subgraph *g, const ir_stage *a, int id, int x)
 /* A kernel without reduction that reads an input across the output's last axis (a transpose):
  * the axis that input runs along (stride 1), or -1. Vectors along the output's last axis
  * would be gathers there. */
-static int gathered_axis(const space *sp)
+int space_cpu_gathered_axis(const space *sp)
 {
     const ir_stage *a = anchor(sp);
     int ns = sp->n_spatial, gx = -1;
@@ -1182,11 +1177,6 @@ static int gathered_axis(const space *sp)
             if (flat_coef(sp->g, a, id, x) == 1) gx = x;
     }
     return gx;
-}
-
-int space_cpu_gathered_axis(const space *sp)
-{
-    return gathered_axis(sp);
 }
 
 /* Past half the last-level cache and past 24 MiB a core however large the L3 claims to be
@@ -1335,7 +1325,7 @@ static void default_impl(const space *sp, int64_t want, const space_sched *given
     int vx = ns - 1; /* the vector axis */
     /* a transpose's own axis (1, the default's) keeps its rule; vectors asked along another
      * axis get the plain one */
-    int gx = want > 1 ? -1 : gathered_axis(sp);
+    int gx = want > 1 ? -1 : space_cpu_gathered_axis(sp);
     /* a transpose's register tile side (below), 0 where its rows are shorter */
     int64_t tw = vec_lanes(sp) >= 16 ? 16 : 8;
     if (gx >= 0 && tw == 16 && (a->extent[vx] % 16 || a->extent[gx] % 16)) tw = 8;
