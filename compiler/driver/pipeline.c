@@ -250,6 +250,7 @@ static void measure_into(pl_job *j, const drv_artifact *a, pl_record *r)
         r->min_s = mr.min_s;
         r->gflops = mr.gflops;
         r->n_samples = mr.n_samples;
+        r->threads = mr.threads;
     }
     if (mr.rel_err >= 0) r->rel_err = mr.rel_err;
 }
@@ -439,6 +440,7 @@ static void record_result(const pl_record *r, measure_result *mr)
     mr->gflops = r->gflops;
     mr->rel_err = isfinite(r->rel_err) ? r->rel_err : -1;
     mr->n_samples = r->n_samples;
+    mr->threads = r->threads;
     mr->seed = r->seed;
     snprintf(mr->detail, sizeof mr->detail, "%s", r->detail);
 }

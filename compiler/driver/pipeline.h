@@ -142,6 +142,7 @@ typedef struct pl_record {
     char status[16];
     double median_s, min_s, gflops, rel_err; /* NAN when not timed / not checked */
     int n_samples;
+    int threads;   /* CPU, timed: the OpenMP threads the kernel ran on (0: not known) */
     uint64_t seed; /* the inputs' seed of the measurement */
     double codegen_s, compile_s, measure_s;
     char detail[256];

@@ -143,6 +143,7 @@ typedef struct measure_result {
     int64_t inner;    /* calls per sample */
     double floor_s;     /* opts.mem_floor: the floor's median per call; 0 otherwise */
     double floor_ratio; /* opts.mem_floor: median over the samples of kernel / floor; 0 otherwise */
+    int threads;        /* CPU, timed: the OpenMP threads the kernel ran on in the runner */
     uint64_t seed;    /* the seed the inputs were drawn with */
     char detail[256]; /* human-readable: the signal, the loader's message, the worst element */
 } measure_result;

@@ -139,6 +139,7 @@ typedef struct {
     int32_t kind;
     int32_t code; /* MSG_ERROR: a TLM_E* code */
     int32_t n_samples;
+    int32_t threads; /* MSG_TIMED (CPU): the kernel's OpenMP team, omp_get_max_threads() */
     int64_t inner;
     double t_check, median, min;
     double floor_median, floor_ratio; /* MSG_TIMED under mem_floor */

@@ -319,6 +319,23 @@ int hostcpu_physical_cores(const char *root, const int *cpus, int n)
     return nrep;
 }
 
+int target_omp_place_cpus(int *list, int cap)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int places = omp_get_num_places(), ids[CPU_SETSIZE], n = 0;
+    for (int p = 0; p < places; p++) {
+        int k = omp_get_place_num_procs(p);
+        if (k < 1 || k > CPU_SETSIZE) continue;
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < k; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &set);
+    }
+    for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
+        if (CPU_ISSET(c, &set)) list[n++] = c;
+    return n;
+}
+
 /* Logical CPUs we may run on: where OpenMP has places (OMP_PLACES or OMP_PROC_BIND set, as
  * the README advises for timing), every place's CPUs, the set libgomp spreads its team over;
  * otherwise the affinity mask (what libgomp sizes its team by). Not the mask alone: with
@@ -328,17 +345,9 @@ int hostcpu_physical_cores(const char *root, const int *cpus, int n)
 static int usable_cpus(int *list, int cap)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = target_omp_place_cpus(list, cap);
     cpu_set_t set;
-    CPU_ZERO(&set);
-    int places = omp_get_num_places(), n = 0, ids[CPU_SETSIZE];
-    for (int p = 0; p < places; p++) {
-        int k = omp_get_place_num_procs(p);
-        if (k < 1 || k > CPU_SETSIZE) continue;
-        omp_get_place_proc_ids(p, ids);
-        for (int i = 0; i < k; i++)
-            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &set);
-    }
-    if (CPU_COUNT(&set) > 0 || sched_getaffinity(0, sizeof set, &set) == 0) {
+    if (n == 0 && sched_getaffinity(0, sizeof set, &set) == 0) {
         for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
             if (CPU_ISSET(c, &set)) list[n++] = c;
     }

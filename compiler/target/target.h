@@ -121,6 +121,13 @@ int target_parse(const char *s, target *out, tlm_error *err);
 /* The detected host (the descriptor of target "cpu"). Never NULL. */
 const target_cpu_info *target_host_cpu(void);
 
+/* The logical CPUs of this process's OpenMP places (OMP_PLACES, or OMP_PROC_BIND's default
+ * places), ascending, into list[0..cap): the set libgomp spreads its team over. Returns how
+ * many; 0 when OpenMP has no places (its threads unbound: the affinity mask is the set). Not a
+ * thread's mask: with places libgomp binds the initial thread, and the threads it starts
+ * later inherit that, to the first place at start-up. */
+int target_omp_place_cpus(int *list, int cap);
+
 /* Fills names[0..min(cap,n)) with the canonical names (static strings) in a stable order;
  * returns n, the total count. target_list(NULL, 0) just counts. */
 int target_list(const char **names, int cap);

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,56 @@ Test(tlm_space, host_target_is_the_same_with_threads_bound)
     json_decref(a);
     free(plain.out);
     free(plain.err);
+}
+
+/* The OpenMP threads `tlm compile --measure` timed its kernel on (meta.json "threads") */
+static int measured_threads(const char *sub)
+{
+    char out[128], meta[256];
+    snprintf(out, sizeof out, "%s/%s", tool_dir, sub);
+    run_result r = RUN("compile", "--workload", DENSE, "--target", "cpu", "--measure", "-o", out);
+    cr_assert_eq(r.status, 0, "exit %d: %s\n%s", r.status, r.err, r.out);
+    snprintf(meta, sizeof meta, "%s/meta.json", out);
+    json_t *m = load_json_file(meta);
+    json_t *t = json_object_get(m, "threads");
+    cr_assert(json_is_integer(t), "meta.json has no \"threads\"");
+    const int n = (int)json_integer_value(t);
+    json_decref(m);
+    free(r.out);
+    free(r.err);
+    return n;
+}
+
+/* A kernel is timed on every CPU OpenMP may use, its threads bound or not: where OMP_PLACES or
+ * OMP_PROC_BIND is set, libgomp binds the initial thread (and the threads started from it) to
+ * the first place at start-up, and the measure runner, spawned from such a thread, inherited
+ * that one CPU: under the README's bound settings every kernel was timed on one thread and the
+ * search chose for one core. As many threads as the caller's CPUs with and without the
+ * settings; under the caller's own narrower mask (taskset) and no settings, that mask's. */
+Test(tlm_compile, measured_on_every_place_with_threads_bound)
+{
+    cpu_set_t mask;
+    cr_assert_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
+    const int cpus = CPU_COUNT(&mask);
+    cr_expect_eq(measured_threads("t0"), cpus, "unbound");
+    static const char *const env[][2] = {{"OMP_PLACES", "threads"}, {"OMP_PROC_BIND", "close"}};
+    for (int k = 0; k < 2; k++) {
+        setenv(env[k][0], env[k][1], 1);
+        cr_expect_eq(measured_threads("t1"), cpus, "with %s%s", k ? "OMP_PLACES and " : "",
+                     env[k][0]);
+    }
+    unsetenv("OMP_PLACES");
+    cr_expect_eq(measured_threads("t2"), cpus, "with OMP_PROC_BIND alone");
+    unsetenv("OMP_PROC_BIND");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    int first = 0;
+    while (!CPU_ISSET(first, &mask))
+        first++;
+    CPU_SET(first, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    cr_expect_eq(measured_threads("t3"), 1, "under a one-CPU mask");
+    cr_assert_eq(sched_setaffinity(0, sizeof mask, &mask), 0);
 }
 
 /* ---- tlm space ---- */

@@ -14,7 +14,8 @@
  *                              time_s, bound, occupancy, limiter, blocks_per_sm, waves,
  *                              dram_bytes, l2_bytes, coalesce, bank_ways, detail; or error);
  *                              with --measure: status, median_s, min_s, gflops, rel_err,
- *                              n_samples, seed, detail
+ *                              n_samples, threads (CPU: the OpenMP threads it ran on), seed,
+ *                              detail
  * and prints a short JSON summary on stdout: {dir, source, binary, meta, workload_hash,
  * schedule, binary_sha256, status ("compiled" or the measurement's status)}.
  * Files of the other target kind left in DIR by an earlier run are removed, and so are the
@@ -226,6 +227,7 @@ static void measurement_into(const pl_job *j, json_t *meta)
     json_object_set_new(meta, "gflops", real_or_null(res->gflops));
     json_object_set_new(meta, "rel_err", real_or_null(res->rel_err >= 0 ? res->rel_err : NAN));
     json_object_set_new(meta, "n_samples", json_integer(res->n_samples));
+    if (res->threads > 0) json_object_set_new(meta, "threads", json_integer(res->threads));
     json_object_set_new(meta, "seed", json_integer((json_int_t)(res->seed & INT64_MAX)));
     json_object_set_new(meta, "detail", json_string(res->detail));
 }
