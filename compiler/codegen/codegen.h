@@ -71,8 +71,9 @@
  * requests over their first iterations (a 1x1 conv of 64 channels from DRAM 1.2x), and a
  * broadcast's rows ahead are requested once a line, not once a point (stride-2 1x1 convs
  * 1.05x): a cached kernel would leave them to the hardware prefetcher or request them all
- * at once, or one a point). */
-#define CG_VERSION 12
+ * at once, or one a point); 13: depthwise convs along channels transpose their weights a
+ * block of taps at a time (1.04x on a 7x7): a cached kernel would copy them one by one). */
+#define CG_VERSION 13
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

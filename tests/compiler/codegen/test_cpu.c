@@ -494,6 +494,11 @@ static const char *const window_wls[] = {
     "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
     "{\"op\":\"avg_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":9,\"W\":17,\"KH\":3,"
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    /* along channels, a 3x3's 9 taps: on AVX2 its weights transposed in two blocks of 8 taps,
+     * the second overlapping the first; under 16 lanes one by one; 11 channels (a short
+     * block) */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":11,\"H\":5,\"W\":10,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
     /* along channels, fewer blocks than a whole number a core (3 of 8 lanes, 2 of 16 on 2
      * cores): tasks of bands of tile rows, each packing the input rows its windows read */
     "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":24,\"H\":15,\"W\":17,\"KH\":5,"
@@ -591,6 +596,40 @@ Test(codegen_cpu, window_channel_blocks_band_their_rows)
             "%s", err.msg);
         cr_expect(source_has(&b, &s, cases[i].tasks), "case %zu: no '%s'", i, cases[i].tasks);
         cr_expect_eq(source_has(&b, &s, "ih = ih_lo; ih < ih_hi"), i == 0, "case %zu", i);
+        built_free(&b);
+    }
+}
+
+/* Along channels, a block's weights go from (channel, tap) to (tap, channel) by register
+ * transposes of as many taps as lanes, the last block overlapping the one before it, where
+ * the window has that many taps (7x7 on AVX2 and AVX-512, 3x3 on AVX2); a 3x3 under 16 lanes
+ * copies them one by one. Source only: the kernels are checked in
+ * window_sketch_odd_widths_strides_* (20 channels 5x5, 11 channels 3x3) */
+Test(codegen_cpu, window_channel_weights_transposed_by_blocks)
+{
+    static const struct {
+        const char *tg;
+        int kh;
+        const char *want;
+    } cases[] = {
+        {"cpu:avx2", 7, "*(tlm_vf *)&Wp[(t + k) * 8] = r[k];"},
+        {"cpu:avx512", 7, "*(tlm_vf *)&Wp[(t + k) * 16] = r[k];"},
+        {"cpu:avx2", 3, "*(tlm_vf *)&Wp[(t + k) * 8] = r[k];"},
+        {"cpu:avx512", 3, "Wp[t * 16 + k] = Wt["},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[200];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":384,\"H\":14,"
+                 "\"W\":14,\"KH\":%d,\"KW\":%d},\"pad\":[%d,%d]}",
+                 cases[i].kh, cases[i].kh, cases[i].kh / 2, cases[i].kh / 2);
+        built b = build(wl, cases[i].tg);
+        space_sched s;
+        tlm_error err;
+        tlm_err_clear(&err);
+        cr_assert_eq(space_parse(b.sp, "vectorize=2 tile.ow.3=7 tile.oh.3=1 parallel=1", &s, &err),
+                     0, "%s", err.msg);
+        cr_expect(source_has(&b, &s, cases[i].want), "case %zu: no '%s'", i, cases[i].want);
         built_free(&b);
     }
 }
