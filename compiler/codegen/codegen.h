@@ -72,8 +72,11 @@
  * broadcast's rows ahead are requested once a line, not once a point (stride-2 1x1 convs
  * 1.05x): a cached kernel would leave them to the hardware prefetcher or request them all
  * at once, or one a point); 13: depthwise convs along channels transpose their weights a
- * block of taps at a time (1.04x on a 7x7): a cached kernel would copy them one by one). */
-#define CG_VERSION 13
+ * block of taps at a time (1.04x on a 7x7): a cached kernel would copy them one by one); 14:
+ * a task of a register-tile kernel requests the next task's block of an unpacked vector-loaded
+ * operand (a 1x1 conv's input) over its tiles after the first (ResNet-50's plan at batch 8
+ * 1.02x): a cached kernel would leave each task's first tile waiting on memory. */
+#define CG_VERSION 14
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

@@ -178,6 +178,9 @@ typedef struct {
     int pad_src[IR_MAX_TENSORS], pad_dst[IR_MAX_TENSORS];
     int64_t pad_lo[IR_MAX_TENSORS][IR_MAX_DIMS];
     double pad_fill[IR_MAX_TENSORS];
+    /* the operand whose next task's block each task requests ahead (next_task_load; -1:
+     * none), and how many tile levels the task loop fuses */
+    int nt_load, fused_levels;
 } cgc;
 
 /* Floats a call may pack ahead of its task loop (all global panels together): 64 MiB. */
@@ -1315,6 +1318,200 @@ static void emit_next_rows_prefetch(cgc *c, int ind)
 }
 
 static int64_t target_l2(const cgc *c);
+static bool tasks_interleaved(const cgc *c, int fused_levels, int64_t ntask);
+static void task_order(const cgc *c, int *ord);
+
+/* A task's index `task` decoded into its blocks' indices (<axis><level> for the fused levels,
+ * the task order's first axis fastest), as the task loop and the next task's request do */
+static void emit_task_decode(cgc *c, int ind, const char *task, int fused_levels, const int *ord)
+{
+    cg_buf *b = &c->b;
+    cg_line(b, ind, "int64_t rem = %s;", task);
+    for (int l = fused_levels - 1; l >= 0; l--)
+        for (int q = 0; q < c->ns; q++) {
+            const int i = ord[q];
+            cg_line(b, ind, "const int64_t %s%d = rem %% %lld;", c->a->axis[i], l,
+                    (long long)c->T[i][l]);
+            cg_line(b, ind, "rem /= %lld;", (long long)c->T[i][l]);
+        }
+    cg_line(b, ind, "(void)rem;");
+}
+
+/* Software prefetch of the next task's block of a vector-loaded operand read unpacked (a 1x1
+ * conv's input along OW: 256 channel rows of 128 columns a task, 128 KiB). Every register
+ * tile of a task reads the same block, the first from wherever it lies: in a plan, where the
+ * layer before wrote it, the L3 or DRAM, in short rows one plane apart that no hardware
+ * prefetcher follows, so each task's first tile waits on memory while its others run from
+ * L2. The block the next task (task + 1: a thread's tasks are consecutive) reads is requested
+ * into L2 over this task's tiles after its first, k lines a step of the outer reduction loop.
+ * ResNet-50's 256 -> 64 1x1 convs at 56 x 56, batch 8, in the plan (AVX-512, 2 threads,
+ * alternated): 2.94-3.00 -> 2.80-2.81 ms (1.05-1.07x); alone 1.03x warm, 1.07x from DRAM.
+ * Not where the operand fits an L2, and may still be there from the layer before: MobileNetV2's
+ * 64 -> 384 and 96 -> 576 expands at 14 x 14, batch 8 (400-600 KiB inputs) ran 3-6 % slower
+ * requesting (its projections of 9.6-14 MiB inputs 1.08-1.30x faster).
+ * The operand: read in the reduction's body, contiguous along the vector axis, not packed,
+ * larger than an L2, indexed by the outer reduction axis and by no inner one
+ * of more than one point (a 1x1 conv, not a 3x3's overlapping windows), moving with the
+ * fastest task axis (consecutive tasks read different blocks) and read by two tiles of a
+ * task or more; tasks not interleaved. */
+static int next_task_load(const cgc *c, int fused_levels, int64_t ntask)
+{
+    const ir_stage *a = c->a;
+    const int ns = c->ns, nr = c->nr;
+    if (c->W <= 1 || nr == 0 || ntask < 2 || tasks_interleaved(c, fused_levels, ntask)) return -1;
+    int ord[IR_MAX_AXES], fast = -1;
+    task_order(c, ord);
+    for (int q = 0; q < ns && fast < 0; q++)
+        if (c->T[ord[q]][fused_levels - 1] > 1) fast = ord[q];
+    if (fast < 0) return -1;
+    for (int id = 0; id < a->n_expr; id++) {
+        const ir_expr *e = &a->expr[id];
+        if (e->kind != IR_E_LOAD || pack_index(c, id) >= 0 || !expr_used(a, a->body, id) ||
+            flat_coef(c->g, e, c->x) != 1 || flat_coef(c->g, e, ns) == 0 ||
+            flat_coef(c->g, e, fast) == 0 ||
+            4 * ir_tensor_numel(&c->g->tensor[e->tensor]) <= target_l2(c))
+            continue;
+        bool ok = true;
+        for (int i = ns + 1; i < ns + nr; i++)
+            ok &= c->E[i] == 1 || flat_coef(c->g, e, i) == 0;
+        /* read again by other tiles of the task (a GEMV's row of tiles reads each block once:
+         * there the requests only compete with the stream, 0.97-1.02x) */
+        int64_t reuse = 1;
+        for (int i = 0; i < ns; i++)
+            if (flat_coef(c->g, e, i) == 0)
+                reuse *= c->T[i][2] * (fused_levels == 1 ? c->T[i][1] : 1);
+        if (ok && reuse >= 2) return id;
+    }
+    return -1;
+}
+
+/* The points a task covers along spatial axis i (the last task's may be fewer) */
+static int64_t task_span(const cgc *c, int i)
+{
+    int64_t span = 1;
+    for (int l = c->fused_levels; l < c->sp->s_levels; l++)
+        span *= c->T[i][l];
+    return span < c->E[i] ? span : c->E[i];
+}
+
+/* The rows of the next task's block (emit_next_task_prefetch): the outer reduction axis
+ * over its extent, then each other spatial axis the operand moves with over the task's
+ * span; lines a row: one every 16 floats of the vector axis' span and one at its end. */
+static int64_t next_task_rows(const cgc *c, const ir_expr *e, int *ax, int64_t *ext, int *nax)
+{
+    int n = 0;
+    ax[n] = c->ns, ext[n++] = c->E[c->ns];
+    for (int i = 0; i < c->ns; i++)
+        if (i != c->x && flat_coef(c->g, e, i) != 0 && task_span(c, i) > 1)
+            ax[n] = i, ext[n++] = task_span(c, i);
+    *nax = n;
+    int64_t rows = 1;
+    for (int k = 0; k < n; k++)
+        rows *= ext[k];
+    return rows;
+}
+
+/* At a task's start: tlm_nx, the flat offset of the next task's first point in the operand
+ * (-1 for the last task), decoded from task + 1 as the task loop decodes task. */
+static void emit_next_task_base(cgc *c, int ind, int64_t ntask, const int *ord)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    const int ns = c->ns, fl = c->fused_levels;
+    const ir_expr *e = &a->expr[c->nt_load];
+    cg_line(b, ind, "int64_t tlm_nx = -1; /* the next task's first point of %s (-1: none) */",
+            c->nm.tensor[e->tensor]);
+    cg_line(b, ind++, "if (task + 1 < %lld) {", (long long)ntask);
+    emit_task_decode(c, ind, "task + 1", fl, ord);
+    cg_names nm = c->nm;
+    for (int i = 0; i < ns + c->nr; i++) {
+        nm.axis[i] = a->axis[i];
+        if (i >= ns) {
+            cg_line(b, ind, "const int64_t %s = 0;", a->axis[i]);
+            continue;
+        }
+        int64_t span = 1;
+        for (int l = fl; l < c->sp->s_levels; l++)
+            span *= c->T[i][l];
+        if (fl == 1)
+            cg_line(b, ind, "const int64_t %s = %s0 * %lld;", a->axis[i], a->axis[i],
+                    (long long)span);
+        else
+            cg_line(b, ind, "const int64_t %s = (%s0 * %lld + %s1) * %lld;", a->axis[i], a->axis[i],
+                    (long long)c->T[i][1], a->axis[i], (long long)span);
+    }
+    cg_printf(b, "%*stlm_nx = ", ind * 4, "");
+    cg_emit_offset(b, c->g, a, e, &nm);
+    cg_printf(b, ";\n");
+    cg_line(b, --ind, "}");
+}
+
+/* In a full tile's outer reduction loop: the next task's block, k lines a step, the steps
+ * counted over this task's tiles after its first (all of them where a task has one). */
+static void emit_next_task_prefetch(cgc *c, int ind)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    const int ns = c->ns, fl = c->fused_levels;
+    const ir_expr *e = &a->expr[c->nt_load];
+    int ax[IR_MAX_AXES], nax;
+    int64_t ext[IR_MAX_AXES];
+    const int64_t rows = next_task_rows(c, e, ax, ext, &nax);
+    /* a row's lines: one request every 16 floats, and one at its end where rows or tasks
+     * start off a line (the rows' strides or the task's step along the vector axis not whole
+     * lines) */
+    const int64_t spx = task_span(c, c->x);
+    bool lined = spx % 16 == 0;
+    for (int q = 0; q < nax; q++)
+        lined &= flat_coef(c->g, e, ax[q]) % 16 == 0;
+    const int64_t segs = (spx + 15) / 16 + (lined ? 0 : 1), lines = rows * segs;
+    /* the steps of a task: its level-1 blocks (when the task loop fuses one level), chunks
+     * of the outer reduction axis, level-2 tiles, and the chunk's steps */
+    int64_t steps = c->T[ns][0] * c->T[ns][1];
+    for (int i = 0; i < ns; i++)
+        steps *= c->T[i][2] * (fl == 1 ? c->T[i][1] : 1);
+    const int64_t skip = steps > c->T[ns][1] ? c->T[ns][1] : 0;
+    const int64_t k = (lines + (steps - skip) - 1) / (steps - skip);
+    cg_line(b, ind++, "if (tlm_nx >= 0) { /* the next task's %s, %lld lines */",
+            c->nm.tensor[e->tensor], (long long)lines);
+    /* the step's number, Horner over the task's level-1 blocks (when the task loop fuses one
+     * level), the outer reduction chunk, the level-2 tiles and the chunk's step */
+    const int nest = (fl == 1 ? ns : 0) + 1 + ns;
+    cg_printf(b, "%*sconst int64_t tlm_s = ", ind * 4, "");
+    for (int q = 0; q < nest; q++)
+        cg_printf(b, "(");
+    cg_printf(b, "0");
+    for (int i = 0; i < ns && fl == 1; i++)
+        cg_printf(b, " * %lld + %s1)", (long long)c->T[i][1], a->axis[i]);
+    cg_printf(b, " * %lld + %s0)", (long long)c->T[ns][0], a->axis[ns]);
+    for (int i = 0; i < ns; i++)
+        cg_printf(b, " * %lld + %s2)", (long long)c->T[i][2], a->axis[i]);
+    cg_printf(b, " * %lld + %s1 - %lld;\n", (long long)c->T[ns][1], a->axis[ns], (long long)skip);
+    if (k > 1) {
+        cg_line(b, ind++, "for (int64_t tlm_q = 0; tlm_q < %lld; tlm_q++) {", (long long)k);
+        cg_line(b, ind, "const int64_t tlm_l = tlm_s * %lld + tlm_q;", (long long)k);
+        cg_line(b, ind, "if ((uint64_t)tlm_l >= %lld) break;", (long long)lines);
+    } else {
+        cg_line(b, ind, "const int64_t tlm_l = tlm_s;");
+        cg_line(b, ind++, "if ((uint64_t)tlm_l < %lld) {", (long long)lines);
+    }
+    cg_line(b, ind, "const int64_t tlm_r = tlm_l / %lld, tlm_g = tlm_l %% %lld * 16;",
+            (long long)segs, (long long)segs);
+    cg_printf(b, "%*s__builtin_prefetch(&%s[tlm_nx", ind * 4, "", c->nm.tensor[e->tensor]);
+    int64_t div = 1;
+    for (int q = 0; q < nax; q++) {
+        cg_printf(b, " + tlm_r / %lld %% %lld * %lld", (long long)div, (long long)ext[q],
+                  (long long)flat_coef(c->g, e, ax[q]));
+        div *= ext[q];
+    }
+    if (lined)
+        cg_printf(b, " + tlm_g], 0, 2);\n");
+    else
+        cg_printf(b, " + (tlm_g < %lld ? tlm_g : %lld)], 0, 2);\n", (long long)spx,
+                  (long long)(spx - 1));
+    cg_line(b, --ind, "}");
+    cg_line(b, --ind, "}");
+}
 
 /* Software prefetch of a packed operand's next panel: a panel (a conv's 64 filters x 256
  * channels of prepacked weights, 64 KiB) is read by every register tile of its block, the
@@ -1655,6 +1852,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
         if (i == ns && c->W > 1 && !c->edge) {
             emit_next_rows_prefetch(c, ind);
             emit_next_panel_prefetch(c, ind);
+            if (c->nt_load >= 0) emit_next_task_prefetch(c, ind);
         }
         if (i == ns + nr - 2 && c->W > 1 && !c->edge) emit_broadcast_prefetch(c, ind);
     }
@@ -2967,16 +3165,12 @@ static int gen_tile(cgc *c, const char *entry)
                 tasks_interleaved(c, fused_levels, ntask) ? ", 1" : "");
     loop(b, ind, "task", ntask);
     ind++;
-    cg_line(b, ind, "int64_t rem = task;");
     int ord[IR_MAX_AXES];
     task_order(c, ord);
-    for (int l = fused_levels - 1; l >= 0; l--)
-        for (int q = 0; q < ns; q++) {
-            const int i = ord[q];
-            cg_line(b, ind, "const int64_t %s%d = rem %% %lld;", a->axis[i], l, (long long)c->T[i][l]);
-            cg_line(b, ind, "rem /= %lld;", (long long)c->T[i][l]);
-        }
-    cg_line(b, ind, "(void)rem;");
+    emit_task_decode(c, ind, "task", fused_levels, ord);
+    c->fused_levels = fused_levels;
+    c->nt_load = next_task_load(c, fused_levels, ntask);
+    if (c->nt_load >= 0) emit_next_task_base(c, ind, ntask, ord);
     if (kp >= 0) { /* this task's panel: the s0 blocks of its spatial axes */
         cg_printf(b, "%*sconst int64_t key = ", ind * 4, "");
         emit_block_index(c, c->pack_mask[kp], 0, ns, false); /* one s1 block each */
@@ -5040,6 +5234,7 @@ int cg_generate_cpu(const space *sp, const space_sched *s, const char *entry, cg
     c->sp = sp;
     c->s = s;
     c->keep_pi = -1;
+    c->nt_load = -1;
     c->g = sp->g;
     c->a = &sp->g->stage[sp->g->anchor];
     c->ns = c->a->n_spatial;

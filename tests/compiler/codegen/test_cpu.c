@@ -1569,6 +1569,56 @@ Test(codegen_cpu, streamed_inputs_requested_ahead)
     built_free(&b);
 }
 
+/* A task of a register-tile kernel requests the next task's block of an unpacked operand it
+ * loads along the vectors (a 1x1 conv's input along OW) over its tiles after the first: on a
+ * target of 2 cores with 16 KiB L2s, sampled schedules of a 1x1 conv on both ISAs, among
+ * them ones spreading a line a step and ones taking several a step (a task of one tile and
+ * a short reduction), serial and fused task loops, each checked against the reference (the
+ * requests past the input's end too); a 3x3 conv (overlapping windows) and the same conv on
+ * 64 MiB L2s (its input within one) request none. */
+Test(codegen_cpu, next_task_block_requested_ahead)
+{
+    static const char *const wl = "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"F\":20,"
+                                  "\"H\":6,\"W\":64,\"KH\":1,\"KW\":1},\"epilogue\":"
+                                  "[\"bias_add\",\"relu\"]}";
+    static const char *const w3 = "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":64,\"F\":20,"
+                                  "\"H\":12,\"W\":32,\"KH\":3,\"KW\":3},\"pad\":[1,1]}";
+    for (int ti = 0; ti < 2; ti++) {
+        const char *tg = ti ? "cpu:avx2" : "cpu";
+        built b = build(wl, tg);
+        set_caches(&b, 2, 16384, 0);
+        uint64_t seed = 0x5EED0 + (uint64_t)ti;
+        int one = 0, several = 0, par[3] = {0, 0, 0};
+        space_sched s;
+        for (int k = 0; k < 4000 && (one < 3 || several < 2); k++) {
+            space_sample(b.sp, &seed, &s);
+            if (!source_has(&b, &s, "__builtin_prefetch(&X[tlm_nx")) continue;
+            const bool loop = source_has(&b, &s, "tlm_q++) {");
+            if (loop ? several >= 2 : one >= 3) continue;
+            if (loop)
+                several++;
+            else
+                one++;
+            par[space_get(b.sp, &s, SLOT_PARALLEL, 0)]++;
+            check_schedule(&b, &s, wl);
+        }
+        cr_expect_eq(one, 3, "%s: %d schedules with a line a step", tg, one);
+        cr_expect_eq(several, 2, "%s: %d with several a step", tg, several);
+        cr_expect(par[1] + par[2] > 0, "%s: no parallel task loop", tg);
+        set_caches(&b, 2, (int64_t)64 << 20, 0);
+        space_default(b.sp, &s);
+        cr_expect(!source_has(&b, &s, "tlm_nx"), "%s: requested under 64 MiB L2s", tg);
+        built_free(&b);
+        built b3 = build(w3, tg);
+        set_caches(&b3, 2, 16384, 0);
+        for (int k = 0; k < 40; k++) {
+            space_sample(b3.sp, &seed, &s);
+            cr_expect(!source_has(&b3, &s, "tlm_nx"), "%s: a 3x3 conv requested", tg);
+        }
+        built_free(&b3);
+    }
+}
+
 /* A direct register tile over a short reduction (a 1x1 conv of 64 channels with a residual)
  * requests its output's and its residual's lines one vector an iteration of its channels'
  * loop, from a table of the tile's offsets, checked against the reference on both ISAs; over
