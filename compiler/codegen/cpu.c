@@ -920,6 +920,12 @@ static void emit_points(cgc *c, int ind, int fused_levels, bool vec, char fb[][9
  * are larger than the cores' L2s together (cached operands need no help) and on full tiles. */
 enum { STREAM_AHEAD = 2048 };
 
+/* The target's L2 a core (1 MiB where it says none). */
+static int64_t target_l2(const cgc *c)
+{
+    return c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
+}
+
 static bool load_listed(const ir_expr *ld, int n, int tensor)
 {
     for (int k = 0; k < n; k++)
@@ -954,10 +960,8 @@ static int stream_ahead_loads(const cgc *c, bool vec, int inner, ir_expr *ld, in
         n++;
         bytes += 4 * ir_tensor_numel(&g->tensor[twins[t]]);
     }
-    const target *tg = &c->sp->tgt;
-    const int64_t l2s = (int64_t)(tg->cpu.cores > 0 ? tg->cpu.cores : 1) *
-                        (tg->cpu.l2_bytes > 0 ? tg->cpu.l2_bytes : 1 << 20);
-    return bytes > l2s ? n : 0;
+    const int cores = c->sp->tgt.cpu.cores > 0 ? c->sp->tgt.cpu.cores : 1;
+    return bytes > cores * target_l2(c) ? n : 0;
 }
 
 /* The prefetches of stream_ahead_loads before a run of the lanes' loop (axis `inner`, whose
@@ -1317,7 +1321,6 @@ static void emit_next_rows_prefetch(cgc *c, int ind)
     }
 }
 
-static int64_t target_l2(const cgc *c);
 static bool tasks_interleaved(const cgc *c, int fused_levels, int64_t ntask);
 static void task_order(const cgc *c, int *ord);
 
@@ -1385,18 +1388,25 @@ static int next_task_load(const cgc *c, int fused_levels, int64_t ntask)
     return -1;
 }
 
-/* The points a task covers along spatial axis i (the last task's may be fewer) */
+/* The points a task's block holds along spatial axis i: one task's step along it */
+static int64_t task_step(const cgc *c, int i)
+{
+    int64_t step = 1;
+    for (int l = c->fused_levels; l < c->sp->s_levels; l++)
+        step *= c->T[i][l];
+    return step;
+}
+
+/* ... of which a task covers at most the extent (the last task's may be fewer) */
 static int64_t task_span(const cgc *c, int i)
 {
-    int64_t span = 1;
-    for (int l = c->fused_levels; l < c->sp->s_levels; l++)
-        span *= c->T[i][l];
-    return span < c->E[i] ? span : c->E[i];
+    const int64_t step = task_step(c, i);
+    return step < c->E[i] ? step : c->E[i];
 }
 
 /* The rows of the next task's block (emit_next_task_prefetch): the outer reduction axis
- * over its extent, then each other spatial axis the operand moves with over the task's
- * span; lines a row: one every 16 floats of the vector axis' span and one at its end. */
+ * over its extent, then each other spatial axis the operand moves with over the task's span
+ * (each row the task's span along the vector axis). */
 static int64_t next_task_rows(const cgc *c, const ir_expr *e, int *ax, int64_t *ext, int *nax)
 {
     int n = 0;
@@ -1430,15 +1440,12 @@ static void emit_next_task_base(cgc *c, int ind, int64_t ntask, const int *ord)
             cg_line(b, ind, "const int64_t %s = 0;", a->axis[i]);
             continue;
         }
-        int64_t span = 1;
-        for (int l = fl; l < c->sp->s_levels; l++)
-            span *= c->T[i][l];
         if (fl == 1)
             cg_line(b, ind, "const int64_t %s = %s0 * %lld;", a->axis[i], a->axis[i],
-                    (long long)span);
+                    (long long)task_step(c, i));
         else
             cg_line(b, ind, "const int64_t %s = (%s0 * %lld + %s1) * %lld;", a->axis[i], a->axis[i],
-                    (long long)c->T[i][1], a->axis[i], (long long)span);
+                    (long long)c->T[i][1], a->axis[i], (long long)task_step(c, i));
     }
     cg_printf(b, "%*stlm_nx = ", ind * 4, "");
     cg_emit_offset(b, c->g, a, e, &nm);
@@ -2184,11 +2191,6 @@ static void emit_block_index(cgc *c, unsigned mask, int lo, int hi, bool with_s1
 }
 
 /* The target's L2 a core, 1 MiB where the target does not say. */
-static int64_t target_l2(const cgc *c)
-{
-    return c->sp->tgt.cpu.l2_bytes > 0 ? c->sp->tgt.cpu.l2_bytes : (1 << 20);
-}
-
 /* Which operands are packed (SLOT_PACK: those along the vector axis), their buffers'
  * layout, and which are packed once per call (see pack_glob). */
 static void plan_packs(cgc *c)

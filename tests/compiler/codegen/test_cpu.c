@@ -1572,8 +1572,8 @@ Test(codegen_cpu, streamed_inputs_requested_ahead)
 /* A task of a register-tile kernel requests the next task's block of an unpacked operand it
  * loads along the vectors (a 1x1 conv's input along OW) over its tiles after the first: on a
  * target of 2 cores with 16 KiB L2s, sampled schedules of a 1x1 conv on both ISAs, among
- * them ones spreading a line a step and ones taking several a step (a task of one tile and
- * a short reduction), serial and fused task loops, each checked against the reference (the
+ * them ones spreading a line a step and ones taking several a step (few tiles a task over
+ * wide rows), serial and fused task loops, each checked against the reference (the
  * requests past the input's end too); a 3x3 conv (overlapping windows) and the same conv on
  * 64 MiB L2s (its input within one) request none. */
 Test(codegen_cpu, next_task_block_requested_ahead)
