@@ -4588,25 +4588,28 @@ static const char rows_vec_norm_out[] =
     "             : tlm_vmul(v, tlm_vmload(g + i, k, 0.0f));\n"
     "}\n"
     "\n"
-    "/* a row's sums (sq 1: of squares, rms_norm; sq 2: of d = x - sh into a0 + a1 and of d * d\n"
-    " * into a2 + a3, layer_norm's moments in one pass), resumable: whole chunks of four vectors\n"
-    " * from the row's start, in order, then the tail, so a sum taken piece by piece beside the\n"
-    " * previous row's last pass (tlm_norm_out) is bit for bit the one taken in one go */\n"
+    "/* a row's sums (sq 1: of squares into a0..a3, rms_norm; sq 2: of d = x - sh into a0 + a1\n"
+    " * and of d * d into a2..a5, layer_norm's moments in one pass), resumable: whole chunks of\n"
+    " * four vectors from the row's start, in order, then the tail, so a sum taken piece by piece\n"
+    " * beside the previous row's last pass (tlm_norm_out) is bit for bit the one taken in one\n"
+    " * go. A square a chunk into each of four accumulators: two FMAs in a row into one (their\n"
+    " * latency, 8 cycles a chunk) bounded a 16384 x 4096 layer_norm's sum pass from L2 (Xeon,\n"
+    " * 2 threads, alternated: AVX2 18.6 -> 17.5 ms) */\n"
     "typedef struct {\n"
-    "    tlm_v a0, a1, a2, a3, sh;\n"
+    "    tlm_v a0, a1, a2, a3, a4, a5, sh;\n"
     "    float shf; /* sh's value: a tail's missing lanes, so that d is 0 there */\n"
     "    int64_t i;\n"
     "} tlm_rsum;\n"
     "static inline void tlm_rsum_init(tlm_rsum *s, float sh)\n"
     "{\n"
-    "    s->a0 = s->a1 = s->a2 = s->a3 = tlm_vset1(0.0f);\n"
+    "    s->a0 = s->a1 = s->a2 = s->a3 = s->a4 = s->a5 = tlm_vset1(0.0f);\n"
     "    s->sh = tlm_vset1(sh);\n"
     "    s->shf = sh;\n"
     "    s->i = 0;\n"
     "}\n"
     "/* one chunk of four vectors at x into the accumulators (in registers once inlined) */\n"
-    "static inline void tlm_rsum_chunk(tlm_v *a0, tlm_v *a1, tlm_v *a2, tlm_v *a3,\n"
-    "                                  const float *x, int sq, tlm_v sh)\n"
+    "static inline void tlm_rsum_chunk(tlm_v *a0, tlm_v *a1, tlm_v *a2, tlm_v *a3, tlm_v *a4,\n"
+    "                                  tlm_v *a5, const float *x, int sq, tlm_v sh)\n"
     "{\n"
     "    const tlm_v v0 = tlm_vload(x), v1 = tlm_vload(x + TLM_VW);\n"
     "    const tlm_v v2 = tlm_vload(x + 2 * TLM_VW), v3 = tlm_vload(x + 3 * TLM_VW);\n"
@@ -4615,8 +4618,8 @@ static const char rows_vec_norm_out[] =
     "        const tlm_v d2 = tlm_vsub(v2, sh), d3 = tlm_vsub(v3, sh);\n"
     "        *a0 = tlm_vadd(*a0, tlm_vadd(d0, d2));\n"
     "        *a1 = tlm_vadd(*a1, tlm_vadd(d1, d3));\n"
-    "        *a2 = tlm_vfmadd(d2, d2, tlm_vfmadd(d0, d0, *a2));\n"
-    "        *a3 = tlm_vfmadd(d3, d3, tlm_vfmadd(d1, d1, *a3));\n"
+    "        *a2 = tlm_vfmadd(d0, d0, *a2), *a3 = tlm_vfmadd(d1, d1, *a3);\n"
+    "        *a4 = tlm_vfmadd(d2, d2, *a4), *a5 = tlm_vfmadd(d3, d3, *a5);\n"
     "    } else {\n"
     "        *a0 = tlm_vfmadd(v0, v0, *a0), *a1 = tlm_vfmadd(v1, v1, *a1);\n"
     "        *a2 = tlm_vfmadd(v2, v2, *a2), *a3 = tlm_vfmadd(v3, v3, *a3);\n"
@@ -4624,11 +4627,12 @@ static const char rows_vec_norm_out[] =
     "}\n"
     "static inline void tlm_rsum_step(tlm_rsum *s, const float *x, int64_t upto, int sq)\n"
     "{\n"
-    "    tlm_v a0 = s->a0, a1 = s->a1, a2 = s->a2, a3 = s->a3; /* in registers, not in *s */\n"
+    "    /* in registers, not in *s */\n"
+    "    tlm_v a0 = s->a0, a1 = s->a1, a2 = s->a2, a3 = s->a3, a4 = s->a4, a5 = s->a5;\n"
     "    int64_t i = s->i;\n"
     "    for (; i + 4 * TLM_VW <= upto; i += 4 * TLM_VW)\n"
-    "        tlm_rsum_chunk(&a0, &a1, &a2, &a3, x + i, sq, s->sh);\n"
-    "    s->a0 = a0, s->a1 = a1, s->a2 = a2, s->a3 = a3;\n"
+    "        tlm_rsum_chunk(&a0, &a1, &a2, &a3, &a4, &a5, x + i, sq, s->sh);\n"
+    "    s->a0 = a0, s->a1 = a1, s->a2 = a2, s->a3 = a3, s->a4 = a4, s->a5 = a5;\n"
     "    s->i = i;\n"
     "}\n"
     "/* one vector v into a (v * v; with sq 2: d = v - sh into a, d * d into q) */\n"
@@ -4655,7 +4659,7 @@ static const char rows_vec_norm_out[] =
     "        tlm_rsum_one(&s->a1, &s->a3, v, sq, s->sh);\n"
     "    }\n"
     "    if (sq != 2) return tlm_vhadd(tlm_vadd(tlm_vadd(s->a0, s->a1), tlm_vadd(s->a2, s->a3)));\n"
-    "    *s2 = tlm_vhadd(tlm_vadd(s->a2, s->a3));\n"
+    "    *s2 = tlm_vhadd(tlm_vadd(tlm_vadd(s->a2, s->a3), tlm_vadd(s->a4, s->a5)));\n"
     "    return tlm_vhadd(tlm_vadd(s->a0, s->a1));\n"
     "}\n"
     "/* a row whose sums were taken beside the row before it (x == NULL: none; cy NULL: never):\n"
@@ -4707,11 +4711,12 @@ static const char rows_vec_norm_out[] =
     " * ones: on a 16384 x 4096 layer_norm (Zen 4, 2 threads) 14.1 ms against 16.6 through a\n"
     " * scratch row streamed out during the next row, a streaming copy of the same bytes 12.6\n"
     " * (softmax keeps that scratch row, where the deferred stream overlaps the exp pass: 3.7 ms\n"
-    " * against 4.5 streamed directly). Where the rows stream (DRAM-sized), the next row's sum\n"
-    " * is taken here, its loads beside this row's stores, instead of in a pass of its own (Zen\n"
-    " * 5, 2 threads, old / new alternated: the same layer_norm 11.07 -> 10.49 ms, a streaming\n"
-    " * copy 9.1; 4096 x 1027 1.03-1.12x; rms_norm 1.02x); in the caches it costs more than it\n"
-    " * saves (rms_norm 512 x 4096 0.84-0.94x, layer_norm 197 x 768 0.93-0.95x) */\n"
+    " * against 4.5 streamed directly). Where the rows stream (DRAM-sized) on AMD, the next\n"
+    " * row's sum is taken here, its loads beside this row's stores, instead of in a pass of its\n"
+    " * own (Zen 5, 2 threads, old / new alternated: the same layer_norm 11.07 -> 10.49 ms, a\n"
+    " * streaming copy 9.1; 4096 x 1027 1.03-1.12x; rms_norm 1.02x); on Intel the pass of its\n"
+    " * own is the faster (the generator's norm_sums_beside); in the caches it costs more than\n"
+    " * it saves (rms_norm 512 x 4096 0.84-0.94x, layer_norm 197 x 768 0.93-0.95x) */\n"
     "static inline void tlm_norm_out(float *restrict y, const float *restrict x, const float *restrict g,\n"
     "                                const float *restrict b, int64_t C, tlm_v m, tlm_v s, const float *pf, int nt,\n"
     "                                tlm_rsum *ns, int sq)\n"
@@ -4727,12 +4732,12 @@ static const char rows_vec_norm_out[] =
     "        i = h;\n"
     "    }\n"
     "    if (pf && ns) { /* four vectors out, the next row's next chunk of four summed */\n"
-    "        tlm_v a0 = ns->a0, a1 = ns->a1, a2 = ns->a2, a3 = ns->a3;\n"
+    "        tlm_v a0 = ns->a0, a1 = ns->a1, a2 = ns->a2, a3 = ns->a3, a4 = ns->a4, a5 = ns->a5;\n"
     "        int64_t k = ns->i;\n"
     "        for (; i + 4 * TLM_VW <= C; i += 4 * TLM_VW, k += 4 * TLM_VW) {\n"
     "            for (int p = 0; p < 16 * TLM_VW; p += 64)\n"
     "                _mm_prefetch((const char *)(pf + k + TLM_PF_AHEAD) + p, TLM_PF_HINT);\n"
-    "            tlm_rsum_chunk(&a0, &a1, &a2, &a3, pf + k, sq, ns->sh);\n"
+    "            tlm_rsum_chunk(&a0, &a1, &a2, &a3, &a4, &a5, pf + k, sq, ns->sh);\n"
     "            tlm_v v[4];\n"
     "            for (int u = 0; u < 4; u++) v[u] = tlm_norm_v(x, g, b, i + u * TLM_VW, m, s);\n"
     "            for (int u = 0; u < 4; u++) {\n"
@@ -4740,7 +4745,7 @@ static const char rows_vec_norm_out[] =
     "                else tlm_vstore(y + i + u * TLM_VW, v[u]);\n"
     "            }\n"
     "        }\n"
-    "        ns->a0 = a0, ns->a1 = a1, ns->a2 = a2, ns->a3 = a3;\n"
+    "        ns->a0 = a0, ns->a1 = a1, ns->a2 = a2, ns->a3 = a3, ns->a4 = a4, ns->a5 = a5;\n"
     "        ns->i = k;\n"
     "    }\n"
     "    for (; i + 2 * TLM_VW <= C; i += 2 * TLM_VW) { /* whole lines when streamed */\n"
@@ -4914,6 +4919,21 @@ static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
     return true;
 }
 
+/* Whether a streamed (DRAM-sized) norm takes the next row's sums beside this row's output
+ * (tlm_norm_out's ns) rather than in a pass of their own from L2 before the row's output. On
+ * a Zen 5 beside: a 16384 x 4096 layer_norm 11.07 -> 10.49 ms (2 threads, alternated). On
+ * a Xeon (family 6 model 167, 2 threads, alternated, bench/ab_kernels) the pass of its own:
+ * AVX-512 18.3 -> 15.8 ms, AVX2 19.7 -> 17.5, a streaming copy of the same bytes 13.6; there
+ * every load beside the non-temporal stores that misses L1 waits for a fill buffer the
+ * stores hold (the next row requested into L1 during the output: 16.3 -> 18.2 ms; even its
+ * requests into L2 during the sum pass: 18.1-18.8). So beside on AMD only; the generic
+ * targets, whose hosts are unknown, take the pass of its own, the larger of the two gains */
+static bool norm_sums_beside(const cgc *c)
+{
+    const char *v = c->sp->tgt.cpu.vendor;
+    return !strcmp(v, "AuthenticAMD") || !strcmp(v, "HygonGenuine");
+}
+
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
 {
     cg_buf *b = &c->b;
@@ -4975,8 +4995,8 @@ static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)
         cg_line(b, ind, "float ps = 1.0f;");
         cg_line(b, ind, "int k = 0;");
     }
-    /* DRAM-sized norms take each row's sum beside the row before it (tlm_norm_out) */
-    const bool carry = stream && (op == RV_LAYER_NORM || op == RV_RMS_NORM);
+    /* DRAM-sized norms on AMD take each row's sum beside the row before it (tlm_norm_out) */
+    const bool carry = stream && (op == RV_LAYER_NORM || op == RV_RMS_NORM) && norm_sums_beside(c);
     if (carry)
         cg_line(b, ind, "tlm_carry cy = {NULL, 0.0f, 0.0f, 0.0f}; /* the next row's, beside */");
     if (par) cg_line(b, ind, "#pragma omp for schedule(static)%s", stream ? " nowait" : "");
