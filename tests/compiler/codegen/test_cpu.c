@@ -1400,6 +1400,58 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
     built_free(&b);
 }
 
+/* A conv along F whose transposed copy-out writes rows of 8 lines or fewer a block into an
+ * output larger than a core's L2 requests those lines before the block's reduction
+ * (copyout_prefetches); rows of a longer block, an output within the L2 or a streamed copy-out
+ * do not. On a target of 16 KiB L2s and a 256 MiB L3 (no streaming); each requesting kernel,
+ * with partial blocks along OW and F, checked against the reference on both ISAs. */
+Test(codegen_cpu, copyout_lines_requested_ahead_of_the_block)
+{
+    static const char *const wl = "{\"op\":\"conv2d\",\"shape\":{\"N\":2,\"C\":3,"
+                                  "\"H\":9,\"W\":150,\"F\":40,\"KH\":3,\"KW\":3},"
+                                  "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu\"]}";
+    /* OW blocks of 4 x 7 = 28 floats (the last one partial) and of 6 x 25 = 150 (600 bytes) */
+    static const char *const short_rows =
+        "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=4 tile.n.2=1 tile.f.2=1 "
+        "tile.oh.2=1 tile.ow.2=7 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=3 "
+        "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1";
+    static const char *const long_rows =
+        "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=6 tile.n.2=1 tile.f.2=1 "
+        "tile.oh.2=1 tile.ow.2=25 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=3 "
+        "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1";
+    static const struct {
+        const char *sched;
+        int64_t l2;
+        bool req;
+    } cases[] = {
+        {short_rows, 16 << 10, true},
+        {long_rows, 16 << 10, false},
+        {short_rows, 4 << 20, false}, /* 432 KB out within the L2 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(wl, ti ? "cpu:avx2" : "cpu");
+            set_caches(&b, 2, cases[i].l2, 256 << 20);
+            space_sched s;
+            tlm_error err;
+            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
+            cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
+            cr_expect_eq(source_has(&b, &s, "requested for ownership"), cases[i].req,
+                         "case %zu on %s", i, ti ? "avx2" : "avx512");
+            if (cases[i].req) check_schedule(&b, &s, wl);
+            built_free(&b);
+        }
+    /* a streamed copy-out (AVX-512, an output past half the L3, a shallow window) asks nothing */
+    built b = build(wl, "cpu:avx512");
+    set_caches(&b, 2, 16 << 10, 64 << 10);
+    space_sched s;
+    tlm_error err;
+    cr_assert_eq(space_parse(b.sp, short_rows, &s, &err), 0, "%s", err.msg);
+    cr_expect(source_has(&b, &s, "_mm512_stream_ps(d, (__m512)r[q]);"));
+    cr_expect(!source_has(&b, &s, "requested for ownership"));
+    built_free(&b);
+}
+
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
  * is unrolled whole, and a tile of at most 10 accumulators reads its broadcast input through
  * one base pointer; with 32 registers the rows stay a loop (and every tile has its base). A
