@@ -76,7 +76,7 @@
  * a task of a register-tile kernel requests the next task's block of an unpacked vector-loaded
  * operand (a 1x1 conv's input) over its tiles after the first (ResNet-50's plan at batch 8
  * 1.02x): a cached kernel would leave each task's first tile waiting on memory. */
-#define CG_VERSION 16
+#define CG_VERSION 17
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

@@ -137,6 +137,8 @@ typedef struct {
     bool masked; /* the kernel uses tlm_vload_range (emit_vec_helpers defines it) */
     bool direct; /* one reduction chunk: each register tile starts from zero and is stored
                   * to the output (with the epilogue) as soon as it is done */
+    bool fresh;  /* one reduction chunk: each register tile starts from zero (direct, or
+                  * stored to the block, which is then not cleared first) */
     bool stream; /* ... and its rows go out with non-temporal stores (tile_stream) */
     bool tstream; /* the transposed copy-out's whole lines go out non-temporally */
     cg_buf b;
@@ -1806,7 +1808,7 @@ static void emit_regtile(cgc *c, int ind, int64_t nv, const int64_t *accst, int 
                                 : (maxr ? "-INFINITY" : "0.0f");
     for (int64_t q = 0; q < nv; q++) {
         int64_t off = tile_point(c, q, accst, o);
-        if (c->direct)
+        if (c->fresh)
             cg_line(b, ind, "%s r%lld = %s;", ty, (long long)q, zero);
         else if (c->W > 1)
             cg_line(b, ind, "%s r%lld = *(tlm_vfu *)&blk[%lld];", ty, (long long)q, (long long)off);
@@ -3290,10 +3292,14 @@ static int gen_tile(cgc *c, const char *entry)
         const char *init = a->reduce == IR_RED_MAX ? "-INFINITY" : "0.0f";
         /* (when the vectors run along the output's last axis: along another, each lane of a
          * tile's vector would store to its own line; the block write-back stores rows) */
-        c->direct = x == ns - 1;
-        for (int i = ns; i < ns + nr; i++) c->direct &= c->T[i][0] == 1;
+        /* With one reduction chunk each register tile holds its points' whole sums: it starts
+         * from zero, and the block, whose every point a tile stores, needs no clearing (a 7x7
+         * stem along F at batch 8, alone, 2 threads: 1.05x) */
+        c->fresh = true;
+        for (int i = ns; i < ns + nr; i++) c->fresh &= c->T[i][0] == 1;
+        c->direct = c->fresh && x == ns - 1;
         cg_line(b, ind, "float acc[%lld] __attribute__((aligned(64)));", (long long)accn);
-        if (!c->direct)
+        if (!c->fresh)
             cg_line(b, ind, "for (int64_t q = 0; q < %lld; q++) acc[q] = %s;", (long long)accn, init);
         if (copyout_prefetches(c, vec)) emit_copyout_prefetch(c, ind, fb);
         for (int pi = 0; pi < c->npack; pi++)
