@@ -75,7 +75,12 @@
  * block of taps at a time (1.04x on a 7x7): a cached kernel would copy them one by one); 14:
  * a task of a register-tile kernel requests the next task's block of an unpacked vector-loaded
  * operand (a 1x1 conv's input) over its tiles after the first (ResNet-50's plan at batch 8
- * 1.02x): a cached kernel would leave each task's first tile waiting on memory. */
+ * 1.02x): a cached kernel would leave each task's first tile waiting on memory; 15: DRAM-
+ * sized norms on Intel and generic targets take a row's sums in a pass of their own, the
+ * squares into four accumulators (1.10-1.21x); 16: a transposed copy-out of short rows into
+ * an output past a core's L2 requests its lines before the block (ResNet-50's stem at batch
+ * 8 1.34x); 17: tiles of one reduction chunk start from zero and their block is not cleared
+ * (stems 1.02-1.06x): a cached kernel would keep the slower form). */
 #define CG_VERSION 17
 
 typedef struct cg_kernel {

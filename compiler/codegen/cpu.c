@@ -2939,19 +2939,38 @@ static void emit_transpose_helper(cgc *c)
  * registers and stored as W vectors along L; the block's ragged edges and the points past a
  * padded axis' extent go point by point. The scalar copy-out (a stride-Bx gather per point)
  * took 9 % of a 3x3 conv along F. */
+/* The loops of a block's copy-out over its axes other than the vector axis x and the last
+ * axis L, each axis' index declared under its name (nm naming them), then the block's origin
+ * along x and L (x_o, L_o); returns the new indent. */
+static int emit_copyout_origin(cgc *c, int ind, char fb[][96], cg_names *nm)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    int ns = c->ns, x = c->x, L = ns - 1;
+    *nm = c->nm;
+    for (int i = 0; i < ns; i++) {
+        if (i == x || i == L) continue;
+        ind = block_axis_loops(c, ind, i, false);
+        cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
+        nm->axis[i] = a->axis[i];
+    }
+    for (int k = 0; k < 2; k++) {
+        const int i = k ? L : x;
+        cg_line(b, ind, "const int64_t %s_o = ((%s0 * %lld + %s1) * %lld) * %lld;", a->axis[i],
+                a->axis[i], (long long)c->T[i][1], a->axis[i], (long long)c->T[i][2],
+                (long long)c->T[i][3]);
+    }
+    return ind;
+}
+
 static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_t *accst)
 {
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
     int ns = c->ns, x = c->x, L = ns - 1, W = c->W;
     int oind = ind;
-    cg_names nm = c->nm;
-    for (int i = 0; i < ns; i++) {
-        if (i == x || i == L) continue;
-        ind = block_axis_loops(c, ind, i, false);
-        cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-        nm.axis[i] = a->axis[i];
-    }
+    cg_names nm;
+    ind = emit_copyout_origin(c, ind, fb, &nm);
     /* the other axes' offset in the block */
     char off[256];
     size_t ol = (size_t)snprintf(off, sizeof off, "0");
@@ -2961,10 +2980,6 @@ static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_
                                    a->axis[i], (long long)c->T[i][3], a->axis[i], (long long)accst[i]);
     int64_t Bx = c->T[x][2] * c->T[x][3], BL = c->T[L][2] * c->T[L][3];
     const char *xn = a->axis[x], *ln = a->axis[L];
-    cg_line(b, ind, "const int64_t %s_o = ((%s0 * %lld + %s1) * %lld) * %lld;", xn, xn,
-            (long long)c->T[x][1], xn, (long long)c->T[x][2], (long long)c->T[x][3]);
-    cg_line(b, ind, "const int64_t %s_o = ((%s0 * %lld + %s1) * %lld) * %lld;", ln, ln,
-            (long long)c->T[L][1], ln, (long long)c->T[L][2], (long long)c->T[L][3]);
     cg_line(b, ind++, "for (int64_t tx = 0; tx < %lld; tx += %d) {", (long long)Bx, W);
     cg_line(b, ind++, "for (int64_t tl = 0; tl < %lld; tl += %d) {", (long long)BL, W);
     cg_line(b, ind, "const float *const src = acc + (%s) + tl * %lld + tx;", off, (long long)accst[L]);
@@ -3034,20 +3049,11 @@ static void emit_copyout_prefetch(cgc *c, int ind, char fb[][96])
     const ir_stage *a = c->a;
     int ns = c->ns, x = c->x, L = ns - 1;
     int oind = ind;
-    cg_names nm = c->nm;
+    cg_names nm;
     cg_line(b, ind++, "{ /* the lines the copy-out below writes, requested for ownership */");
-    for (int i = 0; i < ns; i++) {
-        if (i == x || i == L) continue;
-        ind = block_axis_loops(c, ind, i, false);
-        cg_line(b, ind, "const int64_t %s = %s;", a->axis[i], fb[i]);
-        nm.axis[i] = a->axis[i];
-    }
+    ind = emit_copyout_origin(c, ind, fb, &nm);
     int64_t Bx = c->T[x][2] * c->T[x][3], BL = c->T[L][2] * c->T[L][3];
     const char *xn = a->axis[x], *ln = a->axis[L];
-    cg_line(b, ind, "const int64_t %s_o = ((%s0 * %lld + %s1) * %lld) * %lld;", xn, xn,
-            (long long)c->T[x][1], xn, (long long)c->T[x][2], (long long)c->T[x][3]);
-    cg_line(b, ind, "const int64_t %s_o = ((%s0 * %lld + %s1) * %lld) * %lld;", ln, ln,
-            (long long)c->T[L][1], ln, (long long)c->T[L][2], (long long)c->T[L][3]);
     cg_line(b, ind, "const int64_t %s_e = tlm_imin(%s_o + %lld, %lld) - 1; /* the row's last */", ln,
             ln, (long long)BL, (long long)c->E[L]);
     cg_line(b, ind++, "for (int64_t tx = 0; tx < %lld && %s_o + tx < %lld; tx++) {", (long long)Bx,
@@ -4988,12 +4994,13 @@ static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
 /* Whether a streamed (DRAM-sized) norm takes the next row's sums beside this row's output
  * (tlm_norm_out's ns) rather than in a pass of their own from L2 before the row's output. On
  * a Zen 5 beside: a 16384 x 4096 layer_norm 11.07 -> 10.49 ms (2 threads, alternated). On
- * a Xeon (family 6 model 167, 2 threads, alternated, bench/ab_kernels) the pass of its own:
- * AVX-512 18.3 -> 15.8 ms, AVX2 19.7 -> 17.5, a streaming copy of the same bytes 13.6; there
- * every load beside the non-temporal stores that misses L1 waits for a fill buffer the
- * stores hold (the next row requested into L1 during the output: 16.3 -> 18.2 ms; even its
- * requests into L2 during the sum pass: 18.1-18.8). So beside on AMD only; the generic
- * targets, whose hosts are unknown, take the pass of its own, the larger of the two gains */
+ * a Xeon (family 6 model 167, 2 threads, alternated, bench/ab_kernels) the pass of its own,
+ * with the squares in four accumulators: AVX-512 18.6-19.0 -> 17.0 ms, AVX2 20.3 -> 18.0 (a
+ * streaming copy of the same bytes 13.0-13.9 in runs beside); there every load beside the
+ * non-temporal stores that misses L1 waits for a fill buffer the stores hold (hand-edited:
+ * the next row requested into L1 during the output 16.3 -> 18.2 ms, into L2 during the sum
+ * pass 18.1-18.8). So beside on AMD only; the generic targets, whose hosts are unknown, take
+ * the pass of its own, the larger of the two gains */
 static bool norm_sums_beside(const cgc *c)
 {
     const char *v = c->sp->tgt.cpu.vendor;
