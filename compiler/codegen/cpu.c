@@ -2192,7 +2192,6 @@ static void emit_block_index(cgc *c, unsigned mask, int lo, int hi, bool with_s1
     }
 }
 
-/* The target's L2 a core, 1 MiB where the target does not say. */
 /* Which operands are packed (SLOT_PACK: those along the vector axis), their buffers'
  * layout, and which are packed once per call (see pack_glob). */
 static void plan_packs(cgc *c)
@@ -2934,11 +2933,6 @@ static void emit_transpose_helper(cgc *c)
     cg_printf(b, "\n");
 }
 
-/* The copy-out of a block vectorised along x (not the output's last axis L) once its
- * epilogue ran in place: W x W tiles (x by L) loaded as W vectors along x, transposed in
- * registers and stored as W vectors along L; the block's ragged edges and the points past a
- * padded axis' extent go point by point. The scalar copy-out (a stride-Bx gather per point)
- * took 9 % of a 3x3 conv along F. */
 /* The loops of a block's copy-out over its axes other than the vector axis x and the last
  * axis L, each axis' index declared under its name (nm naming them), then the block's origin
  * along x and L (x_o, L_o); returns the new indent. */
@@ -2963,6 +2957,11 @@ static int emit_copyout_origin(cgc *c, int ind, char fb[][96], cg_names *nm)
     return ind;
 }
 
+/* The copy-out of a block vectorised along x (not the output's last axis L) once its
+ * epilogue ran in place: W x W tiles (x by L) loaded as W vectors along x, transposed in
+ * registers and stored as W vectors along L; the block's ragged edges and the points past a
+ * padded axis' extent go point by point. The scalar copy-out (a stride-Bx gather per point)
+ * took 9 % of a 3x3 conv along F. */
 static void emit_copyout_transposed(cgc *c, int ind, char fb[][96], const int64_t *accst)
 {
     cg_buf *b = &c->b;
@@ -5003,8 +5002,7 @@ static bool reduce_axes_flatten(const ir_subgraph *g, const ir_stage *st)
  * the pass of its own, the larger of the two gains */
 static bool norm_sums_beside(const cgc *c)
 {
-    const char *v = c->sp->tgt.cpu.vendor;
-    return !strcmp(v, "AuthenticAMD") || !strcmp(v, "HygonGenuine");
+    return target_vendor_amd(c->sp->tgt.cpu.vendor);
 }
 
 static int gen_rows_vec(cgc *c, const char *entry, rows_vec_op op)

@@ -258,7 +258,7 @@ int hostcpu_caches_from_cpuid(int64_t *l1d, int64_t *l2, int64_t *l3)
     char vendor[16], model[64];
     if (hostcpu_read_cpuid(&c, vendor, model) < 0) return 0;
     unsigned leaf;
-    if (!strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine")) {
+    if (target_vendor_amd(vendor)) {
         if (!(c.ext1_ecx & E1C_TOPOEXT) ||
             (unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x8000001du)
             return 0;

@@ -83,6 +83,11 @@ const target_cpu_info *target_host_cpu(void)
     return &g_host;
 }
 
+bool target_vendor_amd(const char *vendor)
+{
+    return !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
+}
+
 /* ---- ISA helpers ---- */
 
 static const char *const ISA_NAMES[TARGET_ISA_COUNT] = {

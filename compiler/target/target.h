@@ -121,6 +121,10 @@ int target_parse(const char *s, target *out, tlm_error *err);
 /* The detected host (the descriptor of target "cpu"). Never NULL. */
 const target_cpu_info *target_host_cpu(void);
 
+/* Whether a CPU vendor string ("AuthenticAMD", ...) names AMD's cores: AMD, or Hygon (Zen
+ * cores under another name) */
+bool target_vendor_amd(const char *vendor);
+
 /* The logical CPUs of this process's OpenMP places (OMP_PLACES, or OMP_PROC_BIND's default
  * places), ascending, into list[0..cap): the set libgomp spreads its team over. Returns how
  * many; 0 when OpenMP has no places (its threads unbound: the affinity mask is the set). Not a
