@@ -80,8 +80,11 @@
  * squares into four accumulators (1.10-1.21x); 16: a transposed copy-out of short rows into
  * an output past a core's L2 requests its lines before the block (ResNet-50's stem at batch
  * 8 1.34x); 17: tiles of one reduction chunk start from zero and their block is not cleared
- * (stems 1.02-1.06x): a cached kernel would keep the slower form). */
-#define CG_VERSION 17
+ * (stems 1.02-1.06x): a cached kernel would keep the slower form); 18: window kernels
+ * (depthwise, pools) over inputs past the cores' L2s request the next plane into L2 a share
+ * per row block (MobileNetV2's batch-8 stride-2 depthwise 1.3-1.5x, ResNet-50's max pool
+ * 1.7x in their plans): a cached kernel would wait on memory at each page of a plane). */
+#define CG_VERSION 18
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

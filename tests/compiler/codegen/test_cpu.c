@@ -1452,6 +1452,43 @@ Test(codegen_cpu, copyout_lines_requested_ahead_of_the_block)
     built_free(&b);
 }
 
+/* A window kernel over planes of 8 KiB or more (packed block by block) requests its share of
+ * the next task's plane into L2 in each row block, where the input is larger than the cores'
+ * L2s together; not within them, nor with one plane. Odd extents, a stride-2 depthwise with
+ * its epilogue and a max pool, each requesting kernel checked against the reference. */
+Test(codegen_cpu, next_plane_requested_ahead)
+{
+    static const char *const dw = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,"
+                                  "\"H\":47,\"W\":53,\"KH\":3,\"KW\":3},\"stride\":[2,2],"
+                                  "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"relu6\"]}";
+    static const char *const mp = "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":5,"
+                                  "\"H\":45,\"W\":49,\"KH\":3,\"KW\":3},\"stride\":[1,1],"
+                                  "\"pad\":[1,1]}";
+    static const char *const one = "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":1,"
+                                   "\"H\":64,\"W\":64,\"KH\":3,\"KW\":3},\"pad\":[1,1]}";
+    static const struct {
+        const char *wl;
+        int64_t l2;
+        bool req;
+    } cases[] = {
+        {dw, 16 << 10, true},   /* 6 planes of 9.7 KB past two 16 KiB L2s */
+        {dw, 4 << 20, false},   /* within them */
+        {mp, 16 << 10, true},   /* 5 planes of 8.6 KB */
+        {one, 16 << 10, false}, /* one plane: no next one */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
+            set_caches(&b, 2, cases[i].l2, 256 << 20);
+            space_sched s;
+            space_default(b.sp, &s);
+            cr_expect_eq(source_has(&b, &s, "the next plane's share, into L2"), cases[i].req,
+                         "case %zu on %s", i, ti ? "avx2" : "avx512");
+            if (cases[i].req) check_schedule(&b, &s, cases[i].wl);
+            built_free(&b);
+        }
+}
+
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
  * is unrolled whole, and a tile of at most 10 accumulators reads its broadcast input through
  * one base pointer; with 32 registers the rows stay a loop (and every tile has its base). A
