@@ -1400,6 +1400,23 @@ Test(codegen_cpu, copyout_streams_large_outputs_from_shallow_windows)
     built_free(&b);
 }
 
+/* Workload wl on the target of ti (0: cpu, 1: cpu:avx2) with two cores of l2-byte L2s and
+ * a 256 MiB L3, under schedule sched (NULL: the default): its source must hold `also` (NULL:
+ * nothing more), and `needle` exactly where `want`; a kernel that holds it is checked
+ * against the reference. Case i names a failure. */
+static void expect_request(const char *wl, const char *sched, int ti, int64_t l2,
+                           const char *needle, bool want, const char *also, size_t i)
+{
+    space_sched s;
+    built b = sched ? build_sched(wl, ti, sched, &s) : build(wl, ti ? "cpu:avx2" : "cpu");
+    set_caches(&b, 2, l2, 256 << 20);
+    if (!sched) space_default(b.sp, &s);
+    if (also) cr_expect(source_has(&b, &s, also), "case %zu: no %s", i, also);
+    cr_expect_eq(source_has(&b, &s, needle), want, "case %zu on %s", i, ti ? "avx2" : "avx512");
+    if (want) check_schedule(&b, &s, wl);
+    built_free(&b);
+}
+
 /* A conv along F whose transposed copy-out writes rows of 8 lines or fewer a block into an
  * output larger than a core's L2 requests those lines before the block's reduction
  * (copyout_prefetches); rows of a longer block, an output within the L2 or a streamed copy-out
@@ -1429,18 +1446,9 @@ Test(codegen_cpu, copyout_lines_requested_ahead_of_the_block)
         {short_rows, 4 << 20, false}, /* 432 KB out within the L2 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(wl, ti ? "cpu:avx2" : "cpu");
-            set_caches(&b, 2, cases[i].l2, 256 << 20);
-            space_sched s;
-            tlm_error err;
-            cr_assert_eq(space_parse(b.sp, cases[i].sched, &s, &err), 0, "%s", err.msg);
-            cr_expect(source_has(&b, &s, "tlm_transpose(r);"), "case %zu: no transposed copy-out", i);
-            cr_expect_eq(source_has(&b, &s, "requested for ownership"), cases[i].req,
-                         "case %zu on %s", i, ti ? "avx2" : "avx512");
-            if (cases[i].req) check_schedule(&b, &s, wl);
-            built_free(&b);
-        }
+        for (int ti = 0; ti < 2; ti++)
+            expect_request(wl, cases[i].sched, ti, cases[i].l2, "requested for ownership",
+                           cases[i].req, "tlm_transpose(r);", i);
     /* a streamed copy-out (AVX-512, an output past half the L3, a shallow window) asks nothing */
     built b = build(wl, "cpu:avx512");
     set_caches(&b, 2, 16 << 10, 64 << 10);
@@ -1477,16 +1485,9 @@ Test(codegen_cpu, next_plane_requested_ahead)
         {one, 16 << 10, false}, /* one plane: no next one */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int ti = 0; ti < 2; ti++) {
-            built b = build(cases[i].wl, ti ? "cpu:avx2" : "cpu");
-            set_caches(&b, 2, cases[i].l2, 256 << 20);
-            space_sched s;
-            space_default(b.sp, &s);
-            cr_expect_eq(source_has(&b, &s, "the next plane's share, into L2"), cases[i].req,
-                         "case %zu on %s", i, ti ? "avx2" : "avx512");
-            if (cases[i].req) check_schedule(&b, &s, cases[i].wl);
-            built_free(&b);
-        }
+        for (int ti = 0; ti < 2; ti++)
+            expect_request(cases[i].wl, NULL, ti, cases[i].l2, "the next plane's share, into L2",
+                           cases[i].req, NULL, i);
 }
 
 /* On 16-register targets a direct conv's window (its kernel rows around the unrolled columns)
