@@ -83,8 +83,11 @@
  * (stems 1.02-1.06x): a cached kernel would keep the slower form); 18: window kernels
  * (depthwise, pools) over inputs past the cores' L2s request the next plane into L2 a share
  * per row block (MobileNetV2's batch-8 stride-2 depthwise 1.3-1.5x, ResNet-50's max pool
- * 1.7x in their plans): a cached kernel would wait on memory at each page of a plane). */
-#define CG_VERSION 18
+ * 1.7x in their plans): a cached kernel would wait on memory at each page of a plane); 19:
+ * on 16-register targets a strided window's base pointer is opaque to GCC, so that a tap two
+ * columns on does not keep the values of the tap before it (YOLOv5s' 3x3 stride-2 128 -> 256
+ * on AVX2 1.08-1.35x): a cached kernel would spill accumulators). */
+#define CG_VERSION 19
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

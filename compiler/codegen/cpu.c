@@ -1610,6 +1610,30 @@ static void emit_step_stmts(cgc *c, int ind, int64_t nv, const int64_t *accst)
     }
 }
 
+/* Whether a broadcast operand's step reads an address again only taps later, never at the
+ * next tap: a tap m steps on along an unrolled reduction axis reads where the register point
+ * j steps on along a tile axis read (a conv's input along its columns: at stride 1 the next
+ * tap, m = 1; at stride 2 the tap after it, m = 2; dilation 2 at stride 1, m = 1 against j =
+ * 2), and the fewest such m is 2 or more. Through a base pointer GCC sees those addresses
+ * equal and keeps the values of the first tap in registers over the taps between, where
+ * they are not used. The innermost reduction axis is unrolled (GCC's pragma); the one around
+ * it too where the window is in straight code. */
+static bool taps_reread(const cgc *c, const ir_expr *e, bool window)
+{
+    const int inn = c->ns + c->nr - 1;
+    int64_t first = 0; /* the fewest taps between two reads of one address */
+    for (int r = inn; r >= c->ns && r >= inn - (window ? 1 : 0); r--) {
+        const int64_t cr = llabs(flat_coef(c->g, e, r));
+        for (int i = 0; i < c->ns && cr > 0; i++) {
+            const int64_t ci = llabs(flat_coef(c->g, e, i));
+            for (int64_t m = 1; m < c->T[r][1] && ci > 0; m++)
+                for (int64_t j = 1; j < c->T[i][3]; j++)
+                    if (m * cr == j * ci && (!first || m < first)) first = m;
+        }
+    }
+    return first >= 2;
+}
+
 /* One step of the register tile's reduction loops: each accumulator's update (the reduction
  * axes' indices from their chunk's r0 and r1). */
 static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst, bool window)
@@ -1646,10 +1670,20 @@ static void emit_regtile_steps(cgc *c, int ind, int64_t nv, const int64_t *accst
         int64_t zero[IR_MAX_AXES] = {0};
         cg_names nm;
         point_names(c, zero, 0, &nm);
-        cg_printf(b, "%*sconst float *const Lb%d = &%s[", ind * 4, "", id,
+        /* ... opaque to GCC (an empty asm) where it would keep a tap's values over the taps
+         * between on 16 registers: YOLOv5s' 3x3 stride-2 128 -> 256 at 80 x 80 on AVX2, a
+         * 2 x 5 tile, spilled 3 of its 10 accumulators (store, reload, FMA each tap: a third
+         * of the samples); opaque, alternated on a Zen 4 (2 threads, weights packed once),
+         * 6.3-7.2 -> 4.7-6.2 ms (1.08-1.35x). The 2 x 6 tiles of SD 1.5's stride-2 320 -> 320 and
+         * ResNet-50's stride-2 3x3s (in its plan), MobileNetV2's and EfficientNet's stems
+         * tied (0.99-1.02x). At stride 1 (the next tap reuses them) it lost, 0.91-0.99x on
+         * ResNet-50's 3x3s, and AVX-512 tied (0.98-1.02x): there the base stays plain. */
+        const bool opaque = regs <= 16 && taps_reread(c, e, window);
+        cg_printf(b, "%*sconst float *%sLb%d = &%s[", ind * 4, "", opaque ? "" : "const ", id,
                   c->nm.tensor[e->tensor]);
         cg_emit_offset(b, c->g, a, e, &nm);
         cg_printf(b, "];\n");
+        if (opaque) cg_line(b, ind, "__asm__(\"\" : \"+r\"(Lb%d));", id);
         c->lbase[id] = true;
     }
     /* The step's vector operands (B of a GEMM, a conv's weights along F) are each loaded once

@@ -1543,6 +1543,43 @@ Test(codegen_cpu, conv_window_in_straight_code_on_avx2)
         }
 }
 
+/* On 16-register targets a direct conv's base pointer to its input is opaque to GCC (an
+ * empty asm) where a tap reads its columns' values again only two taps on (stride 2), not
+ * where the next tap does (stride 1, dilation 2); with 32 registers it stays plain. Odd
+ * extents, padding and an epilogue; each kernel checked against the
+ * reference on both ISAs. */
+Test(codegen_cpu, strided_window_base_opaque_on_avx2)
+{
+    static const char *const s2 = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":23,"
+                                  "\"W\":39,\"F\":40,\"KH\":3,\"KW\":3},\"stride\":[2,2],"
+                                  "\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"silu\"]}";
+    static const char *const s1 = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":11,"
+                                  "\"W\":20,\"F\":40,\"KH\":3,\"KW\":3},\"pad\":[1,1]}";
+    static const char *const d2 = "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":7,\"H\":11,"
+                                  "\"W\":20,\"F\":40,\"KH\":3,\"KW\":3},\"pad\":[2,2],"
+                                  "\"dilation\":[2,2]}";
+    static const char *const tile =
+        "vectorize=3 tile.n.3=1 tile.f.3=16 tile.oh.3=1 tile.ow.3=5 tile.n.2=1 tile.f.2=1 "
+        "tile.oh.2=1 tile.ow.2=1 tile.n.1=1 tile.f.1=1 tile.oh.1=1 tile.ow.1=1 tile.c.1=7 "
+        "tile.kh.1=3 tile.kw.1=3 parallel=1 unroll=64 pack=1";
+    static const struct {
+        const char *wl;
+        bool opaque; /* on AVX2 */
+    } cases[] = {{s2, true}, {s1, false}, {d2, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            space_sched s;
+            built b = build_sched(cases[i].wl, ti, tile, &s);
+            const bool opaque = source_has(&b, &s, "__asm__(\"\" : \"+r\"(Lb");
+            cr_expect_eq(opaque, ti && cases[i].opaque, "case %zu on %s: opaque base: %d", i,
+                         ti ? "avx2" : "avx512", opaque);
+            cr_expect(source_has(&b, &s, opaque ? "const float *Lb" : "const float *const Lb"),
+                      "case %zu on %s: no base pointer", i, ti ? "avx2" : "avx512");
+            check_schedule(&b, &s, cases[i].wl);
+            built_free(&b);
+        }
+}
+
 /* Tile kernels whose register tiles store straight to the output (one reduction chunk, vectors
  * along the last axis) stream it out past the last-level cache when its rows are whole 64-byte
  * lines: checked on a target that says its L3 is 64 KiB. An epilogue applied in place before
