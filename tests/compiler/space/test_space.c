@@ -1384,6 +1384,43 @@ Test(space, reducing_pointwise_convs_keep_f_under_28_x_28_on_intel)
 }
 #undef PW1X1
 
+/* On a Zen 4 host (AMD before family 0x1a) a pointwise conv over a plane of 14 x 14 or fewer
+ * positions that reduces 256 channels or more goes along F, at batch 8 too (ResNet-50's
+ * layer 3: its input past twice the cores' L2) and expanding (256 -> 1024); 96 channels
+ * (MobileNetV2's expansion) and a 28 x 28 plane keep the positions, as do Zen 5 (beyond the
+ * L2 bound), Intel, targets without a vendor and 16-register targets. */
+#define PW1X1N(n, c, hw, f)                                                                        \
+    "{\"op\":\"conv2d\",\"shape\":{\"N\":" #n ",\"C\":" #c ",\"H\":" #hw ",\"W\":" #hw             \
+    ",\"F\":" #f ",\"KH\":1,\"KW\":1},\"epilogue\":[\"bias_add\",\"relu\"]}"
+Test(space, deep_pointwise_convs_over_small_planes_go_along_f_on_zen4)
+{
+    static const struct {
+        const char *wl, *tg, *vendor;
+        int family;
+        int64_t vectorize; /* 1: the positions, 3: F */
+    } cases[] = {
+        {PW1X1N(8, 256, 14, 1024), "cpu:avx512", "AuthenticAMD", 0x19, 3},
+        {PW1X1N(8, 1024, 14, 256), "cpu:avx512", "AuthenticAMD", 0x19, 3},
+        {PW1X1N(1, 256, 14, 1024), "cpu:avx512", "AuthenticAMD", 0x19, 3},
+        {PW1X1N(8, 256, 14, 1024), "cpu:avx512", "", 0, 1},
+        {PW1X1N(8, 96, 14, 576), "cpu:avx512", "AuthenticAMD", 0x19, 1},
+        {PW1X1N(8, 128, 28, 512), "cpu:avx512", "AuthenticAMD", 0x19, 1},
+        {PW1X1N(8, 1024, 14, 256), "cpu:avx512", "AuthenticAMD", 0x1a, 1},
+        {PW1X1N(8, 256, 14, 1024), "cpu:avx512", "GenuineIntel", 6, 1},
+        {PW1X1N(8, 256, 14, 1024), "cpu:avx2", "AuthenticAMD", 0x19, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        built b = build_on_host(cases[i].wl, cases[i].tg, cases[i].vendor, cases[i].family);
+        b.sp->tgt.cpu.cores = 2;
+        b.sp->tgt.cpu.l2_bytes = 1 << 20;
+        space_sched d;
+        space_default(b.sp, &d);
+        cr_expect_eq(space_get(b.sp, &d, SLOT_VECTORIZE, 0), cases[i].vectorize, "case %zu", i);
+        unbuild(&b);
+    }
+}
+#undef PW1X1N
+
 /* On a 16-register target a 2-D window along F keeps the chunk's weight panel (channels x
  * taps x the register tile's filters) within half of L1: a 3x3 conv 320 -> 320 takes 40
  * channels (23 KiB with 16 filters) and 64 -> 64 takes 32 where the rule of thumb took 160
