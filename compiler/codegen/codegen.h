@@ -88,8 +88,11 @@
  * columns on does not keep the values of the tap before it (YOLOv5s' 3x3 stride-2 128 -> 256
  * on AVX2 1.08-1.35x): a cached kernel would spill accumulators; the same version covers
  * the default's move along F of Zen 4's deep pointwise convs over 14 x 14 planes, space.c,
- * ResNet-50's layer 3 at batch 8 1.12-1.20x: a cached default would keep the columns). */
-#define CG_VERSION 19
+ * ResNet-50's layer 3 at batch 8 1.12-1.20x: a cached default would keep the columns); 20:
+ * a GEMM packing a B larger than the last-level cache per call requests the next chunk's
+ * source rows into L2 over this chunk's tiles (LLaMA-2's q_proj at 77 tokens on AVX2 1.3x): a
+ * cached kernel would wait on DRAM at each chunk's pack). */
+#define CG_VERSION 20
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

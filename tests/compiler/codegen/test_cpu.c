@@ -1543,6 +1543,45 @@ Test(codegen_cpu, conv_window_in_straight_code_on_avx2)
         }
 }
 
+/* A GEMM whose B, packed by each task a reduction chunk at a time, is larger than the last-
+ * level cache requests the next chunk's source rows into L2 over the tiles of this one
+ * (emit_next_chunk_source); not within the cache, nor with one chunk. Odd extents, chunks of
+ * 103 and of 128 (the last one 3 long), an epilogue; each requesting kernel checked against
+ * the reference on both ISAs, with and without its weights packed once. */
+Test(codegen_cpu, next_chunk_source_requested_ahead)
+{
+    static const char *const wl = "{\"op\":\"dense\",\"shape\":{\"M\":37,\"N\":300,\"K\":515},"
+                                  "\"epilogue\":[\"bias_add\",\"gelu\"]}";
+    static const char *const chunks = /* 128, 128, 128, 128 and 3 */
+        "vectorize=1 tile.i.3=6 tile.j.3=16 tile.i.2=7 tile.j.2=2 tile.i.1=1 tile.j.1=1 "
+        "tile.k.1=128 parallel=1 unroll=64 pack=1";
+    static const char *const whole = /* one chunk */
+        "vectorize=1 tile.i.3=6 tile.j.3=16 tile.i.2=7 tile.j.2=2 tile.i.1=1 tile.j.1=1 "
+        "tile.k.1=515 parallel=1 unroll=64 pack=1";
+    static const struct {
+        const char *sched;
+        int64_t l3;
+        bool req;
+    } cases[] = {
+        {NULL, 64 << 10, true},   /* the default's chunks of 103: 618 KB past a 64 KiB L3 */
+        {NULL, 256 << 20, false}, /* within it */
+        {chunks, 64 << 10, true},
+        {whole, 64 << 10, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            space_sched s;
+            built b = cases[i].sched ? build_sched(wl, ti, cases[i].sched, &s)
+                                     : build(wl, ti ? "cpu:avx2" : "cpu");
+            set_caches(&b, 2, 16 << 10, cases[i].l3);
+            if (!cases[i].sched) space_default(b.sp, &s);
+            const bool req = source_has(&b, &s, "the next chunk's source rows");
+            cr_expect_eq(req, cases[i].req, "case %zu on %s: %d", i, ti ? "avx2" : "avx512", req);
+            if (req) check_schedule(&b, &s, wl);
+            built_free(&b);
+        }
+}
+
 /* On 16-register targets a direct conv's base pointer to its input is opaque to GCC (an
  * empty asm) where a tap reads its columns' values again only two taps on (stride 2), not
  * where the next tap does (stride 1, dilation 2); with 32 registers it stays plain. Odd
