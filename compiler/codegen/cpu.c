@@ -1533,6 +1533,18 @@ static void emit_next_task_prefetch(cgc *c, int ind)
     cg_line(b, --ind, "}");
 }
 
+/* `q2`, the register tile's index among its block's tiles (the s2 loops, in axis order). */
+static void emit_tile_index(cgc *c, int ind)
+{
+    cg_printf(&c->b, "%*sconst int64_t q2 = ", ind * 4, "");
+    for (int i = 0; i < c->ns; i++)
+        cg_printf(&c->b, "(");
+    cg_printf(&c->b, "0");
+    for (int i = 0; i < c->ns; i++)
+        cg_printf(&c->b, " * %lld + %s2)", (long long)c->T[i][2], c->a->axis[i]);
+    cg_printf(&c->b, ";\n");
+}
+
 /* Software prefetch of a packed operand's next panel: a panel (a conv's 64 filters x 256
  * channels of prepacked weights, 64 KiB) is read by every register tile of its block, the
  * first from wherever it lies (in a plan, DRAM: 4 MiB of weights for one of ResNet-50's
@@ -1566,13 +1578,7 @@ static void emit_next_panel_prefetch(cgc *c, int ind)
         const int64_t first = (lines + steps * k - 1) / (steps * k); /* tiles that request */
         cg_printf(b, "%*s{ /* the next panel of P%d, over the first %lld tiles */\n", ind * 4, "",
                   pi, (long long)first);
-        cg_printf(b, "%*sconst int64_t q2 = ", (ind + 1) * 4, "");
-        for (int i = 0; i < ns; i++)
-            cg_printf(b, "(");
-        cg_printf(b, "0");
-        for (int i = 0; i < ns; i++)
-            cg_printf(b, " * %lld + %s2)", (long long)c->T[i][2], a->axis[i]);
-        cg_printf(b, ";\n");
+        emit_tile_index(c, ind + 1);
         /* a pack this task makes when none is handed in is its own, hot panel: none */
         char pre[32] = "";
         if (!c->pack_glob[pi]) snprintf(pre, sizeof pre, "tlm_pre%d", c->pre_k[pi]);
@@ -1624,13 +1630,7 @@ static void emit_next_chunk_source(cgc *c, int ind)
         if (c->pre_k[pi] >= 0) snprintf(pre, sizeof pre, " && !tlm_pre%d", c->pre_k[pi]);
         cg_line(b, ind, "if (%s0 + 1 < %lld%s) { /* the next chunk's source rows, into L2 */",
                 a->axis[k], (long long)c->T[k][0], pre);
-        cg_printf(b, "%*sconst int64_t q2 = ", (ind + 1) * 4, "");
-        for (int i = 0; i < ns; i++)
-            cg_printf(b, "(");
-        cg_printf(b, "0");
-        for (int i = 0; i < ns; i++)
-            cg_printf(b, " * %lld + %s2)", (long long)c->T[i][2], a->axis[i]);
-        cg_printf(b, ";\n");
+        emit_tile_index(c, ind + 1);
         /* within the chunk, and within the axis where the next chunk is its short last one */
         cg_line(b, ind + 1,
                 "for (int64_t tlm_r = q2 * %lld; tlm_r < q2 * %lld + %lld && tlm_r < %lld && "

@@ -976,6 +976,9 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
          * MobileNetV2's 384 -> 64, 2.4 MB, 0.95x). On AVX2 along the columns ResNet-50's
          * and MobileNetV2's batch-8 plans lost 1 %. (Zen 5, interleaved plans.) */
         bool reduces = plane && K >= 2 * e && e > lanes;
+        int64_t plane_points = 1; /* the output positions after the vector axis */
+        for (int y = x + 1; y < ns; y++)
+            plane_points *= a->extent[y];
         if (reduces && sp->tgt.kind == TARGET_CPU && sp->tgt.cpu.l2_bytes > 0 &&
             sp->tgt.cpu.vector_registers > 16) {
             int64_t cores = sp->tgt.cpu.cores > 0 ? sp->tgt.cpu.cores : 1, in = 0;
@@ -995,27 +998,22 @@ static int64_t default_vectorize(const space *sp, int vslot, int64_t *vals)
              * 8 1.75-2.0x); in cache 0.98-1.20x. At 14 x 14 F keeps the lead in cache
              * (1.05-1.3x) and loses it from DRAM (0.83-1.0x), and at 7 x 7 it wins both ways
              * (about 2x): those stay along F. */
-            int64_t plane_points = 1;
-            for (int y = x + 1; y < ns; y++)
-                plane_points *= a->extent[y];
             if (intel_host(sp) && plane_points >= 784) reduces = false;
         }
         /* ... and on a Zen 4 host (64-byte loads split in two; not measured on Intel, Zen 5
-         * keeps the bound above, and named targets keep the rule) a pointwise conv over a plane of
-         * at most 14 x 14 positions with a reduction of 256 channels or more goes along F whatever
-         * its input's size or its expansion: its 196-point rows fill the column tiles poorly (6
-         * tiles of 32 and one of 4) and the reduction amortises the transposing write-back.
-         * ResNet-50 at batch 8 on AVX-512, in its plan against the previous default (along the
-         * columns), alternated on a Zen 4 (2 threads): layer 3's 1024 -> 256 1.12-1.16x, 256 ->
-         * 1024 with the residual 1.14-1.20x, layer 4's first 1024 -> 512 1.16x (two runs);
-         * EfficientNet-B0's 672 -> 112 1.06-1.09x. Reductions of 64-112 channels (MobileNetV2's and
-         * EfficientNet-B0's 14 x 14 expansions) lost 0.58-0.96x along F, and on AVX2 the
-         * 256 -> 1024 gained only 1.04-1.06x (its stride-2 downsample 0.89x): they keep the
-         * rule. At batch 1 (the 256 -> 1024 only) a tie, 0.92-1.06x over two runs of its plan. */
-        int64_t plane_pts = 1;
-        for (int y = x + 1; y < ns; y++)
-            plane_pts *= a->extent[y];
-        if (plane && K >= 256 && K == a->extent[ns] && plane_pts <= 196 &&
+         * keeps the bound above, and named targets keep the rule) a pointwise conv over a
+         * plane of at most 14 x 14 positions with a reduction of 256 channels or more goes
+         * along F whatever its input's size or its expansion: its 196-point rows fill the
+         * column tiles poorly (6 tiles of 32 and one of 4) and the reduction amortises the
+         * transposing write-back. ResNet-50 at batch 8 on AVX-512, in its plan against the
+         * previous default (along the columns), alternated on a Zen 4 (2 threads): layer 3's
+         * 1024 -> 256 1.12-1.16x, 256 -> 1024 with the residual 1.14-1.20x, layer 4's first
+         * 1024 -> 512 1.16x (two runs); EfficientNet-B0's 672 -> 112 1.06-1.09x. Reductions of
+         * 64-112 channels (MobileNetV2's and EfficientNet-B0's 14 x 14 expansions) lost
+         * 0.58-0.96x along F, and on AVX2 the 256 -> 1024 gained only 1.04-1.06x (its stride-2
+         * downsample 0.89x): they keep the rule. At batch 1 (the 256 -> 1024 only) a tie,
+         * 0.92-1.06x over two runs of its plan. */
+        if (plane && K >= 256 && K == a->extent[ns] && plane_points <= 196 &&
             sp->tgt.kind == TARGET_CPU && sp->tgt.cpu.vector_registers > 16 && zen4_host(sp))
             reduces = true;
         if (x != o->ndim - 1)
