@@ -1533,7 +1533,16 @@ static void emit_next_task_prefetch(cgc *c, int ind)
     cg_line(b, --ind, "}");
 }
 
-/* `q2`, the register tile's index among its block's tiles (the s2 loops, in axis order). */
+/* How many register tiles a block holds (the s2 loops' trips). */
+static int64_t block_tiles(const cgc *c)
+{
+    int64_t tiles = 1;
+    for (int i = 0; i < c->ns; i++)
+        tiles *= c->T[i][2];
+    return tiles;
+}
+
+/* `q2` emitted: the register tile's index among its block's tiles, in axis order */
 static void emit_tile_index(cgc *c, int ind)
 {
     cg_printf(&c->b, "%*sconst int64_t q2 = ", ind * 4, "");
@@ -1566,9 +1575,7 @@ static void emit_next_panel_prefetch(cgc *c, int ind)
     cg_buf *b = &c->b;
     const ir_stage *a = c->a;
     const int ns = c->ns;
-    int64_t tiles = 1;
-    for (int i = 0; i < ns; i++)
-        tiles *= c->T[i][2];
+    const int64_t tiles = block_tiles(c);
     const int64_t steps = c->T[ns][1];
     for (int pi = 0; pi < c->npack; pi++) {
         if (pi == c->keep_pi || (!c->pack_glob[pi] && c->pre_k[pi] < 0)) continue;
@@ -1614,9 +1621,7 @@ static void emit_next_chunk_source(cgc *c, int ind)
     const ir_stage *a = c->a;
     const int ns = c->ns, x = c->x, k = ns;
     if (c->nr != 1 || c->T[k][0] < 2 || c->W <= 1) return;
-    int64_t tiles = 1;
-    for (int i = 0; i < ns; i++)
-        tiles *= c->T[i][2];
+    const int64_t tiles = block_tiles(c);
     for (int pi = 0; pi < c->npack; pi++) {
         const ir_expr *e = &a->expr[c->pack_id[pi]];
         if (pi == c->keep_pi || c->pack_glob[pi] || e->kind != IR_E_LOAD ||
