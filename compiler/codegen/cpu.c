@@ -3655,6 +3655,108 @@ static int64_t window_band_tiles(const win_geom *gm, int64_t cores, int64_t CB, 
     return best;
 }
 
+/* gen_window_channels' pack of the plane into P[r][j][l] (channel l of the block at padded
+ * row r, column j), rows ih_lo..ih_hi of the input: L columns of L channels per transpose,
+ * the last block of a row overlapping the one before it. Rows narrower than L take L points
+ * of the plane in memory order per transpose instead (a block spans rows; each point's
+ * vector stored at its row and column, columns past jhi not at all; the last block
+ * overlapping), a band of fewer than L points point by point: one by one, the 196 points of
+ * a 14 x 14 plane took a third of ConvNeXt-T's 7x7 depthwise at 14 x 14 along 16 channels
+ * (Zen 4, AVX-512 code). */
+static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const char *chan,
+                                   const char *ih_lo, const char *ih_hi, bool band, int64_t ihi,
+                                   int64_t jhi, int64_t WP)
+{
+    const long long Wd = gm->Wd, HW = gm->H * gm->Wd, Pn = ihi * gm->Wd;
+    const bool flat = jhi > 0 && jhi < L && (band || Pn >= L);
+    int ind = 3;
+    if (flat) {
+        char lo[16] = "0", last[32];
+        snprintf(last, sizeof last, "%lld", Pn - L);
+        if (band) {
+            cg_line(b, 3, "const int64_t q_lo = ih_lo * %lld, q_hi = ih_hi * %lld;", Wd, Wd);
+            cg_line(b, 3, "if (q_hi - q_lo >= %d) {", L);
+            snprintf(lo, sizeof lo, "q_lo");
+            snprintf(last, sizeof last, "q_hi - %d", L);
+            ind = 4;
+        }
+        cg_line(b, ind, "for (int64_t q0 = %s;; q0 += %d) {", lo, L);
+        cg_line(b, ind + 1, "const int64_t q = q0 < %s ? q0 : %s;", last, last);
+        cg_line(b, ind + 1, "tlm_vf r[%d];", L);
+        cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, ind + 2, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + q];", chan, HW);
+        cg_line(b, ind + 1, "tlm_tr(r);");
+        cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++) {", L);
+        cg_line(b, ind + 2, "const int64_t ih = (q + k) / %lld, j = q + k - ih * %lld;", Wd, Wd);
+        if (jhi < Wd) cg_line(b, ind + 2, "if (j >= %lld) continue;", (long long)jhi);
+        cg_line(b, ind + 2, "*(tlm_vf *)&P[((ih + %lld) * %lld + %lld + j) * %d] = r[k];",
+                (long long)gm->PH, (long long)WP, (long long)gm->PW, L);
+        cg_line(b, ind + 1, "}");
+        cg_line(b, ind + 1, "if (q == %s) break;", last);
+        cg_line(b, ind, "}");
+        if (!band) return;
+        cg_line(b, 3, "} else {");
+    }
+    cg_line(b, ind, "for (int64_t ih = %s; ih < %s; ih++) {", ih_lo, ih_hi);
+    cg_line(b, ind + 1, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
+            (long long)WP, (long long)gm->PW, L);
+    if (jhi >= L) {
+        cg_line(b, ind + 1, "for (int64_t j0 = 0;; j0 += %d) {", L);
+        cg_line(b, ind + 2, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(jhi - L),
+                (long long)(jhi - L));
+        cg_line(b, ind + 2, "tlm_vf r[%d];", L);
+        cg_line(b, ind + 2, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, ind + 3, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + ih * %lld + j];", chan, HW,
+                Wd);
+        cg_line(b, ind + 2, "tlm_tr(r);");
+        cg_line(b, ind + 2, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&p[(j + k) * %d] = r[k];",
+                L, L);
+        cg_line(b, ind + 2, "if (j == %lld) break;", (long long)(jhi - L));
+        cg_line(b, ind + 1, "}");
+    } else if (jhi > 0) {
+        cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, ind + 2, "for (int64_t j = 0; j < %lld; j++)", (long long)jhi);
+        cg_line(b, ind + 3, "p[j * %d + k] = xp[%s * %lld + ih * %lld + j];", L, chan, HW, Wd);
+    }
+    cg_line(b, ind, "}");
+    if (flat) cg_line(b, 3, "}");
+}
+
+/* gen_window_channels' epilogue over a whole plane of rows narrower than L, its tiles'
+ * vectors T[oh * OW + ow][l] kept: L points of the plane in memory order per L x L transpose
+ * (the last block overlapping the one before it), each channel's L points through the
+ * epilogue as one vector, stored contiguously (row by row, a 14-wide row in 16 lanes took a
+ * vector, a half and two scalars per channel and row: 14 % of ConvNeXt-T's 7x7 depthwise at
+ * 14 x 14 along 16 channels, Zen 4). C: the channels, where the last block runs past them
+ * (else 0). */
+static void emit_window_flat_epilogue(cg_buf *b, const ir_subgraph *g, const ir_stage *a,
+                                      cg_names *nm, int L, int64_t PQ, int64_t OW, int64_t C)
+{
+    const long long last = (long long)(PQ - L);
+    cg_line(b, 3, "for (int64_t q0 = 0;; q0 += %d) {", L);
+    cg_line(b, 4, "const int64_t q = q0 < %lld ? q0 : %lld;", last, last);
+    cg_line(b, 4, "tlm_vf r[%d];", L);
+    cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) r[k] = *(const tlm_vf *)&T[(q + k) * %d];", L,
+            L);
+    cg_line(b, 4, "tlm_tr(r);");
+    cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %d] = r[k];", L, L);
+    cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) {", L);
+    if (C) cg_line(b, 5, "if (cb * %d + k >= %lld) break;", L, (long long)C);
+    cg_line(b, 5, "const int64_t %s = cb * %d + k;", a->axis[1], L);
+    cg_line(b, 5, "#pragma omp simd");
+    cg_line(b, 5, "for (int64_t qq = q; qq < q + %d; qq++) {", L);
+    cg_line(b, 6, "const int64_t %s = qq / %lld, %s = qq - %s * %lld;", a->axis[2], (long long)OW,
+            a->axis[3], a->axis[2], (long long)OW);
+    cg_printf(b, "%*sfloat v = TT[k * %d + qq - q]", 6 * 4, "", L);
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    emit_epilogue_store(b, g, 6, nm, NULL);
+    cg_line(b, 5, "}");
+    cg_line(b, 4, "}");
+    cg_line(b, 4, "if (q == %lld) break;", last);
+    cg_line(b, 3, "}");
+}
+
 /* CPU_WINDOW with its vectors along blocks of L channels (WINDOW_VEC_CHANNELS, space.h). Per
  * task (n, block of L channels):
  *   P[r][j][l] = the padded input of channel cb * L + l at row r, column j
@@ -3689,6 +3791,9 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     /* bands of tile rows per task where too few blocks leave a core idle */
     const int64_t TB = window_band_tiles(gm, par ? sp->tgt.cpu.cores : 1, CB, R, OHB, WP);
     const int64_t NB = (OHB + TB - 1) / TB;
+    /* a whole plane of rows narrower than L, small enough to keep: its tiles' vectors kept
+     * for one epilogue over the plane in memory order (emit_window_flat_epilogue) */
+    const bool flat_out = OW < L && NB == 1 && OH * OW >= L && OH * OW * L <= 4096;
     /* a task's input rows to pack and tile rows to compute: its band's (variables set at the
      * task's start), or the whole plane */
     char ih_lo[24] = "ih_lo", ih_hi[24] = "ih_hi", oh_lo[24] = "lo", oh_hi[24] = "hi";
@@ -3762,7 +3867,8 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     cg_line(b, 1, "{");
     cg_line(b, 2, "float P[%lld] __attribute__((aligned(64)));", (long long)(HP * WP * L));
     if (wn) cg_line(b, 2, "float Wp[%lld] __attribute__((aligned(64)));", (long long)(KH * KW * L));
-    cg_line(b, 2, "float T[%lld] __attribute__((aligned(64)));", (long long)(R * OWp * L));
+    cg_line(b, 2, "float T[%lld] __attribute__((aligned(64)));",
+            (long long)(flat_out ? OH * OW * L : R * OWp * L));
     cg_line(b, 2, "float TT[%lld] __attribute__((aligned(64)));",
             (long long)(L * (OW < L ? OWp : L)));
     /* the padding is the same in every block: written once, and only it (the rows outside
@@ -3776,7 +3882,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     cg_line(b, 3, "for (int64_t j = %lld; j < %lld; j++) p[j] = %s;",
             (long long)((gm->PW + jhi) * L), (long long)(WP * L), fl);
     cg_line(b, 2, "}");
-    if (OW < L)
+    if (OW < L && !flat_out)
         cg_line(b, 2, "for (int64_t j = 0; j < %lld; j++) T[j] = 0.0f;", (long long)(R * OWp * L));
     if (par) cg_line(b, 2, "#pragma omp for schedule(static)");
     cg_line(b, 2, "for (int64_t task = 0; task < %lld; task++) {", (long long)(gm->N * CB * NB));
@@ -3826,30 +3932,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 4, "for (int64_t t = 0; t < %lld; t++) Wp[t * %d + k] = %s[%s * %lld + t];",
                 (long long)KK, L, wn, chan, (long long)KK);
     }
-    /* the plane: L columns of L channels per transpose, the last block of a row overlapping
-     * the one before it; rows narrower than L point by point */
-    cg_line(b, 3, "for (int64_t ih = %s; ih < %s; ih++) {", ih_lo, ih_hi);
-    cg_line(b, 4, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
-            (long long)WP, (long long)gm->PW, L);
-    if (jhi >= L) {
-        cg_line(b, 4, "for (int64_t j0 = 0;; j0 += %d) {", L);
-        cg_line(b, 5, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(jhi - L),
-                (long long)(jhi - L));
-        cg_line(b, 5, "tlm_vf r[%d];", L);
-        cg_line(b, 5, "for (int64_t k = 0; k < %d; k++)", L);
-        cg_line(b, 6, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + ih * %lld + j];", chan,
-                (long long)(H * Wd), (long long)Wd);
-        cg_line(b, 5, "tlm_tr(r);");
-        cg_line(b, 5, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&p[(j + k) * %d] = r[k];", L, L);
-        cg_line(b, 5, "if (j == %lld) break;", (long long)(jhi - L));
-        cg_line(b, 4, "}");
-    } else if (jhi > 0) {
-        cg_line(b, 4, "for (int64_t k = 0; k < %d; k++)", L);
-        cg_line(b, 5, "for (int64_t j = 0; j < %lld; j++)", (long long)jhi);
-        cg_line(b, 6, "p[j * %d + k] = xp[%s * %lld + ih * %lld + j];", L, chan,
-                (long long)(H * Wd), (long long)Wd);
-    }
-    cg_line(b, 3, "}");
+    emit_window_plane_pack(b, gm, L, chan, ih_lo, ih_hi, NB > 1, ihi, jhi, WP);
     /* the register tiles, a row of them at a time, then the row's epilogue */
     cg_line(b, 3, "for (int64_t ohb = %s; ohb < %s; ohb++) {", oh_lo, oh_hi);
     cg_line(b, 4, "const int64_t oh0 = ohb * %lld < %lld ? ohb * %lld : %lld;", (long long)R,
@@ -3889,10 +3972,25 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     if (wn) cg_line(b, 6, "wr += %lld;", (long long)(KW * L));
     cg_line(b, 5, "}");
     for (int64_t i = 0; i < R; i++)
-        for (int64_t u = 0; u < CO; u++)
-            cg_line(b, 5, "*(tlm_vf *)&T[(%lld + ow0) * %d] = a%lld_%lld;",
-                    (long long)(i * OWp + u), L, (long long)i, (long long)u);
+        for (int64_t u = 0; u < CO; u++) {
+            if (flat_out)
+                cg_line(b, 5, "*(tlm_vf *)&T[(oh0 * %lld + ow0 + %lld) * %d] = a%lld_%lld;",
+                        (long long)OW, (long long)(i * OW + u), L, (long long)i, (long long)u);
+            else
+                cg_line(b, 5, "*(tlm_vf *)&T[(%lld + ow0) * %d] = a%lld_%lld;",
+                        (long long)(i * OWp + u), L, (long long)i, (long long)u);
+        }
     cg_line(b, 4, "}");
+    cg_names nm = c->nm;
+    for (int i = 0; i < 4; i++)
+        nm.axis[i] = a->axis[i];
+    if (flat_out) {
+        cg_line(b, 3, "}");
+        emit_window_flat_epilogue(b, g, a, &nm, L, OH * OW, OW, ctail ? C : 0);
+        for (int i = 2; i >= 0; i--)
+            cg_line(b, i, "}"); /* task, thread, function */
+        return 0;
+    }
     /* each row back to (channel, ow) by L x L transposes, the last block of a row
      * overlapping the one before it, each channel's L columns of a block through the
      * epilogue as one vector (GCC's vector body and scalar tail per channel and row for the
@@ -3900,8 +3998,6 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
      * than L transposed whole, then through the epilogue */
     const bool whole = OW < L;
     const int64_t jlast = whole ? 0 : OW - L, tw = whole ? OWp : L;
-    cg_names nm = c->nm;
-    for (int i = 0; i < 4; i++) nm.axis[i] = a->axis[i];
     cg_line(b, 4, "for (int64_t i = 0; i < %lld; i++) {", (long long)R);
     cg_line(b, 5, "const int64_t %s = oh0 + i;", ax_oh);
     if (whole) {

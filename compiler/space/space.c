@@ -1157,7 +1157,15 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
  * 0.33, 5x5 and 3x3 at 28 0.74-0.78, 3x3 at 56 0.69, 5x5 stride 2 to 28 and 7 0.70 and 0.51,
  * 7x7 at 7, 14, 28 0.70, 0.53, 0.90; AVX2 code 5x5 at 7 1.0-1.17, 3x3 at 7 0.94, 5x5 at 14
  * 1.33, 3x3 at 14 1.43-1.50, 3x3 stride 2 to 14 1.42, 7x7 at 14 and 28 1.34 and 1.08, 5x5
- * and 3x3 at 28 0.95-0.97, 3x3 at 56 0.87 (earlier, on AVX2: a 5x5 max pool 0.65x). */
+ * and 3x3 at 28 0.95-0.97, 3x3 at 56 0.87 (earlier, on AVX2: a 5x5 max pool 0.65x).
+ * Output rows narrower than a vector go along channels on either ISA, and on AVX-512 the
+ * ones up to half a vector (7 wide) whatever the window, 14 wide from 49 taps, since the
+ * channel form packs and stores such planes by transposes in memory order rather than point
+ * by point or row by row (gen_window_channels): alternated on a Zen 4 (family 25 model 17, 2
+ * threads; channels / OW speedup), batch 1, AVX-512 code: 5x5 at 7 (1152 channels) 1.65, 3x3
+ * at 7 (960) 1.35-1.46, 7x7 at 7 (768) 1.78, 3x3 and 5x5 stride 2 to 7 1.25-1.49, 7x7 at 14
+ * (384) 1.16, but 5x5 at 14 0.97, 3x3 at 14 0.72-0.83; AVX2 code 3x3 at 7 1.46, 3x3
+ * stride 2 to 7 1.71-1.82 (both along OW before). */
 static int64_t window_default_vec(const space *sp, int64_t want, const int64_t *vals, int n)
 {
     for (int k = 0; k < n && want >= 1; k++) /* the caller's vector axis, when it is legal */
@@ -1166,8 +1174,9 @@ static int64_t window_default_vec(const space *sp, int64_t want, const int64_t *
     bool dw = sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D;
     int64_t taps = a->extent[4] * a->extent[5], OW = a->extent[3];
     int L = vec_lanes(sp);
-    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw && sp->tgt.cpu.vector_registers <= 16 &&
-              (taps >= 25 || (OW > L && OW <= 2 * L));
+    bool ch = vals[n - 1] == WINDOW_VEC_CHANNELS && dw &&
+              (OW < L ? sp->tgt.cpu.vector_registers <= 16 || 2 * OW <= L || taps >= 49
+                      : sp->tgt.cpu.vector_registers <= 16 && (taps >= 25 || OW <= 2 * L));
     /* ... but a window under 49 taps whose output rows are one register row of 3 or 4
      * vectors (4 x 2 tiles) stays along OW: 5x5 at 28 x 28 out, alternated on a Xeon (family
      * 6 model 207, 2 threads, AVX2 code, since the stride-2 pack's vector splits and the

@@ -4,7 +4,8 @@
  * Prints one JSON object: {"workload_hash", "target": canonical name, "target_hash",
  * "sketch", "slots": [{"name", "kind"[, "axis", "level"]}], "log10_size", "size_exact",
  * "default": printed schedule, "default_by_vector_axis": {axis: printed schedule, ...} (CPU_TILE
- * with a reduction: the rule of thumb with the vectors along each axis they may take),
+ * with a reduction: the rule of thumb with the vectors along each axis they may take;
+ * CPU_WINDOW: along "ow" and, where legal, along "channels"),
  * "samples": [printed schedule, ...]}.
  * Samples are drawn with space_sample from the RNG state cli_seed_state(S); the first one is
  * the schedule `tlm compile --schedule random:S` builds, so a sample seen here can be
@@ -120,6 +121,20 @@ static json_t *describe(const ir_workload *w, const target *t, const space *sp,
             if (vals[k] < 1) continue;
             space_default_vectorized(sp, vals[k], &s);
             json_object_set_new(by_axis, a->axis[a->n_spatial - vals[k]], sched_json(sp, &s));
+        }
+    }
+    /* CPU_WINDOW: the rule of thumb along OW ("ow") and, where legal, along blocks of
+     * channels ("channels") */
+    if (by_axis && sp->sketch == SKETCH_CPU_WINDOW && sp->n_slot > 0 &&
+        sp->slot[0].kind == SLOT_VECTORIZE) {
+        int64_t vals[SPACE_MAX_VALUES];
+        space_sched none;
+        memset(&none, 0, sizeof none);
+        int n = space_legal_values(sp, 0, &none, vals);
+        for (int k = 0; k < n; k++) {
+            if (vals[k] != 1 && vals[k] != WINDOW_VEC_CHANNELS) continue;
+            space_default_vectorized(sp, vals[k], &s);
+            json_object_set_new(by_axis, vals[k] == 1 ? "ow" : "channels", sched_json(sp, &s));
         }
     }
     json_t *out =

@@ -503,7 +503,26 @@ static const char *const window_wls[] = {
      * cores): tasks of bands of tile rows, each packing the input rows its windows read */
     "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":24,\"H\":15,\"W\":17,\"KH\":5,"
     "\"KW\":5},\"stride\":[2,2],\"pad\":[2,2],\"epilogue\":[\"bias_add\",\"relu\"]}",
+    /* along channels, rows narrower than the vector: the plane packed by transposes of
+     * points in memory order (a block spans rows, the last overlapping the one before it),
+     * the output kept whole and stored the same way, through a residual add (7 x 7, 20
+     * channels, two images); a stride-2 plane whose last column no window reads (8 columns, 7
+     * packed); a 3 x 3 plane (9 points: under 16 lanes point by point, under 8 by
+     * transposes); a max pool at 7 x 7, stride 2; 8 channels in one block on 2 cores: bands
+     * of rows, packed by transposes where a band has a vector's worth of points */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":20,\"H\":7,\"W\":7,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":9,\"W\":8,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"epilogue\":[\"bias_add\"]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":5,\"H\":3,\"W\":3,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\",\"silu\"]}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":16,\"H\":7,\"W\":7,\"KH\":3,"
+    "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":11,\"W\":5,\"KH\":3,"
+    "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
 };
+
+#define N_WINDOW_WLS (sizeof window_wls / sizeof window_wls[0])
 
 /* Window tiles whose input rows each feed fewer than four FMA chains (5x5 stride 2, one
  * vector column) alternate their sums between two accumulator sets; 7x7 stride 1 (seven
@@ -632,6 +651,57 @@ Test(codegen_cpu, window_channel_weights_transposed_by_blocks)
         cr_expect(source_has(&b, &s, cases[i].want), "case %zu: no '%s'", i, cases[i].want);
         built_free(&b);
     }
+}
+
+/* Along channels, a plane whose rows are narrower than the vector is packed by L x L
+ * transposes of L points in memory order, each point's vector stored at its row and column
+ * (7-wide rows on both ISAs, 14-wide on AVX-512), and, kept whole, goes back to NCHW the same
+ * way, L points of a channel through the epilogue at once; rows of a vector or more (14 on
+ * AVX2) keep their row-by-row transposes. Bands of rows (8 channels on 2 cores) pack their
+ * points by transposes where the band holds a vector's worth. Source only: the kernels are
+ * checked in window_sketch_odd_widths_strides_* */
+Test(codegen_cpu, window_channel_narrow_rows_transposed_in_memory_order)
+{
+    static const struct {
+        const char *tg;
+        int hw, c;
+        bool flat;
+        const char *pack, *out;
+    } cases[] = {
+        {"cpu:avx512", 7, 384, true, "r[k] = *(const tlm_vfu *)&xp[(cb * 16 + k) * 49 + q];",
+         "for (int64_t qq = q; qq < q + 16; qq++) {"},
+        {"cpu:avx2", 7, 384, true, "r[k] = *(const tlm_vfu *)&xp[(cb * 8 + k) * 49 + q];",
+         "for (int64_t qq = q; qq < q + 8; qq++) {"},
+        {"cpu:avx512", 14, 384, true, "r[k] = *(const tlm_vfu *)&xp[(cb * 16 + k) * 196 + q];",
+         "for (int64_t qq = q; qq < q + 16; qq++) {"},
+        {"cpu:avx2", 14, 384, false, "r[k] = *(const tlm_vfu *)&xp[(cb * 8 + k) * 196 + q];",
+         "qq < q + 8"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[200];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":%d,\"H\":%d,"
+                 "\"W\":%d,\"KH\":3,\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
+                 cases[i].c, cases[i].hw, cases[i].hw);
+        built b = build(wl, cases[i].tg);
+        space_sched s;
+        space_default_vectorized(b.sp, WINDOW_VEC_CHANNELS, &s);
+        cr_assert_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), WINDOW_VEC_CHANNELS, "case %zu", i);
+        cr_expect_eq(source_has(&b, &s, cases[i].pack), cases[i].flat, "case %zu: pack", i);
+        cr_expect_eq(source_has(&b, &s, cases[i].out), cases[i].flat, "case %zu: epilogue", i);
+        built_free(&b);
+    }
+    built b = build(window_wls[N_WINDOW_WLS - 1], "cpu:avx512");
+    b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
+    space_sched s;
+    tlm_error err;
+    tlm_err_clear(&err);
+    cr_assert_eq(space_parse(b.sp, "vectorize=2 tile.ow.3=5 tile.oh.3=1 parallel=1", &s, &err), 0,
+                 "%s", err.msg);
+    cr_expect(source_has(&b, &s, "if (q_hi - q_lo >= 16) {"), "bands: no transposed pack");
+    cr_expect(source_has(&b, &s, "for (int64_t ih = ih_lo; ih < ih_hi; ih++) {"),
+              "bands: no point-by-point fallback");
+    built_free(&b);
 }
 
 /* A stride-2 plane pack splits each pair of loaded vectors into the two phases: one
@@ -829,7 +899,6 @@ Test(codegen_cpu, whole_output_rows_of_five_to_seven_vectors)
 /* The window workloads in two halves a target, so that each test stays well within the
  * suite's timeout on a loaded 2-core host (the AVX2 set took 206 s in one test alone, and
  * timed out at 240 s beside a training run). */
-#define N_WINDOW_WLS (sizeof window_wls / sizeof window_wls[0])
 
 Test(codegen_cpu, window_sketch_odd_widths_strides_avx512)
 {

@@ -1178,12 +1178,14 @@ Test(space, strided_pools_over_wide_rows_take_one_row)
 }
 
 /* A depthwise conv on a 16-register target (AVX2) of 25 taps or more, or whose output rows
- * take between one and two vectors, puts its vectors along blocks of channels: one row of as
- * many columns as the registers allow and recompute least (7x7 at 14 and 56: 14 columns; 3x3
- * at 14: 14). 3x3 windows of other widths, pools, and every window on AVX-512 (a 7x7 at 7 and
- * 28, a 5x5 at 7: 16 columns x 7 rows) stay along OW, where the rule along OW still gives the
- * AVX2 7x7 its 2 vectors x 5 rows (14 wide) and 4 x 2 (56); so does an AVX2 5x5 whose output
- * rows are 3 or 4 vectors (28: 4 x 2; 14 goes along channels). */
+ * take less than two vectors, puts its vectors along blocks of channels: one row of as many
+ * columns as the registers allow and recompute least (7x7 at 14 and 56: 14 columns; 3x3 at
+ * 14: 14; 3x3 at 7: 7). On AVX-512 output rows of at most half a vector go along channels
+ * whatever the window (7x7 and 5x5 at 7: 7 columns), 14-wide ones from 49 taps (7x7 at 14).
+ * 3x3 windows of other widths, pools, and the other AVX-512 windows (a 7x7 at 28, a 5x5 at
+ * 28: 16 columns x 7 rows) stay along OW, where the rule along OW still gives the AVX2 7x7
+ * its 2 vectors x 5 rows (14 wide) and 4 x 2 (56); so does an AVX2 5x5 whose output rows are
+ * 3 or 4 vectors (28: 4 x 2; 14 goes along channels). */
 Test(space, wide_depthwise_windows_put_vectors_along_channels)
 {
 #define DW(h, c, k, p)                                                                         \
@@ -1198,10 +1200,11 @@ Test(space, wide_depthwise_windows_put_vectors_along_channels)
         {DW(28, 120, 5, 2), "cpu:avx2", 1, 32, 2, 32, 2},
         {DW(14, 480, 5, 2), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 16, 5},
         {DW(14, 480, 3, 1), "cpu:avx2", WINDOW_VEC_CHANNELS, 14, 1, 16, 5},
-        {DW(7, 960, 3, 1), "cpu:avx2", 1, 8, 7, 8, 7},
-        {DW(7, 768, 7, 3), "cpu:avx512", 1, 16, 7, 16, 7},
-        {DW(7, 1152, 5, 2), "cpu:avx512", 1, 16, 7, 16, 7},
-        {DW(14, 384, 7, 3), "cpu:avx512", 1, 16, 7, 16, 7},
+        {DW(7, 960, 3, 1), "cpu:avx2", WINDOW_VEC_CHANNELS, 7, 1, 8, 7},
+        {DW(7, 768, 7, 3), "cpu:avx512", WINDOW_VEC_CHANNELS, 7, 1, 16, 7},
+        {DW(7, 1152, 5, 2), "cpu:avx512", WINDOW_VEC_CHANNELS, 7, 1, 16, 7},
+        {DW(14, 384, 7, 3), "cpu:avx512", WINDOW_VEC_CHANNELS, 14, 1, 16, 7},
+        {DW(14, 672, 5, 2), "cpu:avx512", 1, 16, 7, 16, 7},
         {DW(28, 192, 7, 3), "cpu:avx512", 1, 16, 7, 16, 7},
         {DW(28, 192, 5, 2), "cpu:avx512", 1, 16, 7, 16, 7},
         {DW(56, 96, 7, 3), "cpu:avx512", 1, 16, 8, 16, 8},
