@@ -3757,6 +3757,90 @@ static void emit_window_flat_epilogue(cg_buf *b, const ir_subgraph *g, const ir_
     cg_line(b, 3, "}");
 }
 
+/* gen_window_channels' weights of block cb from (channel, tap) to (tap, channel) into dst:
+ * L taps of the L channels per transpose, the last block overlapping the one before it (a
+ * 7x7's 49 x 8 copies one by one took 5 % of ConvNeXt-T's 384-channel depthwise at 14 x 14
+ * on AVX2; transposed, 1.04x, alternated in one process on a Xeon); fewer taps than lanes one
+ * by one. chan: channel k of the block. */
+static void emit_window_weight_pack(cg_buf *b, int ind, const char *wn, const char *chan,
+                                    int64_t KK, int L, const char *dst)
+{
+    if (KK >= L) {
+        cg_line(b, ind, "for (int64_t t0 = 0;; t0 += %d) {", L);
+        cg_line(b, ind + 1, "const int64_t t = t0 < %lld ? t0 : %lld;", (long long)(KK - L),
+                (long long)(KK - L));
+        cg_line(b, ind + 1, "tlm_vf r[%d];", L);
+        cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, ind + 2, "r[k] = *(const tlm_vfu *)&%s[%s * %lld + t];", wn, chan,
+                (long long)KK);
+        cg_line(b, ind + 1, "tlm_tr(r);");
+        cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&%s[(t + k) * %d] = r[k];",
+                L, dst, L);
+        cg_line(b, ind + 1, "if (t == %lld) break;", (long long)(KK - L));
+        cg_line(b, ind, "}");
+    } else {
+        cg_line(b, ind, "for (int64_t k = 0; k < %d; k++)", L);
+        cg_line(b, ind + 1,
+                "for (int64_t t = 0; t < %lld; t++) %s[t * %d + k] = %s[%s * %lld + t];",
+                (long long)KK, dst, L, wn, chan, (long long)KK);
+    }
+}
+
+/* gen_window_channels' prepack entries (kernel ABI in codegen.h): the depthwise weights,
+ * every block's taps x lanes as the kernel packs them per task, packed once by a caller that
+ * knows them constant (a plan's params). */
+static void emit_window_prepack_entries(cgc *c, const char *entry, const win_geom *gm, int L,
+                                        int64_t KK, bool ctail)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const int wt = c->a->expr[gm->lw].tensor;
+    const char *wn = c->nm.tensor[wt];
+    const int64_t CB = (gm->C + L - 1) / L;
+    int in[IR_MAX_TENSORS];
+    int n = ir_subgraph_inputs(g, in), warg = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i] == wt) warg = i;
+    char chan[96];
+    if (ctail)
+        snprintf(chan, sizeof chan, "tlm_imin(cb * %d + k, %lld)", L, (long long)(gm->C - 1));
+    else
+        snprintf(chan, sizeof chan, "(cb * %d + k)", L);
+    cg_printf(b, "\nvoid %s(", entry);
+    cg_emit_params(b, g, &c->nm, false);
+    cg_printf(b, ")\n{\n    %s_run(", entry);
+    for (int i = 0; i < n; i++)
+        cg_printf(b, "%s, ", c->nm.tensor[in[i]]);
+    cg_printf(b, "%s, (const float *const *)0);\n}\n\n", c->nm.tensor[g->output]);
+    cg_line(b, 0, "int %s_prepacks(int k, int *arg, long long *floats)", entry);
+    cg_line(b, 0, "{");
+    cg_line(b, 1, "if (k == 0) *arg = %d, *floats = %lldLL;", warg, (long long)(CB * KK * L));
+    cg_line(b, 1, "return 1;");
+    cg_line(b, 0, "}");
+    cg_printf(b, "\nstatic void %s_prepack_run(int k, ", entry);
+    cg_emit_params(b, g, &c->nm, false);
+    cg_printf(b, ", float *const dst)\n{\n");
+    for (int i = 0; i < n; i++)
+        cg_line(b, 1, "(void)%s;", c->nm.tensor[in[i]]);
+    cg_line(b, 1, "(void)%s;", c->nm.tensor[g->output]);
+    cg_line(b, 1, "if (k != 0) return;");
+    if (space_get(c->sp, c->s, SLOT_PARALLEL, 0) != 0)
+        cg_line(b, 1, "#pragma omp parallel for schedule(static)");
+    cg_line(b, 1, "for (int64_t cb = 0; cb < %lld; cb++) {", (long long)CB);
+    cg_line(b, 2, "float *const Wp = dst + cb * %lld;", (long long)(KK * L));
+    emit_window_weight_pack(b, 2, wn, chan, KK, L, "Wp");
+    cg_line(b, 1, "}");
+    cg_line(b, 0, "}");
+    cg_printf(b, "\nvoid %s_prepack(int k, void *const *args, float *dst)\n{\n", entry);
+    cg_printf(b, "    %s_prepack_run(k, ", entry);
+    emit_args_from_array(b, g);
+    cg_printf(b, ", dst);\n}\n");
+    cg_printf(b, "\nvoid %s_prepacked(void *const *args, const float *const *pre)\n{\n", entry);
+    cg_printf(b, "    %s_run(", entry);
+    emit_args_from_array(b, g);
+    cg_printf(b, ", pre);\n}\n");
+}
+
 /* CPU_WINDOW with its vectors along blocks of L channels (WINDOW_VEC_CHANNELS, space.h). Per
  * task (n, block of L channels):
  *   P[r][j][l] = the padded input of channel cb * L + l at row r, column j
@@ -3856,10 +3940,19 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 1, "}");
     }
     cg_line(b, 0, "}");
-    params_and_packed(c, entry, 0);
+    if (gm->lw >=
+        0) { /* the body, with the caller's prepacked weights (emit_window_prepack_entries) */
+        cg_printf(b, "static void %s_run(", entry);
+        cg_emit_params(b, c->g, &c->nm, false);
+        cg_printf(b, ", const float *const *const tlm_pre)\n");
+    } else {
+        params_and_packed(c, entry, 0);
+    }
     cg_line(b, 0, "{");
+    /* the tensors' names, given by the parameter list */
     const char *xn = c->nm.tensor[gm->X->tensor];
     const char *wn = gm->lw >= 0 ? c->nm.tensor[a->expr[gm->lw].tensor] : NULL;
+    if (wn) cg_line(b, 1, "const float *const tlm_pre0 = tlm_pre ? tlm_pre[0] : (const float *)0;");
     const char *ax_n = a->axis[0], *ax_c = a->axis[1], *ax_oh = a->axis[2], *ax_ow = a->axis[3];
     /* per thread (the space bounds them: window_channels_ok): the packed plane, the block's
      * weights, the tiles' rows (ow, channel) and one row transposed (channel, ow) */
@@ -3910,27 +4003,14 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     else
         snprintf(chan, sizeof chan, "(cb * %d + k)", L);
     cg_line(b, 3, "const float *const xp = %s + %s * %lld;", xn, ax_n, (long long)(C * H * Wd));
-    /* the block's weights from (channel, tap) to (tap, channel): L taps of the L channels per
-     * transpose, the last block overlapping the one before it (a 7x7's 49 x 8 copies one by one
-     * took 5 % of ConvNeXt-T's 384-channel depthwise at 14 x 14 on AVX2; transposed, 1.04x,
-     * alternated in one process on a Xeon); fewer taps than lanes one by one */
     const int64_t KK = KH * KW;
-    if (wn && KK >= L) {
-        cg_line(b, 3, "for (int64_t t0 = 0;; t0 += %d) {", L);
-        cg_line(b, 4, "const int64_t t = t0 < %lld ? t0 : %lld;", (long long)(KK - L),
-                (long long)(KK - L));
-        cg_line(b, 4, "tlm_vf r[%d];", L);
-        cg_line(b, 4, "for (int64_t k = 0; k < %d; k++)", L);
-        cg_line(b, 5, "r[k] = *(const tlm_vfu *)&%s[%s * %lld + t];", wn, chan, (long long)KK);
-        cg_line(b, 4, "tlm_tr(r);");
-        cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&Wp[(t + k) * %d] = r[k];", L,
-                L);
-        cg_line(b, 4, "if (t == %lld) break;", (long long)(KK - L));
+    if (wn) {
+        /* the block's weights (tap, channel): the caller's prepacked copy, else packed here */
+        cg_line(b, 3, "const float *const wb = tlm_pre0 ? tlm_pre0 + cb * %lld : Wp;",
+                (long long)(KK * L));
+        cg_line(b, 3, "if (!tlm_pre0) {");
+        emit_window_weight_pack(b, 4, wn, chan, KK, L, "Wp");
         cg_line(b, 3, "}");
-    } else if (wn) {
-        cg_line(b, 3, "for (int64_t k = 0; k < %d; k++)", L);
-        cg_line(b, 4, "for (int64_t t = 0; t < %lld; t++) Wp[t * %d + k] = %s[%s * %lld + t];",
-                (long long)KK, L, wn, chan, (long long)KK);
     }
     emit_window_plane_pack(b, gm, L, chan, ih_lo, ih_hi, NB > 1, ihi, jhi, WP);
     /* the register tiles, a row of them at a time, then the row's epilogue */
@@ -3946,7 +4026,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         for (int64_t u = 0; u < CO; u++)
             cg_line(b, 5, "tlm_vf a%lld_%lld = (tlm_vf){} + %s;", (long long)i, (long long)u,
                     gm->maxr ? "-INFINITY" : "0.0f");
-    if (wn) cg_line(b, 5, "const float *wr = Wp;");
+    if (wn) cg_line(b, 5, "const float *wr = wb;");
     /* the window's rows in a loop, its columns in straight code: each tap's weight vector
      * feeds the tile's FMAs, each FMA loading its input vector */
     cg_line(b, 5, "#pragma GCC unroll 1");
@@ -3989,6 +4069,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         emit_window_flat_epilogue(b, g, a, &nm, L, OH * OW, OW, ctail ? C : 0);
         for (int i = 2; i >= 0; i--)
             cg_line(b, i, "}"); /* task, thread, function */
+        if (wn) emit_window_prepack_entries(c, entry, gm, L, KK, ctail);
         return 0;
     }
     /* each row back to (channel, ow) by L x L transposes, the last block of a row
@@ -4036,6 +4117,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 5, "}");
     }
     for (int i = 4; i >= 0; i--) cg_line(b, i, "}"); /* rows, tiles, task, thread, function */
+    if (wn) emit_window_prepack_entries(c, entry, gm, L, KK, ctail);
     return 0;
 }
 

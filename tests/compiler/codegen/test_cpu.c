@@ -3419,13 +3419,16 @@ Test(codegen_cpu, in_place_kernels_checked_by_the_harness)
 /* A kernel whose packed operands are inputs exports prepack entries (codegen.h); the
  * harness (opts.check_prepacked, on in check_kernel for every schedule above) catches a
  * prepacked entry that still reads the operand it was handed packed: the operand's copy is
- * NaN by then. Both ISAs, a GEMM's B kept across tasks and a conv's weights packed once. */
+ * NaN by then. Both ISAs, a GEMM's B kept across tasks, a conv's weights packed once, and a
+ * depthwise conv's along channels (20 channels: a short last block). */
 Test(codegen_cpu, prepacked_entries_checked_by_the_harness)
 {
     static const char *const wls[] = {
         "{\"op\":\"dense\",\"shape\":{\"M\":32,\"N\":256,\"K\":256}}",
         "{\"op\":\"conv2d\",\"shape\":{\"N\":1,\"C\":64,\"H\":8,\"W\":8,\"F\":64,\"KH\":3,"
         "\"KW\":3},\"pad\":[1,1]}",
+        "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":20,\"H\":7,\"W\":7,\"KH\":5,"
+        "\"KW\":5},\"pad\":[2,2],\"epilogue\":[\"bias_add\"]}",
     };
     static const char *const tgs[] = {"cpu", "cpu:avx2"};
     for (size_t w = 0; w < sizeof wls / sizeof wls[0]; w++)
