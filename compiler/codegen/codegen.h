@@ -92,7 +92,7 @@
  * a GEMM packing a B larger than the last-level cache per call requests the next chunk's
  * source rows into L2 over this chunk's tiles (LLaMA-2's q_proj at 77 tokens on AVX2 1.3x): a
  * cached kernel would wait on DRAM at each chunk's pack). */
-#define CG_VERSION 22
+#define CG_VERSION 23
 
 typedef struct cg_kernel {
     char *source;             /* malloc'ed, NUL-terminated */

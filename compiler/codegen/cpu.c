@@ -4121,6 +4121,46 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     return 0;
 }
 
+/* A 1 x 1 window of stride 1 without padding along OW (a squeeze-and-excitation scale,
+ * x * gate[c], as the frontend writes it: a 1 x 1 depthwise conv): each plane is one row of
+ * H x W points in memory order, through the weight and the epilogue as one vectorised loop,
+ * with nothing to pack and no tiles (the tile slots change nothing here). Through the plane
+ * pack and register tiles, EfficientNet-B0's 32 x 112 x 112 scale took 0.052 ms in its plan
+ * against ONNX Runtime's 0.029 (Zen 4). planes: N x C; hw: the points of a plane. */
+static int gen_window_pointwise(cgc *c, const char *entry, const ir_expr *X, int lw, int64_t planes,
+                                int64_t hw, int64_t C, int64_t OW)
+{
+    cg_buf *b = &c->b;
+    const ir_subgraph *g = c->g;
+    const ir_stage *a = c->a;
+    params_and_packed(c, entry, 0);
+    cg_line(b, 0, "{");
+    const char *xn = c->nm.tensor[X->tensor];
+    const char *wn = lw >= 0 ? c->nm.tensor[a->expr[lw].tensor] : NULL;
+    if (space_get(c->sp, c->s, SLOT_PARALLEL, 0) != 0)
+        cg_line(b, 1, "#pragma omp parallel for schedule(static)");
+    cg_line(b, 1, "for (int64_t task = 0; task < %lld; task++) {", (long long)planes);
+    cg_line(b, 2, "const int64_t %s = task / %lld, %s = task %% %lld;", a->axis[0], (long long)C,
+            a->axis[1], (long long)C);
+    cg_line(b, 2, "const float *const xp = %s + task * %lld;", xn, (long long)hw);
+    if (wn) cg_line(b, 2, "const float wc = %s[%s];", wn, a->axis[1]);
+    cg_line(b, 2, "#pragma omp simd");
+    cg_line(b, 2, "for (int64_t q = 0; q < %lld; q++) {", (long long)hw);
+    cg_line(b, 3, "const int64_t %s = q / %lld, %s = q - %s * %lld;", a->axis[2], (long long)OW,
+            a->axis[3], a->axis[2], (long long)OW);
+    cg_printf(b, "            float v = xp[q]%s", wn ? " * wc" : "");
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    cg_names nm = c->nm;
+    for (int i = 0; i < 4; i++)
+        nm.axis[i] = a->axis[i];
+    emit_epilogue_store(b, g, 3, &nm, NULL);
+    cg_line(b, 2, "}");
+    cg_line(b, 1, "}");
+    cg_line(b, 0, "}");
+    return 0;
+}
+
 /* Depthwise conv / max pool / avg pool in NCHW (space.h CPU_WINDOW). Per (n, c) plane:
  *   Q[r][ph][j] = the zero (-inf) padded input row r at column j * SW + ph
  * so tap (kh, kw) of output (oh, ow) is Q[oh * SH + kh * DH][(kw * DW) % SW][ow + kw * DW / SW],
@@ -4157,6 +4197,9 @@ static int gen_window(cgc *c, const char *entry)
         return gen_window_channels(c, entry, &gm);
     }
     int W = space_window_lanes(sp, c->s, sp->n_slot);
+    if (W > 1 && KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0 && OH == H &&
+        OW == Wd)
+        return gen_window_pointwise(c, entry, X, lw, N * C, H * Wd, C, OW);
     int64_t CO = space_tile(sp, c->s, 3, 3), R = space_tile(sp, c->s, 2, 3);
     int64_t NV = CO / W, OHB = (OH + R - 1) / R, OWB = (OW + CO - 1) / CO;
     int64_t OHc = OHB * R, OWc = OWB * CO;

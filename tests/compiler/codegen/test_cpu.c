@@ -520,6 +520,12 @@ static const char *const window_wls[] = {
     "\"KW\":3},\"stride\":[2,2],\"pad\":[1,1]}",
     "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":8,\"H\":11,\"W\":5,\"KH\":3,"
     "\"KW\":3},\"pad\":[1,1],\"epilogue\":[\"bias_add\"]}",
+    /* 1 x 1 windows of stride 1 without padding (a squeeze-and-excitation scale): each plane
+     * one loop over its points, a residual add read along the plane; a 1 x 1 max pool */
+    "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":2,\"C\":3,\"H\":5,\"W\":7,\"KH\":1,"
+    "\"KW\":1},\"epilogue\":[\"bias_add\",\"add\",\"relu\"]}",
+    "{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":3,\"H\":3,\"W\":17,\"KH\":1,"
+    "\"KW\":1}}",
 };
 
 #define N_WINDOW_WLS (sizeof window_wls / sizeof window_wls[0])
@@ -691,7 +697,8 @@ Test(codegen_cpu, window_channel_narrow_rows_transposed_in_memory_order)
         cr_expect_eq(source_has(&b, &s, cases[i].out), cases[i].flat, "case %zu: epilogue", i);
         built_free(&b);
     }
-    built b = build(window_wls[N_WINDOW_WLS - 1], "cpu:avx512");
+    built b = build(window_wls[N_WINDOW_WLS - 3], "cpu:avx512"); /* 8 channels, 11 x 5 */
+    cr_assert(strstr(window_wls[N_WINDOW_WLS - 3], "\"C\":8,\"H\":11") != NULL);
     b.t.cpu.cores = b.sp->tgt.cpu.cores = 2;
     space_sched s;
     tlm_error err;
@@ -702,6 +709,39 @@ Test(codegen_cpu, window_channel_narrow_rows_transposed_in_memory_order)
     cr_expect(source_has(&b, &s, "for (int64_t ih = ih_lo; ih < ih_hi; ih++) {"),
               "bands: no point-by-point fallback");
     built_free(&b);
+}
+
+/* A 1 x 1 window of stride 1 without padding (EfficientNet's squeeze-and-excitation scale, a
+ * 1 x 1 depthwise conv) runs along OW on both ISAs as one loop over each plane's points: no
+ * plane pack, no register tiles; a padded 1 x 1 keeps them. Source only: the kernels are
+ * checked in window_sketch_odd_widths_strides_* */
+Test(codegen_cpu, window_pointwise_planes_in_one_loop)
+{
+    static const struct {
+        const char *tg;
+        int c, hw, pad;
+        bool flat;
+    } cases[] = {
+        {"cpu:avx512", 32, 112, 0, true},  {"cpu:avx2", 672, 14, 0, true},
+        {"cpu:avx512", 1152, 7, 0, true},  {"cpu:avx2", 1152, 7, 0, true},
+        {"cpu:avx512", 32, 112, 1, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[220], loop[80];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":%d,\"H\":%d,"
+                 "\"W\":%d,\"KH\":1,\"KW\":1},\"pad\":[%d,%d]}",
+                 cases[i].c, cases[i].hw, cases[i].hw, cases[i].pad, cases[i].pad);
+        snprintf(loop, sizeof loop, "for (int64_t q = 0; q < %d; q++) {",
+                 (cases[i].hw + 2 * cases[i].pad) * (cases[i].hw + 2 * cases[i].pad));
+        built b = build(wl, cases[i].tg);
+        space_sched s;
+        space_default(b.sp, &s);
+        cr_expect_eq(space_get(b.sp, &s, SLOT_VECTORIZE, -1), 1, "case %zu", i);
+        cr_expect_eq(source_has(&b, &s, loop), cases[i].flat, "case %zu: '%s'", i, loop);
+        cr_expect_eq(source_has(&b, &s, "float Qb["), !cases[i].flat, "case %zu: plane pack", i);
+        built_free(&b);
+    }
 }
 
 /* A stride-2 plane pack splits each pair of loaded vectors into the two phases: one

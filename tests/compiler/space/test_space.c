@@ -1120,8 +1120,9 @@ Test(space, no_reduction_tasks_are_long_runs)
     }
 }
 
-/* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 7x7
- * depthwise plane takes 7 rows under one AVX-512 vector (no padded row) and 5 under two AVX2
+/* CPU_WINDOW's rows: enough for the accumulators to cover the FMA latency. A 14-wide 5x5
+ * depthwise plane takes 7 rows under one AVX-512 vector (no padded row; a 7x7 there goes along
+ * channels) and a 7x7 5 under two AVX2
  * vectors (2 rows padded none but left 4 accumulators). A 56-wide plane: on AVX-512 the
  * narrowest columns that pad least (one vector) and so 8 rows, where its input vectors are
  * loaded least often; on AVX2 four vectors (8 padded columns) and 2 rows, where each weight
@@ -1133,14 +1134,28 @@ Test(space, window_rows_cover_the_fma_latency)
 #define DW(h, c) "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":" #c ",\"H\":" #h \
                  ",\"W\":" #h ",\"KH\":7,\"KW\":7},\"pad\":[3,3]}"
     static const default_tiles cases[] = {
-        {DW(14, 384), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 7}},
+        {"{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":672,\"H\":14,\"W\":14,"
+         "\"KH\":5,\"KW\":5},\"pad\":[2,2]}",
+         "cpu:avx512",
+         SKETCH_CPU_WINDOW,
+         {3, 2},
+         {3, 3},
+         {16, 7}},
         {DW(56, 96), "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {16, 8}},
         {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
          "\"KW\":7},\"stride\":[1,1],\"pad\":[3,3]}",
-         "cpu:avx512", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {64, 4}},
+         "cpu:avx512",
+         SKETCH_CPU_WINDOW,
+         {3, 2},
+         {3, 3},
+         {64, 4}},
         {"{\"op\":\"max_pool2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":56,\"W\":56,\"KH\":7,"
          "\"KW\":7},\"stride\":[1,1],\"pad\":[3,3]}",
-         "cpu:avx2", SKETCH_CPU_WINDOW, {3, 2}, {3, 3}, {8, 8}},
+         "cpu:avx2",
+         SKETCH_CPU_WINDOW,
+         {3, 2},
+         {3, 3},
+         {8, 8}},
     };
 #undef DW
     expect_default_tiles(cases, sizeof cases / sizeof cases[0]);
@@ -1246,7 +1261,8 @@ static built build_on_host(const char *wl, const char *tg, const char *vendor, i
 /* The narrow depthwise columns were fitted on Zen 4, whose 64-byte loads run at half rate; a
  * host whose loads run at full rate (AMD from Zen 5, family 0x1a) weighs padding against width
  * instead: 7x7 at 56 x 56 takes 4 vectors x 4 rows (1.31x over 1 x 8 on Zen 5), a 14-wide plane
- * keeps its one vector and 7 rows. Named targets (no host identity) and Zen 4 stay narrow. */
+ * keeps its one vector and 7 rows (the rule along OW; its default goes along channels). Named
+ * targets (no host identity) and Zen 4 stay narrow. */
 Test(space, depthwise_columns_follow_the_hosts_load_width)
 {
     static const struct {
@@ -1265,7 +1281,7 @@ Test(space, depthwise_columns_follow_the_hosts_load_width)
                  (long long)cases[i].h, (long long)cases[i].h);
         built b = build_on_host(wl, "cpu:avx512", cases[i].vendor, cases[i].family);
         space_sched d;
-        space_default(b.sp, &d);
+        space_default_vectorized(b.sp, 1, &d); /* along OW (a 7x7 at 14 defaults to channels) */
         cr_expect_eq(space_tile(b.sp, &d, 3, 3), cases[i].cols, "case %zu: columns %lld", i,
                      (long long)space_tile(b.sp, &d, 3, 3));
         cr_expect_eq(space_tile(b.sp, &d, 2, 3), cases[i].rows, "case %zu: rows %lld", i,
