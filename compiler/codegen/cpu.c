@@ -3655,6 +3655,29 @@ static int64_t window_band_tiles(const win_geom *gm, int64_t cores, int64_t CB, 
     return best;
 }
 
+/* The anchor's axes as a window kernel's epilogue names them (n, c, oh, ow) */
+static cg_names window_names(const cgc *c)
+{
+    cg_names nm = c->nm;
+    for (int i = 0; i < 4; i++)
+        nm.axis[i] = c->a->axis[i];
+    return nm;
+}
+
+/* Point qv of an output plane in memory order through the epilogue, at indent ind: its row and
+ * column from qv (a plane of OW columns), v = value times the anchor's post scale, stored. */
+static void emit_plane_point(cgc *c, int ind, const char *qv, int64_t OW, const char *value)
+{
+    const ir_stage *a = c->a;
+    cg_line(&c->b, ind, "const int64_t %s = %s / %lld, %s = %s - %s * %lld;", a->axis[2], qv,
+            (long long)OW, a->axis[3], qv, a->axis[2], (long long)OW);
+    cg_printf(&c->b, "%*sfloat v = %s", ind * 4, "", value);
+    if (a->post_scale != 1.0) cg_printf(&c->b, " * (float)%.17g", a->post_scale);
+    cg_printf(&c->b, ";\n");
+    cg_names nm = window_names(c);
+    emit_epilogue_store(&c->b, c->g, ind, &nm, NULL);
+}
+
 /* gen_window_channels' pack of the plane into P[r][j][l] (channel l of the block at padded
  * row r, column j), rows ih_lo..ih_hi of the input: L columns of L channels per transpose,
  * the last block of a row overlapping the one before it. Rows narrower than L take L points
@@ -3729,9 +3752,9 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
  * vector, a half and two scalars per channel and row: 14 % of ConvNeXt-T's 7x7 depthwise at
  * 14 x 14 along 16 channels, Zen 4). C: the channels, where the last block runs past them
  * (else 0). */
-static void emit_window_flat_epilogue(cg_buf *b, const ir_subgraph *g, const ir_stage *a,
-                                      cg_names *nm, int L, int64_t PQ, int64_t OW, int64_t C)
+static void emit_window_flat_epilogue(cgc *c, int L, int64_t PQ, int64_t OW, int64_t C)
 {
+    cg_buf *b = &c->b;
     const long long last = (long long)(PQ - L);
     cg_line(b, 3, "for (int64_t q0 = 0;; q0 += %d) {", L);
     cg_line(b, 4, "const int64_t q = q0 < %lld ? q0 : %lld;", last, last);
@@ -3742,15 +3765,12 @@ static void emit_window_flat_epilogue(cg_buf *b, const ir_subgraph *g, const ir_
     cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %d] = r[k];", L, L);
     cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) {", L);
     if (C) cg_line(b, 5, "if (cb * %d + k >= %lld) break;", L, (long long)C);
-    cg_line(b, 5, "const int64_t %s = cb * %d + k;", a->axis[1], L);
+    cg_line(b, 5, "const int64_t %s = cb * %d + k;", c->a->axis[1], L);
     cg_line(b, 5, "#pragma omp simd");
     cg_line(b, 5, "for (int64_t qq = q; qq < q + %d; qq++) {", L);
-    cg_line(b, 6, "const int64_t %s = qq / %lld, %s = qq - %s * %lld;", a->axis[2], (long long)OW,
-            a->axis[3], a->axis[2], (long long)OW);
-    cg_printf(b, "%*sfloat v = TT[k * %d + qq - q]", 6 * 4, "", L);
-    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-    cg_printf(b, ";\n");
-    emit_epilogue_store(b, g, 6, nm, NULL);
+    char val[48];
+    snprintf(val, sizeof val, "TT[k * %d + qq - q]", L);
+    emit_plane_point(c, 6, "qq", OW, val);
     cg_line(b, 5, "}");
     cg_line(b, 4, "}");
     cg_line(b, 4, "if (q == %lld) break;", last);
@@ -3877,7 +3897,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     const int64_t NB = (OHB + TB - 1) / TB;
     /* a whole plane of rows narrower than L, small enough to keep: its tiles' vectors kept
      * for one epilogue over the plane in memory order (emit_window_flat_epilogue) */
-    const bool flat_out = OW < L && NB == 1 && OH * OW >= L && OH * OW * L <= 4096;
+    const bool flat_out = OW < L && NB == 1 && OH * OW >= L && OH * OW * L <= 4096; /* 16 KiB */
     /* a task's input rows to pack and tile rows to compute: its band's (variables set at the
      * task's start), or the whole plane */
     char ih_lo[24] = "ih_lo", ih_hi[24] = "ih_hi", oh_lo[24] = "lo", oh_hi[24] = "hi";
@@ -3940,8 +3960,8 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 1, "}");
     }
     cg_line(b, 0, "}");
-    if (gm->lw >=
-        0) { /* the body, with the caller's prepacked weights (emit_window_prepack_entries) */
+    /* with weights, the body takes the caller's prepacked copy (emit_window_prepack_entries) */
+    if (gm->lw >= 0) {
         cg_printf(b, "static void %s_run(", entry);
         cg_emit_params(b, c->g, &c->nm, false);
         cg_printf(b, ", const float *const *const tlm_pre)\n");
@@ -4061,12 +4081,10 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
                         (long long)(i * OWp + u), L, (long long)i, (long long)u);
         }
     cg_line(b, 4, "}");
-    cg_names nm = c->nm;
-    for (int i = 0; i < 4; i++)
-        nm.axis[i] = a->axis[i];
+    cg_names nm = window_names(c);
     if (flat_out) {
         cg_line(b, 3, "}");
-        emit_window_flat_epilogue(b, g, a, &nm, L, OH * OW, OW, ctail ? C : 0);
+        emit_window_flat_epilogue(c, L, OH * OW, OW, ctail ? C : 0);
         for (int i = 2; i >= 0; i--)
             cg_line(b, i, "}"); /* task, thread, function */
         if (wn) emit_window_prepack_entries(c, entry, gm, L, KK, ctail);
@@ -4131,7 +4149,6 @@ static int gen_window_pointwise(cgc *c, const char *entry, const ir_expr *X, int
                                 int64_t hw, int64_t C, int64_t OW)
 {
     cg_buf *b = &c->b;
-    const ir_subgraph *g = c->g;
     const ir_stage *a = c->a;
     params_and_packed(c, entry, 0);
     cg_line(b, 0, "{");
@@ -4146,15 +4163,7 @@ static int gen_window_pointwise(cgc *c, const char *entry, const ir_expr *X, int
     if (wn) cg_line(b, 2, "const float wc = %s[%s];", wn, a->axis[1]);
     cg_line(b, 2, "#pragma omp simd");
     cg_line(b, 2, "for (int64_t q = 0; q < %lld; q++) {", (long long)hw);
-    cg_line(b, 3, "const int64_t %s = q / %lld, %s = q - %s * %lld;", a->axis[2], (long long)OW,
-            a->axis[3], a->axis[2], (long long)OW);
-    cg_printf(b, "            float v = xp[q]%s", wn ? " * wc" : "");
-    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-    cg_printf(b, ";\n");
-    cg_names nm = c->nm;
-    for (int i = 0; i < 4; i++)
-        nm.axis[i] = a->axis[i];
-    emit_epilogue_store(b, g, 3, &nm, NULL);
+    emit_plane_point(c, 3, "q", OW, wn ? "xp[q] * wc" : "xp[q]");
     cg_line(b, 2, "}");
     cg_line(b, 1, "}");
     cg_line(b, 0, "}");
@@ -4564,9 +4573,7 @@ static int gen_window(cgc *c, const char *entry)
     cg_line(b, 4, "for (int64_t i = 0; i < %lld && ohb * %lld + i < %lld; i++) {", (long long)R,
             (long long)R, (long long)OH);
     cg_line(b, 5, "const int64_t %s = ohb * %lld + i;", a->axis[2], (long long)R);
-    cg_names nm = c->nm;
-    for (int i = 0; i < 4; i++)
-        nm.axis[i] = a->axis[i];
+    cg_names nm = window_names(c);
     if (!(vwb || wstream) || epi) { /* in place (vwb: over whole vectors; wstream), else out */
         char dest[96];
         snprintf(dest, sizeof dest, "rowbuf[i * %lld + %s]", (long long)OWc, a->axis[3]);
