@@ -1068,6 +1068,23 @@ static bool strided_wide_pool(const space *sp)
     return st[0] >= 2 && anchor(sp)->extent[3] > 32;
 }
 
+/* ... and so does a depthwise conv of at most 3x3 taps, stride 2 or more, on a target whose
+ * depthwise columns are otherwise the narrowest (AVX-512 but Zen 5, below), with the columns
+ * that pad least, the widest of those: 3x3 stride 2 from 112 x 112 (MobileNetV2's and
+ * EfficientNet-B0's 96 channels, 32) 4 vectors x 1 row against 1 x 8, alternated on a Zen 4
+ * (2 threads): 1.28x and 1.20x; from 56 x 56 1.03x; a 5x5 stride 2 keeps its rows (one row
+ * no faster from 56 x 56), as does AVX2 (2 vectors x 2 rows ahead of one row). */
+static bool strided_wide_depthwise(const space *sp)
+{
+    const ir_stage *a = anchor(sp);
+    if (sp->g->wl.op != IR_OP_DEPTHWISE_CONV2D || sp->tgt.cpu.vector_registers <= 16 ||
+        full_width_loads(sp) || a->extent[4] * a->extent[5] > 9)
+        return false;
+    int64_t st[2], dl[2];
+    window_steps(sp->g, st, dl);
+    return st[0] >= 2 && a->extent[3] > 32;
+}
+
 /* CPU_WINDOW's rule of thumb: the columns and rows that pad the output least, the widest
  * (columns up to 4 vectors, rows up to 4 — fewer where the budget says so) among those.
  * A depthwise conv on a 32-register (AVX-512) target takes the narrowest columns instead,
@@ -1097,13 +1114,14 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
     int W = space_window_lanes(sp, s, slot);
     int64_t cap = sl->axis == 3 ? 4 * W : 4;
     bool narrow = sl->axis == 3 && sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D &&
-                  sp->tgt.cpu.vector_registers > 16 && !full_width_loads(sp);
+                  sp->tgt.cpu.vector_registers > 16 && !full_width_loads(sp) &&
+                  !strided_wide_depthwise(sp);
     /* rows: at least enough for the accumulators (rows x vectors) to cover the FMA latency
      * (2 pipes x 4 cycles) where the plane allows; up to 8 under a single vector (a 14-wide
      * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
      * AVX2, two 8-lane vectors: 5 rows, 0.079 -> 0.065 ms; 2 rows padded none but left 4
      * accumulators) */
-    if (sl->axis != 3 && strided_wide_pool(sp))
+    if (sl->axis != 3 && (strided_wide_pool(sp) || strided_wide_depthwise(sp)))
         return vals[0]; /* one row: the least legal (vals ascend from 1 where 1 is legal) */
     int64_t least = 1;
     if (sl->axis != 3) {

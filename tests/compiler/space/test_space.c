@@ -1290,6 +1290,43 @@ Test(space, depthwise_columns_follow_the_hosts_load_width)
     }
 }
 
+/* A depthwise conv of at most 3x3 taps, stride 2, whose output rows are wider than 32 points
+ * takes one row a register tile, its columns the widest that pad least, on AVX-512 targets
+ * whose depthwise columns are otherwise the narrowest (MobileNetV2's 96 channels from 112 x
+ * 112: 4 vectors x 1 row). AVX2, a Zen 5 host, a 5x5, and rows of 28 keep the rule. */
+Test(space, strided_3x3_depthwise_over_wide_rows_takes_one_row)
+{
+    static const struct {
+        const char *tg, *vendor;
+        int family, hw, k;
+        int64_t cols, rows;
+    } cases[] = {
+        {"cpu:avx512", "", 0, 112, 3, 64, 1},
+        {"cpu:avx512", "AuthenticAMD", 0x19, 112, 3, 64, 1},
+        {"cpu:avx2", "", 0, 112, 3, 32, 2},
+        {"cpu:avx512", "", 0, 112, 5, 16, 5},
+        {"cpu:avx512", "", 0, 56, 3, 16, 7},
+        {"cpu:avx512", "AuthenticAMD", 0x1a, 112, 3, -1, -1}, /* Zen 5: not this rule */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char wl[256];
+        snprintf(wl, sizeof wl,
+                 "{\"op\":\"depthwise_conv2d\",\"shape\":{\"N\":1,\"C\":96,\"H\":%d,\"W\":%d,"
+                 "\"KH\":%d,\"KW\":%d},\"stride\":[2,2],\"pad\":[1,1]}",
+                 cases[i].hw, cases[i].hw, cases[i].k, cases[i].k);
+        built b = build_on_host(wl, cases[i].tg, cases[i].vendor, cases[i].family);
+        space_sched d;
+        space_default(b.sp, &d);
+        const int64_t cols = space_tile(b.sp, &d, 3, 3), rows = space_tile(b.sp, &d, 2, 3);
+        if (cases[i].rows < 0)
+            cr_expect(rows > 1, "case %zu: %lld x %lld", i, (long long)cols, (long long)rows);
+        else
+            cr_expect(cols == cases[i].cols && rows == cases[i].rows, "case %zu: %lld x %lld", i,
+                      (long long)cols, (long long)rows);
+        unbuild(&b);
+    }
+}
+
 /* Case i: wl's default on t puts its vectors along F and takes reduction chunks of `chunk`
  * channels */
 /* The cpu:avx512 target as a host of this vendor has it ("GenuineIntel": family 6,
