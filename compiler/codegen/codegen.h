@@ -91,7 +91,12 @@
  * ResNet-50's layer 3 at batch 8 1.12-1.20x: a cached default would keep the columns); 20:
  * a GEMM packing a B larger than the last-level cache per call requests the next chunk's
  * source rows into L2 over this chunk's tiles (LLaMA-2's q_proj at 77 tokens on AVX2 1.3x): a
- * cached kernel would wait on DRAM at each chunk's pack). */
+ * cached kernel would wait on DRAM at each chunk's pack; 21: depthwise along channels packs
+ * and stores planes narrower than a vector by transposes in memory order, and such planes
+ * default along channels (7 x 7 planes 1.35-2.3x): a cached kernel would pack point by point;
+ * 22: depthwise along channels exports prepack entries for its weights: a cached kernel would
+ * transpose them in every call of a plan; 23: a 1 x 1 window of stride 1 without padding is
+ * one loop a plane (squeeze-and-excitation scales 1.9-5.2x): a cached kernel would pack it). */
 #define CG_VERSION 23
 
 typedef struct cg_kernel {

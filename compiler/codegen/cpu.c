@@ -1533,6 +1533,15 @@ static void emit_next_task_prefetch(cgc *c, int ind)
     cg_line(b, --ind, "}");
 }
 
+/* c's names with the first n axes named as the anchor names them (its loop variables) */
+static cg_names anchor_names(const cgc *c, int n)
+{
+    cg_names nm = c->nm;
+    for (int i = 0; i < n; i++)
+        nm.axis[i] = c->a->axis[i];
+    return nm;
+}
+
 /* How many register tiles a block holds (the s2 loops' trips). */
 static int64_t block_tiles(const cgc *c)
 {
@@ -1646,9 +1655,7 @@ static void emit_next_chunk_source(cgc *c, int ind)
                 (long long)c->T[x][1], a->axis[x], (long long)run);
         cg_line(b, ind + 2, "const int64_t %s = (%s0 + 1) * %lld + tlm_r;", a->axis[k], a->axis[k],
                 (long long)rows);
-        cg_names pn = c->nm;
-        for (int xx = 0; xx < ns + c->nr; xx++)
-            pn.axis[xx] = a->axis[xx];
+        cg_names pn = anchor_names(c, ns + c->nr);
         cg_printf(b, "%*sconst float *const tlm_src = &", (ind + 2) * 4, "");
         cg_emit_scalar(b, c->g, a, c->pack_id[pi], &pn);
         cg_printf(b, ";\n");
@@ -2188,8 +2195,7 @@ static bool emit_pack_transposed(cgc *c, int pi, int ind, char fb[][96])
     emit_pack_axis(c, ind, x, fb, true);
     if (c->pad[x]) /* rows past the extent read the last */
         cg_line(b, ind, "const int64_t lim = %lld - %s;", (long long)(c->E[x] - 1), xn);
-    cg_names pn = c->nm;
-    for (int xx = 0; xx < ns + nr; xx++) pn.axis[xx] = a->axis[xx];
+    cg_names pn = anchor_names(c, ns + nr);
     for (int xx = ns; xx < ns + nr; xx++)
         if (m & (1u << xx))
             cg_line(b, ind, "const int64_t %s = %s0 * %lld;", a->axis[xx], a->axis[xx],
@@ -3655,13 +3661,27 @@ static int64_t window_band_tiles(const win_geom *gm, int64_t cores, int64_t CB, 
     return best;
 }
 
-/* The anchor's axes as a window kernel's epilogue names them (n, c, oh, ow) */
-static cg_names window_names(const cgc *c)
+/* A loop over blocks of `step` points from `from` whose last block starts at `last`,
+ * overlapping the one before it: `v`0 steps, `v` is the block's start; the block's body at
+ * ind + 1, then emit_overlap_loop_end. */
+static void emit_overlap_loop(cg_buf *b, int ind, const char *v, const char *from, int step,
+                              const char *last)
 {
-    cg_names nm = c->nm;
-    for (int i = 0; i < 4; i++)
-        nm.axis[i] = c->a->axis[i];
-    return nm;
+    cg_line(b, ind, "for (int64_t %s0 = %s;; %s0 += %d) {", v, from, v, step);
+    cg_line(b, ind + 1, "const int64_t %s = %s0 < %s ? %s0 : %s;", v, v, last, v, last);
+}
+
+static void emit_overlap_loop_end(cg_buf *b, int ind, const char *v, const char *last)
+{
+    cg_line(b, ind + 1, "if (%s == %s) break;", v, last);
+    cg_line(b, ind, "}");
+}
+
+/* "%lld" of v into buf: a number as emit_overlap_loop takes it */
+static const char *lld(char *buf, size_t n, int64_t v)
+{
+    snprintf(buf, n, "%lld", (long long)v);
+    return buf;
 }
 
 /* Point qv of an output plane in memory order through the epilogue, at indent ind: its row and
@@ -3674,8 +3694,16 @@ static void emit_plane_point(cgc *c, int ind, const char *qv, int64_t OW, const 
     cg_printf(&c->b, "%*sfloat v = %s", ind * 4, "", value);
     if (a->post_scale != 1.0) cg_printf(&c->b, " * (float)%.17g", a->post_scale);
     cg_printf(&c->b, ";\n");
-    cg_names nm = window_names(c);
+    cg_names nm = anchor_names(c, 4);
     emit_epilogue_store(&c->b, c->g, ind, &nm, NULL);
+}
+
+/* `c`, channel k of block cb (of L channels), declared for the epilogue; past the C
+ * channels (a short last block) the loop over k ends */
+static void emit_block_channel(cgc *c, int ind, int L, int64_t C)
+{
+    if (C % L) cg_line(&c->b, ind, "if (cb * %d + k >= %lld) break;", L, (long long)C);
+    cg_line(&c->b, ind, "const int64_t %s = cb * %d + k;", c->a->axis[1], L);
 }
 
 /* gen_window_channels' pack of the plane into P[r][j][l] (channel l of the block at padded
@@ -3703,8 +3731,7 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
             snprintf(last, sizeof last, "q_hi - %d", L);
             ind = 4;
         }
-        cg_line(b, ind, "for (int64_t q0 = %s;; q0 += %d) {", lo, L);
-        cg_line(b, ind + 1, "const int64_t q = q0 < %s ? q0 : %s;", last, last);
+        emit_overlap_loop(b, ind, "q", lo, L, last);
         cg_line(b, ind + 1, "tlm_vf r[%d];", L);
         cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
         cg_line(b, ind + 2, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + q];", chan, HW);
@@ -3715,8 +3742,7 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
         cg_line(b, ind + 2, "*(tlm_vf *)&P[((ih + %lld) * %lld + %lld + j) * %d] = r[k];",
                 (long long)gm->PH, (long long)WP, (long long)gm->PW, L);
         cg_line(b, ind + 1, "}");
-        cg_line(b, ind + 1, "if (q == %s) break;", last);
-        cg_line(b, ind, "}");
+        emit_overlap_loop_end(b, ind, "q", last);
         if (!band) return;
         cg_line(b, 3, "} else {");
     }
@@ -3724,9 +3750,8 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
     cg_line(b, ind + 1, "float *const p = P + ((ih + %lld) * %lld + %lld) * %d;", (long long)gm->PH,
             (long long)WP, (long long)gm->PW, L);
     if (jhi >= L) {
-        cg_line(b, ind + 1, "for (int64_t j0 = 0;; j0 += %d) {", L);
-        cg_line(b, ind + 2, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(jhi - L),
-                (long long)(jhi - L));
+        char jl[24];
+        emit_overlap_loop(b, ind + 1, "j", "0", L, lld(jl, sizeof jl, jhi - L));
         cg_line(b, ind + 2, "tlm_vf r[%d];", L);
         cg_line(b, ind + 2, "for (int64_t k = 0; k < %d; k++)", L);
         cg_line(b, ind + 3, "r[k] = *(const tlm_vfu *)&xp[%s * %lld + ih * %lld + j];", chan, HW,
@@ -3734,8 +3759,7 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
         cg_line(b, ind + 2, "tlm_tr(r);");
         cg_line(b, ind + 2, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&p[(j + k) * %d] = r[k];",
                 L, L);
-        cg_line(b, ind + 2, "if (j == %lld) break;", (long long)(jhi - L));
-        cg_line(b, ind + 1, "}");
+        emit_overlap_loop_end(b, ind + 1, "j", jl);
     } else if (jhi > 0) {
         cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
         cg_line(b, ind + 2, "for (int64_t j = 0; j < %lld; j++)", (long long)jhi);
@@ -3750,22 +3774,19 @@ static void emit_window_plane_pack(cg_buf *b, const win_geom *gm, int L, const c
  * (the last block overlapping the one before it), each channel's L points through the
  * epilogue as one vector, stored contiguously (row by row, a 14-wide row in 16 lanes took a
  * vector, a half and two scalars per channel and row: 14 % of ConvNeXt-T's 7x7 depthwise at
- * 14 x 14 along 16 channels, Zen 4). C: the channels, where the last block runs past them
- * (else 0). */
+ * 14 x 14 along 16 channels, Zen 4). C: the channels. */
 static void emit_window_flat_epilogue(cgc *c, int L, int64_t PQ, int64_t OW, int64_t C)
 {
     cg_buf *b = &c->b;
-    const long long last = (long long)(PQ - L);
-    cg_line(b, 3, "for (int64_t q0 = 0;; q0 += %d) {", L);
-    cg_line(b, 4, "const int64_t q = q0 < %lld ? q0 : %lld;", last, last);
+    char last[24];
+    emit_overlap_loop(b, 3, "q", "0", L, lld(last, sizeof last, PQ - L));
     cg_line(b, 4, "tlm_vf r[%d];", L);
     cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) r[k] = *(const tlm_vf *)&T[(q + k) * %d];", L,
             L);
     cg_line(b, 4, "tlm_tr(r);");
     cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %d] = r[k];", L, L);
     cg_line(b, 4, "for (int64_t k = 0; k < %d; k++) {", L);
-    if (C) cg_line(b, 5, "if (cb * %d + k >= %lld) break;", L, (long long)C);
-    cg_line(b, 5, "const int64_t %s = cb * %d + k;", c->a->axis[1], L);
+    emit_block_channel(c, 5, L, C);
     cg_line(b, 5, "#pragma omp simd");
     cg_line(b, 5, "for (int64_t qq = q; qq < q + %d; qq++) {", L);
     char val[48];
@@ -3773,8 +3794,67 @@ static void emit_window_flat_epilogue(cgc *c, int L, int64_t PQ, int64_t OW, int
     emit_plane_point(c, 6, "qq", OW, val);
     cg_line(b, 5, "}");
     cg_line(b, 4, "}");
-    cg_line(b, 4, "if (q == %lld) break;", last);
-    cg_line(b, 3, "}");
+    emit_overlap_loop_end(b, 3, "q", last);
+}
+
+/* gen_window_channels' epilogue a tile row at a time (R rows from oh0, T[row][ow][l]), each
+ * row back to (channel, ow) by L x L transposes, the last block of a row overlapping the one
+ * before it, each channel's L columns of a block through the epilogue as one vector (GCC's
+ * vector body and scalar tail per channel and row for the whole row otherwise; ConvNeXt-T's
+ * 7x7 at 14 x 14 ran the same, 0.072 ms, either way); rows narrower than L transposed whole,
+ * then through the epilogue. Closes the rows' loop. */
+static void emit_window_row_epilogue(cgc *c, int L, int64_t R, int64_t OW, int64_t C)
+{
+    cg_buf *b = &c->b;
+    const ir_stage *a = c->a;
+    const char *ax_oh = a->axis[2], *ax_ow = a->axis[3];
+    const int64_t OWp = (OW + L - 1) / L * L;
+    cg_names nm = anchor_names(c, 4);
+    const bool whole = OW < L;
+    const int64_t jlast = whole ? 0 : OW - L, tw = whole ? OWp : L;
+    char jl[24];
+    cg_line(b, 4, "for (int64_t i = 0; i < %lld; i++) {", (long long)R);
+    cg_line(b, 5, "const int64_t %s = oh0 + i;", ax_oh);
+    if (whole) {
+        cg_line(b, 5, "for (int64_t j = 0; j < %lld; j += %d) {", (long long)OWp, L);
+    } else {
+        emit_overlap_loop(b, 5, "j", "0", L, lld(jl, sizeof jl, jlast));
+    }
+    cg_line(b, 6, "tlm_vf r[%d];", L);
+    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++)", L);
+    cg_line(b, 7, "r[k] = *(const tlm_vf *)&T[(i * %lld + j + k) * %d];", (long long)OWp, L);
+    cg_line(b, 6, "tlm_tr(r);");
+    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %lld + %s] = r[k];", L,
+            (long long)tw, whole ? "j" : "0");
+    if (whole) cg_line(b, 5, "}");
+    int ind = whole ? 5 : 6;
+    cg_line(b, ind, "for (int64_t k = 0; k < %d; k++) {", L);
+    emit_block_channel(c, ind + 1, L, C);
+    cg_line(b, ind + 1, "#pragma omp simd");
+    if (whole)
+        cg_line(b, ind + 1, "for (int64_t %s = 0; %s < %lld; %s++) {", ax_ow, ax_ow, (long long)OW,
+                ax_ow);
+    else
+        cg_line(b, ind + 1, "for (int64_t %s = j; %s < j + %d; %s++) {", ax_ow, ax_ow, L, ax_ow);
+    cg_printf(b, "%*sfloat v = TT[k * %lld + %s%s]", (ind + 2) * 4, "", (long long)tw, ax_ow,
+              whole ? "" : " - j");
+    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
+    cg_printf(b, ";\n");
+    emit_epilogue_store(b, c->g, ind + 2, &nm, NULL);
+    cg_line(b, ind + 1, "}");
+    cg_line(b, ind, "}");
+    if (!whole) emit_overlap_loop_end(b, 5, "j", jl);
+    cg_line(b, 4, "}");
+}
+
+/* Channel k of block cb (of L channels) as generated code names it: the last channel where
+ * the block runs past the C channels */
+static void window_block_channel(char *buf, size_t n, int L, int64_t C)
+{
+    if (C % L)
+        snprintf(buf, n, "tlm_imin(cb * %d + k, %lld)", L, (long long)(C - 1));
+    else
+        snprintf(buf, n, "(cb * %d + k)", L);
 }
 
 /* gen_window_channels' weights of block cb from (channel, tap) to (tap, channel) into dst:
@@ -3786,9 +3866,8 @@ static void emit_window_weight_pack(cg_buf *b, int ind, const char *wn, const ch
                                     int64_t KK, int L, const char *dst)
 {
     if (KK >= L) {
-        cg_line(b, ind, "for (int64_t t0 = 0;; t0 += %d) {", L);
-        cg_line(b, ind + 1, "const int64_t t = t0 < %lld ? t0 : %lld;", (long long)(KK - L),
-                (long long)(KK - L));
+        char tl[24];
+        emit_overlap_loop(b, ind, "t", "0", L, lld(tl, sizeof tl, KK - L));
         cg_line(b, ind + 1, "tlm_vf r[%d];", L);
         cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++)", L);
         cg_line(b, ind + 2, "r[k] = *(const tlm_vfu *)&%s[%s * %lld + t];", wn, chan,
@@ -3796,8 +3875,7 @@ static void emit_window_weight_pack(cg_buf *b, int ind, const char *wn, const ch
         cg_line(b, ind + 1, "tlm_tr(r);");
         cg_line(b, ind + 1, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&%s[(t + k) * %d] = r[k];",
                 L, dst, L);
-        cg_line(b, ind + 1, "if (t == %lld) break;", (long long)(KK - L));
-        cg_line(b, ind, "}");
+        emit_overlap_loop_end(b, ind, "t", tl);
     } else {
         cg_line(b, ind, "for (int64_t k = 0; k < %d; k++)", L);
         cg_line(b, ind + 1,
@@ -3810,7 +3888,7 @@ static void emit_window_weight_pack(cg_buf *b, int ind, const char *wn, const ch
  * every block's taps x lanes as the kernel packs them per task, packed once by a caller that
  * knows them constant (a plan's params). */
 static void emit_window_prepack_entries(cgc *c, const char *entry, const win_geom *gm, int L,
-                                        int64_t KK, bool ctail)
+                                        int64_t KK)
 {
     cg_buf *b = &c->b;
     const ir_subgraph *g = c->g;
@@ -3822,10 +3900,7 @@ static void emit_window_prepack_entries(cgc *c, const char *entry, const win_geo
     for (int i = 0; i < n; i++)
         if (in[i] == wt) warg = i;
     char chan[96];
-    if (ctail)
-        snprintf(chan, sizeof chan, "tlm_imin(cb * %d + k, %lld)", L, (long long)(gm->C - 1));
-    else
-        snprintf(chan, sizeof chan, "(cb * %d + k)", L);
+    window_block_channel(chan, sizeof chan, L, gm->C);
     cg_printf(b, "\nvoid %s(", entry);
     cg_emit_params(b, g, &c->nm, false);
     cg_printf(b, ")\n{\n    %s_run(", entry);
@@ -3877,7 +3952,6 @@ static void emit_window_prepack_entries(cgc *c, const char *entry, const win_geo
 static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
 {
     cg_buf *b = &c->b;
-    const ir_subgraph *g = c->g;
     const ir_stage *a = c->a;
     const space *sp = c->sp;
     const int L = space_window_lanes(sp, c->s, sp->n_slot);
@@ -3891,7 +3965,6 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     const int64_t ihi = H < HP - gm->PH ? H : HP - gm->PH;
     const int64_t jhi = Wd < WP - gm->PW ? Wd : WP - gm->PW;
     const bool par = space_get(sp, c->s, SLOT_PARALLEL, 0) != 0;
-    const bool ctail = C % L != 0;
     /* bands of tile rows per task where too few blocks leave a core idle */
     const int64_t TB = window_band_tiles(gm, par ? sp->tgt.cpu.cores : 1, CB, R, OHB, WP);
     const int64_t NB = (OHB + TB - 1) / TB;
@@ -3973,7 +4046,7 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
     const char *xn = c->nm.tensor[gm->X->tensor];
     const char *wn = gm->lw >= 0 ? c->nm.tensor[a->expr[gm->lw].tensor] : NULL;
     if (wn) cg_line(b, 1, "const float *const tlm_pre0 = tlm_pre ? tlm_pre[0] : (const float *)0;");
-    const char *ax_n = a->axis[0], *ax_c = a->axis[1], *ax_oh = a->axis[2], *ax_ow = a->axis[3];
+    const char *ax_n = a->axis[0];
     /* per thread (the space bounds them: window_channels_ok): the packed plane, the block's
      * weights, the tiles' rows (ow, channel) and one row transposed (channel, ow) */
     if (par) cg_line(b, 1, "#pragma omp parallel");
@@ -4016,12 +4089,8 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
         cg_line(b, 3, "const int64_t %s = task / %lld, cb = task %% %lld;", ax_n, (long long)CB,
                 (long long)CB);
     }
-    /* channel k of the block: the last channel where the block runs past C */
     char chan[96];
-    if (ctail)
-        snprintf(chan, sizeof chan, "tlm_imin(cb * %d + k, %lld)", L, (long long)(C - 1));
-    else
-        snprintf(chan, sizeof chan, "(cb * %d + k)", L);
+    window_block_channel(chan, sizeof chan, L, C);
     cg_line(b, 3, "const float *const xp = %s + %s * %lld;", xn, ax_n, (long long)(C * H * Wd));
     const int64_t KK = KH * KW;
     if (wn) {
@@ -4081,61 +4150,16 @@ static int gen_window_channels(cgc *c, const char *entry, const win_geom *gm)
                         (long long)(i * OWp + u), L, (long long)i, (long long)u);
         }
     cg_line(b, 4, "}");
-    cg_names nm = window_names(c);
     if (flat_out) {
         cg_line(b, 3, "}");
-        emit_window_flat_epilogue(c, L, OH * OW, OW, ctail ? C : 0);
-        for (int i = 2; i >= 0; i--)
-            cg_line(b, i, "}"); /* task, thread, function */
-        if (wn) emit_window_prepack_entries(c, entry, gm, L, KK, ctail);
-        return 0;
-    }
-    /* each row back to (channel, ow) by L x L transposes, the last block of a row
-     * overlapping the one before it, each channel's L columns of a block through the
-     * epilogue as one vector (GCC's vector body and scalar tail per channel and row for the
-     * whole row otherwise; the 7x7 above ran the same, 0.072 ms, either way); rows narrower
-     * than L transposed whole, then through the epilogue */
-    const bool whole = OW < L;
-    const int64_t jlast = whole ? 0 : OW - L, tw = whole ? OWp : L;
-    cg_line(b, 4, "for (int64_t i = 0; i < %lld; i++) {", (long long)R);
-    cg_line(b, 5, "const int64_t %s = oh0 + i;", ax_oh);
-    if (whole) {
-        cg_line(b, 5, "for (int64_t j = 0; j < %lld; j += %d) {", (long long)OWp, L);
+        emit_window_flat_epilogue(c, L, OH * OW, OW, C);
     } else {
-        cg_line(b, 5, "for (int64_t j0 = 0;; j0 += %d) {", L);
-        cg_line(b, 6, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)jlast,
-                (long long)jlast);
+        emit_window_row_epilogue(c, L, R, OW, C);
+        cg_line(b, 3, "}");
     }
-    cg_line(b, 6, "tlm_vf r[%d];", L);
-    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++)", L);
-    cg_line(b, 7, "r[k] = *(const tlm_vf *)&T[(i * %lld + j + k) * %d];", (long long)OWp, L);
-    cg_line(b, 6, "tlm_tr(r);");
-    cg_line(b, 6, "for (int64_t k = 0; k < %d; k++) *(tlm_vf *)&TT[k * %lld + %s] = r[k];", L,
-            (long long)tw, whole ? "j" : "0");
-    if (whole) cg_line(b, 5, "}");
-    int ind = whole ? 5 : 6;
-    cg_line(b, ind, "for (int64_t k = 0; k < %d; k++) {", L);
-    if (ctail) cg_line(b, ind + 1, "if (cb * %d + k >= %lld) break;", L, (long long)C);
-    cg_line(b, ind + 1, "const int64_t %s = cb * %d + k;", ax_c, L);
-    cg_line(b, ind + 1, "#pragma omp simd");
-    if (whole)
-        cg_line(b, ind + 1, "for (int64_t %s = 0; %s < %lld; %s++) {", ax_ow, ax_ow, (long long)OW,
-                ax_ow);
-    else
-        cg_line(b, ind + 1, "for (int64_t %s = j; %s < j + %d; %s++) {", ax_ow, ax_ow, L, ax_ow);
-    cg_printf(b, "%*sfloat v = TT[k * %lld + %s%s]", (ind + 2) * 4, "", (long long)tw, ax_ow,
-              whole ? "" : " - j");
-    if (a->post_scale != 1.0) cg_printf(b, " * (float)%.17g", a->post_scale);
-    cg_printf(b, ";\n");
-    emit_epilogue_store(b, g, ind + 2, &nm, NULL);
-    cg_line(b, ind + 1, "}");
-    cg_line(b, ind, "}");
-    if (!whole) {
-        cg_line(b, 6, "if (j == %lld) break;", (long long)jlast);
-        cg_line(b, 5, "}");
-    }
-    for (int i = 4; i >= 0; i--) cg_line(b, i, "}"); /* rows, tiles, task, thread, function */
-    if (wn) emit_window_prepack_entries(c, entry, gm, L, KK, ctail);
+    for (int i = 2; i >= 0; i--)
+        cg_line(b, i, "}"); /* task, thread, function */
+    if (wn) emit_window_prepack_entries(c, entry, gm, L, KK);
     return 0;
 }
 
@@ -4206,8 +4230,7 @@ static int gen_window(cgc *c, const char *entry)
         return gen_window_channels(c, entry, &gm);
     }
     int W = space_window_lanes(sp, c->s, sp->n_slot);
-    if (W > 1 && KH == 1 && KW == 1 && SH == 1 && SW == 1 && PH == 0 && PW == 0 && OH == H &&
-        OW == Wd)
+    if (W > 1 && space_window_pointwise(sp))
         return gen_window_pointwise(c, entry, X, lw, N * C, H * Wd, C, OW);
     int64_t CO = space_tile(sp, c->s, 3, 3), R = space_tile(sp, c->s, 2, 3);
     int64_t NV = CO / W, OHB = (OH + R - 1) / R, OWB = (OW + CO - 1) / CO;
@@ -4362,9 +4385,8 @@ static int gen_window(cgc *c, const char *entry)
             n1 += snprintf(ev + n1, sizeof ev - (size_t)n1, "%s%d", l ? ", " : "", 2 * l);
             n2 += snprintf(od + n2, sizeof od - (size_t)n2, "%s%d", l ? ", " : "", 2 * l + 1);
         }
-        cg_line(b, 4 + pi, "for (int64_t j0 = %lld;; j0 += %d) {", (long long)clo, W);
-        cg_line(b, 5 + pi, "const int64_t j = j0 < %lld ? j0 : %lld;", (long long)(chi - W),
-                (long long)(chi - W));
+        char jf[24], jl[24];
+        emit_overlap_loop(b, 4 + pi, "j", lld(jf, sizeof jf, clo), W, lld(jl, sizeof jl, chi - W));
         if (SW == 1) {
             cg_line(b, 5 + pi, "*(tlm_vfu *)&q[j] = *(const tlm_vfu *)&xr[j - %lld];",
                     (long long)PW);
@@ -4381,8 +4403,7 @@ static int gen_window(cgc *c, const char *entry)
                     "*(tlm_vfu *)&q[%lld + j] = __builtin_shuffle(v0, v1, (tlm_wi){%s});",
                     (long long)WQ, od);
         }
-        cg_line(b, 5 + pi, "if (j == %lld) break;", (long long)(chi - W));
-        cg_line(b, 4 + pi, "}");
+        emit_overlap_loop_end(b, 4 + pi, "j", jl);
     } else if (chi > clo) {
         cg_line(b, 4 + pi, "for (int64_t j = %lld; j < %lld; j++) {", (long long)clo,
                 (long long)chi);
@@ -4573,7 +4594,7 @@ static int gen_window(cgc *c, const char *entry)
     cg_line(b, 4, "for (int64_t i = 0; i < %lld && ohb * %lld + i < %lld; i++) {", (long long)R,
             (long long)R, (long long)OH);
     cg_line(b, 5, "const int64_t %s = ohb * %lld + i;", a->axis[2], (long long)R);
-    cg_names nm = window_names(c);
+    cg_names nm = anchor_names(c, 4);
     if (!(vwb || wstream) || epi) { /* in place (vwb: over whole vectors; wstream), else out */
         char dest[96];
         snprintf(dest, sizeof dest, "rowbuf[i * %lld + %s]", (long long)OWc, a->axis[3]);

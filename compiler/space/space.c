@@ -1068,18 +1068,25 @@ static bool strided_wide_pool(const space *sp)
     return st[0] >= 2 && anchor(sp)->extent[3] > 32;
 }
 
-/* ... and so does a depthwise conv of at most 3x3 taps, stride 2 or more, on a target whose
- * depthwise columns are otherwise the narrowest (AVX-512 but Zen 5, below), with the columns
- * that pad least, the widest of those: 3x3 stride 2 from 112 x 112 (MobileNetV2's and
+/* A depthwise conv on a 32-register target whose 64-byte loads run at half rate (all but Zen
+ * 5): its columns the narrowest (window_default_tile, below) */
+static bool narrow_depthwise_columns(const space *sp)
+{
+    return sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D && sp->tgt.cpu.vector_registers > 16 &&
+           !full_width_loads(sp);
+}
+
+/* A depthwise conv of at most 3x3 taps, stride 2 or more, whose output rows are wider than 32
+ * points takes one row a register tile as the strided pools above do, on a target whose
+ * depthwise columns are otherwise the narrowest, with the columns that pad least, the widest
+ * of those: 3x3 stride 2 from 112 x 112 (MobileNetV2's and
  * EfficientNet-B0's 96 channels, 32) 4 vectors x 1 row against 1 x 8, alternated on a Zen 4
  * (2 threads): 1.28x and 1.20x; from 56 x 56 1.03x; a 5x5 stride 2 keeps its rows (one row
  * no faster from 56 x 56), as does AVX2 (2 vectors x 2 rows ahead of one row). */
 static bool strided_wide_depthwise(const space *sp)
 {
     const ir_stage *a = anchor(sp);
-    if (sp->g->wl.op != IR_OP_DEPTHWISE_CONV2D || sp->tgt.cpu.vector_registers <= 16 ||
-        full_width_loads(sp) || a->extent[4] * a->extent[5] > 9)
-        return false;
+    if (!narrow_depthwise_columns(sp) || a->extent[4] * a->extent[5] > 9) return false;
     int64_t st[2], dl[2];
     window_steps(sp->g, st, dl);
     return st[0] >= 2 && a->extent[3] > 32;
@@ -1113,9 +1120,7 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
     }
     int W = space_window_lanes(sp, s, slot);
     int64_t cap = sl->axis == 3 ? 4 * W : 4;
-    bool narrow = sl->axis == 3 && sp->g->wl.op == IR_OP_DEPTHWISE_CONV2D &&
-                  sp->tgt.cpu.vector_registers > 16 && !full_width_loads(sp) &&
-                  !strided_wide_depthwise(sp);
+    bool narrow = sl->axis == 3 && narrow_depthwise_columns(sp) && !strided_wide_depthwise(sp);
     /* rows: at least enough for the accumulators (rows x vectors) to cover the FMA latency
      * (2 pipes x 4 cycles) where the plane allows; up to 8 under a single vector (a 14-wide
      * 7x7 depthwise plane takes 7 rows, 109 -> 190 GFLOP/s), 6 under two (the same plane on
@@ -1161,6 +1166,14 @@ static int64_t window_default_tile(const space *sp, const space_sched *s, int sl
     return best;
 }
 
+bool space_window_pointwise(const space *sp)
+{
+    const ir_stage *a = anchor(sp);
+    const ir_workload *w = &sp->g->wl;
+    return sp->sketch == SKETCH_CPU_WINDOW && a->extent[4] == 1 && a->extent[5] == 1 &&
+           w->stride[0] <= 1 && w->stride[1] <= 1 && w->pad[0] == 0 && w->pad[1] == 0;
+}
+
 /* CPU_WINDOW's vector axis: along OW (1), or along channels (WINDOW_VEC_CHANNELS) for a
  * depthwise conv on a 16-register target (AVX2) of 25 taps or more, or whose output rows
  * take between one and two vectors (a 9- to 16-wide row in 8 lanes: along OW every tile pads
@@ -1204,11 +1217,10 @@ static int64_t window_default_vec(const space *sp, int64_t want, const int64_t *
     if (ch && taps < 49 && OW > 2 * L && OW <= 4 * L) ch = false;
     /* ... and a 1 x 1 window of stride 1 without padding (a squeeze-and-excitation scale)
      * stays along OW, where it is one vectorised loop over each plane (gen_window_pointwise):
-     * along channels its transposes cost more than the multiply (1152 x 7 x 7 on the Zen 4,
-     * AVX-512: 0.0191 ms along channels, 0.0072 ms for 672 x 14 x 14 along OW) */
-    const ir_workload *w = &sp->g->wl;
-    if (taps == 1 && w->stride[0] <= 1 && w->stride[1] <= 1 && w->pad[0] == 0 && w->pad[1] == 0)
-        ch = false;
+     * along channels its transposes cost more than the multiply (on the Zen 4, 1152 x 7 x 7
+     * along channels 0.0179 ms on AVX-512 and 0.0112 on AVX2, the loop 0.0029 and 0.0034;
+     * 672 x 14 x 14 on AVX2 0.0233 and 0.0068) */
+    if (space_window_pointwise(sp)) ch = false;
     return ch ? WINDOW_VEC_CHANNELS : 1;
 }
 

@@ -256,6 +256,10 @@ int space_window_budget(const space *sp, int lanes);
 #define WINDOW_VEC_CHANNELS 2
 /* Whether slots [0, upto) of s put CPU_WINDOW's vectors along channels. */
 bool space_window_channels(const space *sp, const space_sched *s, int upto);
+/* Whether a CPU_WINDOW workload is a 1 x 1 window of stride 1 without padding (each output
+ * point reads its own input point: a squeeze-and-excitation scale), which codegen runs as one
+ * loop a plane along OW and whose default stays along OW. */
+bool space_window_pointwise(const space *sp);
 /* Whether a CPU kernel storing its output's rows as it finishes them (a tile kernel along the
  * output's last axis, a window kernel along OW, a transposed copy-out, a row kernel; codegen
  * asks also for rows of whole lines) streams them with non-temporal stores (codegen's

@@ -107,34 +107,27 @@ static json_t *describe(const ir_workload *w, const target *t, const space *sp,
         space_sample(sp, &rng, &s);
         json_array_append_new(samples, sched_json(sp, &s));
     }
-    /* CPU_TILE with a reduction: the rule of thumb for each axis the vectors may run along
-     * (what the default would be with that vector axis), keyed by the axis' name */
+    /* The rule of thumb for each vector axis the VECTORIZE slot offers (what the default
+     * would be with it): CPU_TILE with a reduction keyed by the axis' name, CPU_WINDOW along
+     * OW ("ow") and, where legal, along blocks of channels ("channels") */
     json_t *by_axis = json_object();
-    if (by_axis && sp->sketch == SKETCH_CPU_TILE && sp->n_reduce > 0 && sp->n_slot > 0 &&
-        sp->slot[0].kind == SLOT_VECTORIZE) {
+    const bool tile = sp->sketch == SKETCH_CPU_TILE && sp->n_reduce > 0;
+    const bool window = sp->sketch == SKETCH_CPU_WINDOW;
+    if (by_axis && (tile || window) && sp->n_slot > 0 && sp->slot[0].kind == SLOT_VECTORIZE) {
         int64_t vals[SPACE_MAX_VALUES];
         space_sched none;
         memset(&none, 0, sizeof none);
         int n = space_legal_values(sp, 0, &none, vals);
         const ir_stage *a = &sp->g->stage[sp->g->anchor];
         for (int k = 0; k < n; k++) {
-            if (vals[k] < 1) continue;
+            const char *key = vals[k] < 1                      ? NULL
+                              : tile                           ? a->axis[a->n_spatial - vals[k]]
+                              : vals[k] == 1                   ? "ow"
+                              : vals[k] == WINDOW_VEC_CHANNELS ? "channels"
+                                                               : NULL;
+            if (!key) continue;
             space_default_vectorized(sp, vals[k], &s);
-            json_object_set_new(by_axis, a->axis[a->n_spatial - vals[k]], sched_json(sp, &s));
-        }
-    }
-    /* CPU_WINDOW: the rule of thumb along OW ("ow") and, where legal, along blocks of
-     * channels ("channels") */
-    if (by_axis && sp->sketch == SKETCH_CPU_WINDOW && sp->n_slot > 0 &&
-        sp->slot[0].kind == SLOT_VECTORIZE) {
-        int64_t vals[SPACE_MAX_VALUES];
-        space_sched none;
-        memset(&none, 0, sizeof none);
-        int n = space_legal_values(sp, 0, &none, vals);
-        for (int k = 0; k < n; k++) {
-            if (vals[k] != 1 && vals[k] != WINDOW_VEC_CHANNELS) continue;
-            space_default_vectorized(sp, vals[k], &s);
-            json_object_set_new(by_axis, vals[k] == 1 ? "ow" : "channels", sched_json(sp, &s));
+            json_object_set_new(by_axis, key, sched_json(sp, &s));
         }
     }
     json_t *out =
